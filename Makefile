@@ -1,0 +1,30 @@
+# The two commands a new user needs (see README.md):
+#   make run   - start a single-node om on ./data (gRPC 127.0.0.1:9862, HTTP 127.0.0.1:9874)
+#   make test  - run every test
+# Both install missing system packages first (scripts/setup.sh).
+#
+# One build profile (release) serves running, testing and benchmarking, so RocksDB's
+# C++ is compiled once. Set CARGO_TARGET_DIR to share a target directory between clones.
+
+DATA_DIR ?= data
+CARGO ?= cargo
+
+.PHONY: setup run test build bench fmt lint
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --workspace --bins
+
+run: build
+	$(CARGO) run --release -p om --bin om -- --data-dir $(DATA_DIR)
+
+test: build
+	$(CARGO) test --release --workspace
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings

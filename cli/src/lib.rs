@@ -1,0 +1,508 @@
+//! The om client library, shared by `omctl`, the tests and gateways.
+//!
+//! It holds a list of endpoints, finds and caches the leader (following the
+//! `om-leader` hint a follower returns), retries unavailable endpoints with
+//! backoff within a deadline, and stamps every write with this client's id and
+//! a fresh sequence number, so a retry (even across a failover) is answered
+//! from the replicated retry cache and applied exactly once.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use om_proto::v1::cluster_client::ClusterClient;
+use om_proto::v1::ozone_manager_client::OzoneManagerClient;
+use om_proto::v1::*;
+use prost::Message;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+pub use om_proto::v1;
+
+/// An error as the client sees it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// om refused the request; `reason` is stable and machine-readable.
+    #[error("{code:?} {reason}{}: {message}", if field.is_empty() { String::new() } else { format!(" (field {field})") })]
+    Api {
+        code: Code,
+        reason: String,
+        field: String,
+        message: String,
+    },
+    /// No endpoint answered within the deadline.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("bad endpoint: {0}")]
+    Endpoint(String),
+}
+
+impl ClientError {
+    pub fn reason(&self) -> &str {
+        match self {
+            ClientError::Api { reason, .. } => reason,
+            ClientError::Unavailable(_) => "UNAVAILABLE",
+            ClientError::Endpoint(_) => "BAD_ENDPOINT",
+        }
+    }
+
+    pub fn code(&self) -> Code {
+        match self {
+            ClientError::Api { code, .. } => *code,
+            _ => Code::Unavailable,
+        }
+    }
+
+    fn from_status(s: &Status) -> ClientError {
+        let detail = ErrorDetail::decode(s.details()).unwrap_or_default();
+        ClientError::Api {
+            code: s.code(),
+            reason: if detail.reason.is_empty() {
+                format!("{:?}", s.code()).to_uppercase()
+            } else {
+                detail.reason
+            },
+            field: detail.field,
+            message: s.message().to_string(),
+        }
+    }
+}
+
+/// Retry and timeout settings.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Give up on a call after this long, retries included.
+    pub deadline: Duration,
+    /// Timeout of one attempt.
+    pub attempt_timeout: Duration,
+    /// First backoff between attempts; doubles up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+    /// Serve reads from whichever node answers, possibly stale.
+    pub stale_reads: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            deadline: Duration::from_secs(30),
+            attempt_timeout: Duration::from_secs(5),
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+            stale_reads: false,
+        }
+    }
+}
+
+struct Endpoints {
+    addrs: Vec<String>,
+    channels: Vec<Channel>,
+    /// Index of the node believed to be the leader.
+    preferred: usize,
+}
+
+pub struct OmClient {
+    endpoints: Mutex<Endpoints>,
+    client_id: String,
+    seq: AtomicU64,
+    opts: ClientOptions,
+}
+
+fn channel(addr: &str) -> Result<Channel, ClientError> {
+    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(Endpoint::from_shared(uri)
+        .map_err(|e| ClientError::Endpoint(format!("{addr}: {e}")))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .connect_lazy())
+}
+
+/// A new random client id: 16 hex digits from the OS random source.
+fn new_client_id() -> String {
+    format!("c-{:016x}", rand::random::<u64>())
+}
+
+/// What to do after a failed attempt.
+enum Next {
+    /// Retry on the node at this address (the leader hint).
+    Redirect(String),
+    /// Retry on another node after a backoff.
+    Rotate,
+    /// Give up with this error.
+    Fail(ClientError),
+}
+
+fn classify(s: &Status) -> Next {
+    let reason = s
+        .metadata()
+        .get("om-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if reason == "NOT_LEADER" {
+        if let Some(l) = s.metadata().get("om-leader").and_then(|v| v.to_str().ok())
+            && !l.is_empty()
+        {
+            return Next::Redirect(l.to_string());
+        }
+        return Next::Rotate;
+    }
+    match s.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => Next::Rotate,
+        _ => Next::Fail(ClientError::from_status(s)),
+    }
+}
+
+impl OmClient {
+    /// A client over `endpoints` (`host:port`, comma-separated lists accepted).
+    pub fn new(endpoints: &[String], opts: ClientOptions) -> Result<OmClient, ClientError> {
+        let addrs: Vec<String> = endpoints
+            .iter()
+            .flat_map(|e| e.split(','))
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if addrs.is_empty() {
+            return Err(ClientError::Endpoint("no endpoints given".to_string()));
+        }
+        let channels = addrs.iter().map(|a| channel(a)).collect::<Result<_, _>>()?;
+        Ok(OmClient {
+            endpoints: Mutex::new(Endpoints {
+                addrs,
+                channels,
+                preferred: 0,
+            }),
+            client_id: new_client_id(),
+            seq: AtomicU64::new(0),
+            opts,
+        })
+    }
+
+    pub fn connect(endpoint: &str) -> Result<OmClient, ClientError> {
+        Self::new(&[endpoint.to_string()], ClientOptions::default())
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// A header for one logical write; reuse it for that write's retries.
+    pub fn next_header(&self) -> WriteHeader {
+        WriteHeader {
+            client_id: self.client_id.clone(),
+            seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    fn read_options(&self) -> Option<ReadOptions> {
+        Some(ReadOptions {
+            consistency: if self.opts.stale_reads {
+                ReadConsistency::Stale as i32
+            } else {
+                ReadConsistency::Linearizable as i32
+            },
+        })
+    }
+
+    fn pick(&self) -> (usize, Channel) {
+        let e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        (e.preferred, e.channels[e.preferred].clone())
+    }
+
+    fn redirect(&self, addr: &str) -> Result<(), ClientError> {
+        let mut e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = e.addrs.iter().position(|a| a == addr) {
+            e.preferred = i;
+        } else {
+            let c = channel(addr)?;
+            e.addrs.push(addr.to_string());
+            e.channels.push(c);
+            e.preferred = e.addrs.len() - 1;
+        }
+        Ok(())
+    }
+
+    fn rotate(&self, from: usize) {
+        let mut e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        if e.preferred == from {
+            e.preferred = (from + 1) % e.addrs.len();
+        }
+    }
+
+    /// Runs `f` against the preferred node, following leader hints and
+    /// retrying unavailable nodes with backoff until the deadline.
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let started = Instant::now();
+        let mut backoff = self.opts.backoff;
+        let mut last_err = String::new();
+        loop {
+            let (i, ch) = self.pick();
+            match tokio::time::timeout(self.opts.attempt_timeout, f(ch)).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(s)) => {
+                    last_err = s.message().to_string();
+                    match classify(&s) {
+                        Next::Fail(e) => return Err(e),
+                        Next::Redirect(addr) => {
+                            self.redirect(&addr)?;
+                            // A fresh hint: retry at once, but never spin.
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Next::Rotate => {
+                            self.rotate(i);
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(self.opts.max_backoff);
+                        }
+                    }
+                }
+                Err(_) => {
+                    last_err = "attempt timed out".to_string();
+                    self.rotate(i);
+                }
+            }
+            if started.elapsed() >= self.opts.deadline {
+                return Err(ClientError::Unavailable(last_err));
+            }
+        }
+    }
+
+    fn om(ch: Channel) -> OzoneManagerClient<Channel> {
+        OzoneManagerClient::new(ch)
+    }
+
+    pub async fn create_volume(&self, name: &str, owner: &str) -> Result<VolumeInfo, ClientError> {
+        self.create_volume_with(CreateVolumeRequest {
+            name: name.to_string(),
+            owner: owner.to_string(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn create_volume_with(&self, mut req: CreateVolumeRequest) -> Result<VolumeInfo, ClientError> {
+        req.header = Some(self.next_header());
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).create_volume(req).await }
+            })
+            .await?;
+        r.volume
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn get_volume(&self, name: &str) -> Result<VolumeInfo, ClientError> {
+        let req = GetVolumeRequest {
+            read: self.read_options(),
+            name: name.to_string(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).get_volume(req).await }
+            })
+            .await?;
+        r.volume
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn list_volumes(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        max: u32,
+    ) -> Result<ListVolumesResponse, ClientError> {
+        let req = ListVolumesRequest {
+            read: self.read_options(),
+            prefix: prefix.to_string(),
+            start_after: start_after.to_string(),
+            max_results: max,
+        };
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).list_volumes(req).await }
+        })
+        .await
+    }
+
+    pub async fn delete_volume(&self, name: &str) -> Result<(), ClientError> {
+        let req = DeleteVolumeRequest {
+            header: Some(self.next_header()),
+            name: name.to_string(),
+        };
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).delete_volume(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn create_bucket(
+        &self,
+        volume: &str,
+        name: &str,
+        layout: BucketLayout,
+    ) -> Result<BucketInfo, ClientError> {
+        let req = CreateBucketRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            name: name.to_string(),
+            layout: layout as i32,
+            metadata: Default::default(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).create_bucket(req).await }
+            })
+            .await?;
+        r.bucket
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn get_bucket(&self, volume: &str, name: &str) -> Result<BucketInfo, ClientError> {
+        let req = GetBucketRequest {
+            read: self.read_options(),
+            volume: volume.to_string(),
+            name: name.to_string(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).get_bucket(req).await }
+            })
+            .await?;
+        r.bucket
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn list_buckets(
+        &self,
+        volume: &str,
+        prefix: &str,
+        start_after: &str,
+        max: u32,
+    ) -> Result<ListBucketsResponse, ClientError> {
+        let req = ListBucketsRequest {
+            read: self.read_options(),
+            volume: volume.to_string(),
+            prefix: prefix.to_string(),
+            start_after: start_after.to_string(),
+            max_results: max,
+        };
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).list_buckets(req).await }
+        })
+        .await
+    }
+
+    pub async fn delete_bucket(&self, volume: &str, name: &str) -> Result<(), ClientError> {
+        let req = DeleteBucketRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            name: name.to_string(),
+        };
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).delete_bucket(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Puts a key; `req.header` is filled in here.
+    pub async fn put_key_with(&self, mut req: PutKeyRequest) -> Result<KeyInfo, ClientError> {
+        req.header = Some(self.next_header());
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).put_key(req).await }
+            })
+            .await?;
+        r.key
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn put_key(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        size: u64,
+    ) -> Result<KeyInfo, ClientError> {
+        self.put_key_with(PutKeyRequest {
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            size,
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn lookup_key(&self, volume: &str, bucket: &str, key: &str) -> Result<KeyInfo, ClientError> {
+        let req = LookupKeyRequest {
+            read: self.read_options(),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).lookup_key(req).await }
+            })
+            .await?;
+        r.key
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn delete_key(&self, volume: &str, bucket: &str, key: &str) -> Result<(), ClientError> {
+        let req = DeleteKeyRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        };
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).delete_key(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_keys(&self, mut req: ListKeysRequest) -> Result<ListKeysResponse, ClientError> {
+        req.read = self.read_options();
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).list_keys(req).await }
+        })
+        .await
+    }
+
+    /// The status of the node the client currently talks to.
+    pub async fn cluster_status(&self) -> Result<ClusterStatusResponse, ClientError> {
+        self.call(|ch| async move { ClusterClient::new(ch).status(ClusterStatusRequest {}).await })
+            .await
+    }
+
+    /// The status of the node at `addr` specifically.
+    pub async fn node_status(addr: &str) -> Result<ClusterStatusResponse, ClientError> {
+        ClusterClient::new(channel(addr)?)
+            .status(ClusterStatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| ClientError::from_status(&s))
+    }
+}

@@ -1,0 +1,502 @@
+//! `omctl`: the admin CLI of om.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use om_client::v1::*;
+use om_client::{ClientError, ClientOptions, OmClient};
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(name = "omctl", version, about = "Admin CLI of om, the replicated object-metadata manager")]
+struct Cli {
+    /// om gRPC endpoint(s), comma-separated; the client finds the leader.
+    #[arg(long, global = true, env = "OM_ENDPOINT", default_value = "127.0.0.1:9862")]
+    endpoint: String,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Serve reads from the contacted node's local state (may be stale).
+    #[arg(long, global = true)]
+    stale: bool,
+    /// Give up after this many seconds, retries included.
+    #[arg(long, global = true, default_value_t = 30)]
+    timeout: u64,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Volumes: create, info, list, delete.
+    #[command(subcommand)]
+    Volume(VolumeCmd),
+    /// Buckets: create, info, list, delete.
+    #[command(subcommand)]
+    Bucket(BucketCmd),
+    /// Keys: put, info, list, delete.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// Cluster introspection.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+}
+
+#[derive(clap::Args)]
+struct ListArgs {
+    /// Only names starting with this.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// List names after this one (exclusive).
+    #[arg(long, default_value = "")]
+    start_after: String,
+    /// Page size (0 = the server's cap).
+    #[arg(long = "max", alias = "max-keys", default_value_t = 0)]
+    max: u32,
+    /// Follow continuation markers to the end.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Subcommand)]
+enum VolumeCmd {
+    Create {
+        name: String,
+        #[arg(long, default_value = "")]
+        owner: String,
+        #[arg(long, default_value_t = 0)]
+        quota_bytes: u64,
+        /// Most buckets the volume may hold (0 = unlimited).
+        #[arg(long, default_value_t = 0)]
+        quota_buckets: u64,
+        /// Metadata as KEY=VALUE, repeatable.
+        #[arg(long = "meta")]
+        meta: Vec<String>,
+    },
+    Info {
+        name: String,
+    },
+    List(ListArgs),
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Layout {
+    ObjectStore,
+    Fso,
+}
+
+#[derive(Subcommand)]
+enum BucketCmd {
+    /// Create VOLUME/BUCKET.
+    Create {
+        path: String,
+        #[arg(long, value_enum, default_value_t = Layout::ObjectStore)]
+        layout: Layout,
+    },
+    Info {
+        path: String,
+    },
+    /// List the buckets of VOLUME.
+    List {
+        volume: String,
+        #[command(flatten)]
+        list: ListArgs,
+    },
+    Delete {
+        path: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Create and commit VOLUME/BUCKET/KEY in one call.
+    Put {
+        path: String,
+        #[arg(long)]
+        size: u64,
+        #[arg(long, default_value = "")]
+        etag: String,
+        #[arg(long, default_value = "")]
+        content_type: String,
+        #[arg(long = "meta")]
+        meta: Vec<String>,
+    },
+    Info {
+        path: String,
+    },
+    /// List the keys of VOLUME/BUCKET.
+    List {
+        path: String,
+        #[command(flatten)]
+        list: ListArgs,
+    },
+    Delete {
+        path: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Role, term, leader and log indexes of the contacted node and its members.
+    Status,
+}
+
+fn split2(path: &str) -> Result<(&str, &str)> {
+    match path.split_once('/') {
+        Some((v, b)) if !v.is_empty() && !b.is_empty() && !b.contains('/') => Ok((v, b)),
+        _ => bail!("expected VOLUME/BUCKET, got {path:?}"),
+    }
+}
+
+fn split3(path: &str) -> Result<(&str, &str, &str)> {
+    let (v, rest) = path
+        .split_once('/')
+        .with_context(|| format!("expected VOLUME/BUCKET/KEY, got {path:?}"))?;
+    let (b, k) = rest
+        .split_once('/')
+        .with_context(|| format!("expected VOLUME/BUCKET/KEY, got {path:?}"))?;
+    Ok((v, b, k))
+}
+
+fn parse_meta(items: &[String]) -> Result<HashMap<String, String>> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("metadata {kv:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn volume_json(v: &VolumeInfo) -> Value {
+    json!({
+        "name": v.name, "owner": v.owner, "quota_bytes": v.quota_bytes,
+        "quota_buckets": v.quota_namespace, "buckets": v.bucket_count,
+        "created_ms": v.creation_time_ms, "modified_ms": v.modification_time_ms,
+        "object_id": v.object_id, "update_id": v.update_id, "metadata": v.metadata,
+    })
+}
+
+fn layout_name(l: i32) -> &'static str {
+    match BucketLayout::try_from(l) {
+        Ok(BucketLayout::FileSystemOptimized) => "FILE_SYSTEM_OPTIMIZED",
+        _ => "OBJECT_STORE",
+    }
+}
+
+fn bucket_json(b: &BucketInfo) -> Value {
+    json!({
+        "volume": b.volume, "name": b.name, "layout": layout_name(b.layout),
+        "keys": b.key_count, "used_bytes": b.used_bytes,
+        "created_ms": b.creation_time_ms, "modified_ms": b.modification_time_ms,
+        "object_id": b.object_id, "update_id": b.update_id, "metadata": b.metadata,
+    })
+}
+
+fn key_json(k: &KeyInfo) -> Value {
+    json!({
+        "volume": k.volume, "bucket": k.bucket, "name": k.name, "size": k.size,
+        "etag": k.etag, "content_type": k.content_type, "metadata": k.metadata,
+        "blocks": k.blocks.iter().map(|b| json!({"id": b.block_id, "offset": b.offset, "length": b.length})).collect::<Vec<_>>(),
+        "created_ms": k.creation_time_ms, "modified_ms": k.modification_time_ms,
+        "object_id": k.object_id, "update_id": k.update_id,
+    })
+}
+
+/// Prints rows as an aligned table.
+fn table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        println!("{}", s.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r);
+    }
+}
+
+fn print_kv(out: Output, v: Value) {
+    if out == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return;
+    }
+    if let Value::Object(m) = v {
+        let w = m.keys().map(String::len).max().unwrap_or(0);
+        for (k, v) in m {
+            let s = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            println!("{k:<w$}  {s}");
+        }
+    }
+}
+
+fn print_list(out: Output, items: Vec<Value>, cols: &[&str], next: &str, truncated: bool) {
+    if out == Output::Json {
+        let v = json!({"items": items, "truncated": truncated, "next_start_after": next});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return;
+    }
+    let rows = items
+        .iter()
+        .map(|i| {
+            cols.iter()
+                .map(|c| match &i[*c] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    table(&cols.iter().map(|c| c.to_uppercase()).collect::<Vec<_>>().iter().map(String::as_str).collect::<Vec<_>>(), rows);
+    if truncated {
+        println!("-- more: --start-after {next:?}");
+    }
+}
+
+/// Follows `start_after` markers while `all`, returning every item and the last page's marker.
+async fn collect_pages<F, Fut>(all: bool, start_after: &str, mut page: F) -> Result<(Vec<Value>, String, bool), ClientError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<Value>, String, bool), ClientError>>,
+{
+    let mut items = Vec::new();
+    let mut marker = start_after.to_string();
+    loop {
+        let (mut got, next, truncated) = page(marker.clone()).await?;
+        items.append(&mut got);
+        if !(all && truncated) {
+            return Ok((items, next, truncated));
+        }
+        marker = next;
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let opts = ClientOptions {
+        deadline: Duration::from_secs(cli.timeout),
+        stale_reads: cli.stale,
+        ..Default::default()
+    };
+    let c = OmClient::new(&[cli.endpoint.clone()], opts)?;
+    let out = cli.output;
+    match cli.cmd {
+        Cmd::Volume(v) => match v {
+            VolumeCmd::Create { name, owner, quota_bytes, quota_buckets, meta } => {
+                let v = c
+                    .create_volume_with(CreateVolumeRequest {
+                        name,
+                        owner,
+                        quota_bytes,
+                        quota_namespace: quota_buckets,
+                        metadata: parse_meta(&meta)?,
+                        ..Default::default()
+                    })
+                    .await?;
+                print_kv(out, volume_json(&v));
+            }
+            VolumeCmd::Info { name } => print_kv(out, volume_json(&c.get_volume(&name).await?)),
+            VolumeCmd::List(l) => {
+                let (items, next, truncated) = collect_pages(l.all, &l.start_after, |m| {
+                    let c = &c;
+                    let prefix = l.prefix.clone();
+                    async move {
+                        let r = c.list_volumes(&prefix, &m, l.max).await?;
+                        Ok((r.volumes.iter().map(volume_json).collect(), r.next_start_after, r.truncated))
+                    }
+                })
+                .await?;
+                print_list(out, items, &["name", "owner", "buckets", "created_ms"], &next, truncated);
+            }
+            VolumeCmd::Delete { name } => {
+                c.delete_volume(&name).await?;
+                if out == Output::Json {
+                    println!("{}", json!({"deleted": name}));
+                } else {
+                    println!("deleted volume {name}");
+                }
+            }
+        },
+        Cmd::Bucket(b) => match b {
+            BucketCmd::Create { path, layout } => {
+                let (v, n) = split2(&path)?;
+                let layout = match layout {
+                    Layout::ObjectStore => BucketLayout::ObjectStore,
+                    Layout::Fso => BucketLayout::FileSystemOptimized,
+                };
+                print_kv(out, bucket_json(&c.create_bucket(v, n, layout).await?));
+            }
+            BucketCmd::Info { path } => {
+                let (v, n) = split2(&path)?;
+                print_kv(out, bucket_json(&c.get_bucket(v, n).await?));
+            }
+            BucketCmd::List { volume, list: l } => {
+                let (items, next, truncated) = collect_pages(l.all, &l.start_after, |m| {
+                    let c = &c;
+                    let prefix = l.prefix.clone();
+                    let volume = volume.clone();
+                    async move {
+                        let r = c.list_buckets(&volume, &prefix, &m, l.max).await?;
+                        Ok((r.buckets.iter().map(bucket_json).collect(), r.next_start_after, r.truncated))
+                    }
+                })
+                .await?;
+                print_list(out, items, &["name", "layout", "keys", "used_bytes"], &next, truncated);
+            }
+            BucketCmd::Delete { path } => {
+                let (v, n) = split2(&path)?;
+                c.delete_bucket(v, n).await?;
+                if out == Output::Json {
+                    println!("{}", json!({"deleted": path}));
+                } else {
+                    println!("deleted bucket {path}");
+                }
+            }
+        },
+        Cmd::Key(k) => match k {
+            KeyCmd::Put { path, size, etag, content_type, meta } => {
+                let (v, b, key) = split3(&path)?;
+                let k = c
+                    .put_key_with(PutKeyRequest {
+                        volume: v.to_string(),
+                        bucket: b.to_string(),
+                        key: key.to_string(),
+                        size,
+                        etag,
+                        content_type,
+                        metadata: parse_meta(&meta)?,
+                        ..Default::default()
+                    })
+                    .await?;
+                print_kv(out, key_json(&k));
+            }
+            KeyCmd::Info { path } => {
+                let (v, b, key) = split3(&path)?;
+                print_kv(out, key_json(&c.lookup_key(v, b, key).await?));
+            }
+            KeyCmd::List { path, list: l } => {
+                let (v, b) = split2(&path)?;
+                let (items, next, truncated) = collect_pages(l.all, &l.start_after, |m| {
+                    let c = &c;
+                    let req = ListKeysRequest {
+                        volume: v.to_string(),
+                        bucket: b.to_string(),
+                        prefix: l.prefix.clone(),
+                        start_after: m,
+                        max_keys: l.max,
+                        ..Default::default()
+                    };
+                    async move {
+                        let r = c.list_keys(req).await?;
+                        Ok((r.keys.iter().map(key_json).collect(), r.next_start_after, r.truncated))
+                    }
+                })
+                .await?;
+                print_list(out, items, &["name", "size", "etag", "modified_ms"], &next, truncated);
+            }
+            KeyCmd::Delete { path } => {
+                let (v, b, key) = split3(&path)?;
+                c.delete_key(v, b, key).await?;
+                if out == Output::Json {
+                    println!("{}", json!({"deleted": path}));
+                } else {
+                    println!("deleted key {path}");
+                }
+            }
+        },
+        Cmd::Cluster(ClusterCmd::Status) => {
+            let s = c.cluster_status().await?;
+            if out == Output::Json {
+                let members: Vec<Value> = s
+                    .members
+                    .iter()
+                    .map(|m| json!({"id": m.node_id, "raft_addr": m.raft_addr, "grpc_addr": m.grpc_addr, "voter": m.voter, "matched_index": m.matched_known.then_some(m.matched_index)}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "node_id": s.node_id, "role": s.role, "term": s.term,
+                        "leader_id": s.has_leader.then_some(s.leader_id),
+                        "last_log_index": s.last_log_index, "committed_index": s.committed_index,
+                        "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
+                        "purged_index": s.purged_index, "members": members,
+                    }))?
+                );
+            } else {
+                println!(
+                    "node {} is {} in term {}; leader {}",
+                    s.node_id,
+                    s.role,
+                    s.term,
+                    if s.has_leader { s.leader_id.to_string() } else { "unknown".to_string() }
+                );
+                println!(
+                    "log: last {} committed {} applied {} snapshot {} purged {}",
+                    s.last_log_index, s.committed_index, s.applied_index, s.snapshot_index, s.purged_index
+                );
+                let rows = s
+                    .members
+                    .iter()
+                    .map(|m| {
+                        vec![
+                            m.node_id.to_string(),
+                            if m.voter { "voter" } else { "learner" }.to_string(),
+                            m.raft_addr.clone(),
+                            m.grpc_addr.clone(),
+                            if m.matched_known { m.matched_index.to_string() } else { "-".to_string() },
+                            if m.matched_known { s.last_log_index.saturating_sub(m.matched_index).to_string() } else { "-".to_string() },
+                        ]
+                    })
+                    .collect();
+                table(&["ID", "ROLE", "RAFT", "GRPC", "MATCHED", "LAG"], rows);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("omctl: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.downcast_ref::<ClientError>() {
+                Some(ce) => eprintln!("error: {ce}"),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! The deterministic state machine of om: one replicated `Command` in, table
+//! writes and a `CommandResult` out.
+//!
+//! Apply never reads a clock or a random source: times come from the command
+//! (`now_ms`, set by the leader before proposing) and ids derive from the log
+//! index. A request that fails a check becomes a `Rejection` result and stages
+//! no write at all, so a rejected command changes nothing but the applied index.
+//! Reads here see the state before this entry; a handler reads first, then
+//! stages its writes.
+
+use om_proto::store::{
+    BlockRecord, BucketRecord, Command, CommandResult, DeletedBlocksRecord, Empty, KeyRecord,
+    KeyResult, Rejection, RetryCacheRecord, VolumeRecord, command::Op, command_result,
+};
+use rocksdb::{DB, WriteBatch};
+
+use crate::error::{ErrorKind, OmError};
+use crate::store::iter::DeferredSeekIter;
+use crate::store::keys;
+use crate::store::table::{
+    self, BucketTable, DeletedBlocksTable, KeyTable, RetryCacheTable, VolumeTable,
+};
+
+/// Size of the blocks a key's data is split into when om allocates them.
+/// Part of the replicated semantics: changing it changes only later writes.
+pub const BLOCK_SIZE: u64 = 256 * 1024 * 1024;
+
+/// Largest object S3 allows: 5 TiB.
+pub const MAX_KEY_SIZE: u64 = 5 * 1024 * 1024 * 1024 * 1024;
+
+/// Most retry-cache entries one `ExpireRetryCache` command removes, so one
+/// apply stays short.
+pub const RETRY_EXPIRY_BATCH: usize = 10_000;
+
+/// Layout numbers stored in `BucketRecord::layout`.
+pub const LAYOUT_OBJECT_STORE: u32 = 1;
+pub const LAYOUT_FSO: u32 = 2;
+
+/// Object ids are the log index shifted left by 8 plus a per-entry counter, so
+/// they are unique across the cluster and need no coordination.
+pub fn object_id(log_index: u64, n: u8) -> u64 {
+    (log_index << 8) | u64::from(n)
+}
+
+/// The application half of the Raft state machine.
+#[derive(Debug, Default)]
+pub struct OmApplier;
+
+impl om_raft_store::Applier for OmApplier {
+    fn apply(
+        &self,
+        db: &DB,
+        batch: &mut WriteBatch,
+        log_index: u64,
+        cmd: &Command,
+    ) -> Result<CommandResult, om_raft_store::ApplyError> {
+        apply_command(db, batch, log_index, cmd).map_err(|e| om_raft_store::ApplyError(e.to_string()))
+    }
+}
+
+/// Applies one command. `Err` is a storage failure (fatal); request failures
+/// are `Ok` results holding a `Rejection`.
+pub fn apply_command(
+    db: &DB,
+    batch: &mut WriteBatch,
+    log_index: u64,
+    cmd: &Command,
+) -> Result<CommandResult, OmError> {
+    let dedup = !cmd.client_id.is_empty();
+    if dedup {
+        let rk = keys::retry_key(&cmd.client_id, cmd.seq);
+        if let Some(rec) = table::get::<RetryCacheTable>(db, &rk)? {
+            return Ok(rec.result.unwrap_or_default());
+        }
+    }
+    let ctx = Ctx {
+        db,
+        index: log_index,
+        now: cmd.now_ms,
+    };
+    // Handlers check everything before they stage their first write, so a
+    // rejected command leaves the batch as it was; the length check enforces it.
+    let staged_before = batch.len();
+    let outcome = match &cmd.op {
+        Some(Op::CreateVolume(c)) => ctx.create_volume(batch, c),
+        Some(Op::DeleteVolume(c)) => ctx.delete_volume(batch, c),
+        Some(Op::CreateBucket(c)) => ctx.create_bucket(batch, c),
+        Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
+        Some(Op::PutKey(c)) => ctx.put_key(batch, c),
+        Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
+        Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c.before_ms),
+        None => Err(OmError::invalid(
+            "EMPTY_COMMAND",
+            "op",
+            "command has no operation",
+        )),
+    };
+    let result = match outcome {
+        Ok(r) => r,
+        Err(OmError::Request {
+            kind,
+            reason,
+            field,
+            message,
+        }) => {
+            if batch.len() != staged_before {
+                return Err(OmError::Internal(format!(
+                    "command rejected ({reason}) after staging writes"
+                )));
+            }
+            CommandResult {
+                result: Some(command_result::Result::Rejected(Rejection {
+                    reason,
+                    field,
+                    message,
+                    kind: kind.to_code(),
+                })),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if dedup {
+        let mut rec = RetryCacheRecord {
+            format: 0,
+            created_ms: cmd.now_ms,
+            result: Some(result.clone()),
+        };
+        let rk = keys::retry_key(&cmd.client_id, cmd.seq);
+        table::put::<RetryCacheTable>(db, batch, &rk, &mut rec)?;
+        batch.put_cf(
+            table::cf(db, keys::RETRY_CACHE_CF)?,
+            keys::retry_expiry_key(cmd.now_ms, &cmd.client_id, cmd.seq),
+            [],
+        );
+    }
+    Ok(result)
+}
+
+/// Decodes a replicated result into the response or the request error it holds.
+pub fn into_outcome(result: CommandResult) -> Result<command_result::Result, OmError> {
+    match result.result {
+        Some(command_result::Result::Rejected(r)) => Err(OmError::Request {
+            kind: ErrorKind::from_code(r.kind),
+            reason: r.reason,
+            field: r.field,
+            message: r.message,
+        }),
+        Some(other) => Ok(other),
+        None => Err(OmError::Internal("empty command result".to_string())),
+    }
+}
+
+struct Ctx<'a> {
+    db: &'a DB,
+    index: u64,
+    now: u64,
+}
+
+fn ok(r: command_result::Result) -> Result<CommandResult, OmError> {
+    Ok(CommandResult { result: Some(r) })
+}
+
+impl Ctx<'_> {
+    fn volume(&self, name: &str, field: &str) -> Result<VolumeRecord, OmError> {
+        table::get::<VolumeTable>(self.db, &keys::volume_key(name))?.ok_or_else(|| {
+            OmError::not_found(
+                "VOLUME_NOT_FOUND",
+                field,
+                format!("volume {name:?} does not exist"),
+            )
+        })
+    }
+
+    fn bucket(&self, volume: &str, name: &str) -> Result<BucketRecord, OmError> {
+        self.volume(volume, "volume")?;
+        table::get::<BucketTable>(self.db, &keys::bucket_key(volume, name))?.ok_or_else(|| {
+            OmError::not_found(
+                "BUCKET_NOT_FOUND",
+                "bucket",
+                format!("bucket {volume}/{name} does not exist"),
+            )
+        })
+    }
+
+    fn create_volume(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::CreateVolume,
+    ) -> Result<CommandResult, OmError> {
+        let key = keys::volume_key(&c.name);
+        if table::get::<VolumeTable>(self.db, &key)?.is_some() {
+            return Err(OmError::exists(
+                "VOLUME_ALREADY_EXISTS",
+                "name",
+                format!("volume {:?} already exists", c.name),
+            ));
+        }
+        let mut v = VolumeRecord {
+            format: 0,
+            name: c.name.clone(),
+            owner: c.owner.clone(),
+            quota_bytes: c.quota_bytes,
+            quota_namespace: c.quota_namespace,
+            creation_time_ms: self.now,
+            modification_time_ms: self.now,
+            object_id: object_id(self.index, 0),
+            update_id: self.index,
+            metadata: c.metadata.clone(),
+            bucket_count: 0,
+        };
+        table::put::<VolumeTable>(self.db, b, &key, &mut v)?;
+        ok(command_result::Result::Volume(v))
+    }
+
+    fn delete_volume(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::DeleteVolume,
+    ) -> Result<CommandResult, OmError> {
+        let v = self.volume(&c.name, "name")?;
+        // The count is maintained by bucket create/delete; the scan below is one
+        // bounded seek and guards against a count that disagrees with the table.
+        let mut it = DeferredSeekIter::with_prefix(
+            self.db,
+            keys::BUCKETS_CF,
+            &keys::bucket_prefix(&c.name),
+        )?;
+        if v.bucket_count > 0 || it.has_current() {
+            return Err(OmError::precondition(
+                "VOLUME_NOT_EMPTY",
+                "name",
+                format!("volume {:?} still has buckets", c.name),
+            ));
+        }
+        it.status()?;
+        table::delete::<VolumeTable>(self.db, b, &keys::volume_key(&c.name))?;
+        ok(command_result::Result::Empty(Empty {}))
+    }
+
+    fn create_bucket(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::CreateBucket,
+    ) -> Result<CommandResult, OmError> {
+        let mut vol = self.volume(&c.volume, "volume")?;
+        let key = keys::bucket_key(&c.volume, &c.name);
+        if table::get::<BucketTable>(self.db, &key)?.is_some() {
+            return Err(OmError::exists(
+                "BUCKET_ALREADY_EXISTS",
+                "name",
+                format!("bucket {}/{} already exists", c.volume, c.name),
+            ));
+        }
+        if vol.quota_namespace > 0 && vol.bucket_count >= vol.quota_namespace {
+            return Err(OmError::precondition(
+                "QUOTA_EXCEEDED",
+                "volume",
+                format!(
+                    "volume {:?} holds its quota of {} buckets",
+                    c.volume, vol.quota_namespace
+                ),
+            ));
+        }
+        let layout = match c.layout {
+            0 | LAYOUT_OBJECT_STORE => LAYOUT_OBJECT_STORE,
+            LAYOUT_FSO => LAYOUT_FSO,
+            other => {
+                return Err(OmError::invalid(
+                    "INVALID_LAYOUT",
+                    "layout",
+                    format!("unknown bucket layout {other}"),
+                ));
+            }
+        };
+        let mut bucket = BucketRecord {
+            format: 0,
+            volume: c.volume.clone(),
+            name: c.name.clone(),
+            layout,
+            creation_time_ms: self.now,
+            modification_time_ms: self.now,
+            object_id: object_id(self.index, 0),
+            update_id: self.index,
+            metadata: c.metadata.clone(),
+            key_count: 0,
+            used_bytes: 0,
+        };
+        vol.bucket_count += 1;
+        vol.update_id = self.index;
+        table::put::<BucketTable>(self.db, b, &key, &mut bucket)?;
+        table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
+        ok(command_result::Result::Bucket(bucket))
+    }
+
+    fn delete_bucket(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::DeleteBucket,
+    ) -> Result<CommandResult, OmError> {
+        let bucket = self.bucket(&c.volume, &c.name)?;
+        let mut it = DeferredSeekIter::with_prefix(
+            self.db,
+            keys::KEYS_CF,
+            &keys::object_prefix(&c.volume, &c.name),
+        )?;
+        if bucket.key_count > 0 || it.has_current() {
+            return Err(OmError::precondition(
+                "BUCKET_NOT_EMPTY",
+                "name",
+                format!("bucket {}/{} still has keys", c.volume, c.name),
+            ));
+        }
+        it.status()?;
+        let mut vol = self.volume(&c.volume, "volume")?;
+        vol.bucket_count = vol.bucket_count.saturating_sub(1);
+        vol.update_id = self.index;
+        table::delete::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.name))?;
+        table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
+        ok(command_result::Result::Empty(Empty {}))
+    }
+
+    fn object_store_bucket(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
+        let rec = self.bucket(volume, bucket)?;
+        if rec.layout != LAYOUT_OBJECT_STORE {
+            return Err(OmError::precondition(
+                "UNSUPPORTED_BUCKET_LAYOUT",
+                "bucket",
+                format!("bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"),
+            ));
+        }
+        Ok(rec)
+    }
+
+    /// Moves `blocks` to the deleted-blocks table under this entry's index.
+    fn release_blocks(
+        &self,
+        b: &mut WriteBatch,
+        seq: u32,
+        blocks: Vec<BlockRecord>,
+        origin: String,
+    ) -> Result<(), OmError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let mut rec = DeletedBlocksRecord {
+            format: 0,
+            blocks,
+            origin,
+        };
+        table::put::<DeletedBlocksTable>(
+            self.db,
+            b,
+            &keys::deleted_blocks_key(self.index, seq),
+            &mut rec,
+        )
+    }
+
+    fn put_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::PutKey,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let key = keys::object_key(&c.volume, &c.bucket, &c.key);
+        let old = table::get::<KeyTable>(self.db, &key)?;
+        let mut next_block = table::get_counter(self.db, keys::NEXT_BLOCK_ID, 1)?;
+        let mut blocks = Vec::new();
+        let mut offset = 0;
+        while offset < c.size {
+            let length = BLOCK_SIZE.min(c.size - offset);
+            blocks.push(BlockRecord {
+                block_id: next_block,
+                offset,
+                length,
+            });
+            next_block += 1;
+            offset += length;
+        }
+        let creation = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
+        if let Some(o) = &old {
+            bucket.used_bytes = bucket.used_bytes.saturating_sub(o.size);
+            self.release_blocks(b, 0, o.blocks.clone(), format!("overwrite {}/{}/{}", c.volume, c.bucket, c.key))?;
+        } else {
+            bucket.key_count += 1;
+        }
+        bucket.used_bytes += c.size;
+        bucket.update_id = self.index;
+        let mut rec = KeyRecord {
+            format: 0,
+            size: c.size,
+            blocks,
+            etag: c.etag.clone(),
+            metadata: c.metadata.clone(),
+            content_type: c.content_type.clone(),
+            creation_time_ms: creation,
+            modification_time_ms: self.now,
+            object_id: object_id(self.index, 0),
+            update_id: self.index,
+        };
+        table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, next_block)?;
+        table::put::<KeyTable>(self.db, b, &key, &mut rec)?;
+        table::put::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.bucket), &mut bucket)?;
+        ok(command_result::Result::Key(KeyResult {
+            volume: c.volume.clone(),
+            bucket: c.bucket.clone(),
+            name: c.key.clone(),
+            key: Some(rec),
+        }))
+    }
+
+    fn delete_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::DeleteKey,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let key = keys::object_key(&c.volume, &c.bucket, &c.key);
+        let old = table::get::<KeyTable>(self.db, &key)?.ok_or_else(|| {
+            OmError::not_found(
+                "KEY_NOT_FOUND",
+                "key",
+                format!("key {}/{}/{} does not exist", c.volume, c.bucket, c.key),
+            )
+        })?;
+        bucket.key_count = bucket.key_count.saturating_sub(1);
+        bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
+        bucket.update_id = self.index;
+        self.release_blocks(b, 0, old.blocks, format!("delete {}/{}/{}", c.volume, c.bucket, c.key))?;
+        table::delete::<KeyTable>(self.db, b, &key)?;
+        table::put::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.bucket), &mut bucket)?;
+        ok(command_result::Result::Empty(Empty {}))
+    }
+
+    fn expire_retry_cache(&self, b: &mut WriteBatch, before_ms: u64) -> Result<CommandResult, OmError> {
+        let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
+        upper.extend_from_slice(&before_ms.to_be_bytes());
+        let mut it = DeferredSeekIter::new(
+            self.db,
+            keys::RETRY_CACHE_CF,
+            Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
+            Some(upper),
+        )?;
+        let cf = table::cf(self.db, keys::RETRY_CACHE_CF)?;
+        let mut n = 0;
+        while n < RETRY_EXPIRY_BATCH {
+            let Some((k, _)) = it.current() else { break };
+            if let Some((_, main)) = keys::retry_key_from_expiry(k) {
+                b.delete_cf(cf, main);
+            }
+            b.delete_cf(cf, k);
+            n += 1;
+            it.advance();
+        }
+        it.status()?;
+        ok(command_result::Result::Empty(Empty {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_ids_are_unique_per_entry() {
+        assert_ne!(object_id(1, 0), object_id(1, 1));
+        assert_ne!(object_id(1, 255), object_id(2, 0));
+    }
+}

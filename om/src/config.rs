@@ -1,0 +1,258 @@
+//! Server configuration: command-line flags, each also settable as an `OM_*`
+//! environment variable, over an optional TOML file, over defaults.
+//! Precedence: flag > environment > file > default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// om: replicated object-metadata manager.
+///
+/// Started on an empty data directory without `--initial-cluster` or `--join`,
+/// om initializes a single-node cluster; restarted on the same directory, it
+/// resumes where it stopped.
+#[derive(Debug, Parser, Default)]
+#[command(name = "om", version)]
+pub struct Args {
+    /// TOML file with any of the settings below (keys as the long flags, with `_`).
+    #[arg(long, env = "OM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory holding the RocksDB database and snapshots [default: data].
+    #[arg(long, env = "OM_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address of the public gRPC API [default: 127.0.0.1:9862].
+    #[arg(long, env = "OM_GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// Address serving /metrics and /healthz [default: 127.0.0.1:9874].
+    #[arg(long, env = "OM_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// This node's Raft id, unique in the cluster [default: 1].
+    #[arg(long, env = "OM_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// Address of the internal Raft service [default: 127.0.0.1:9872].
+    #[arg(long, env = "OM_RAFT_ADDR")]
+    pub raft_addr: Option<SocketAddr>,
+    /// Static initial members, `ID=RAFT_ADDR[/GRPC_ADDR],...`; every member gets
+    /// the same list and the lowest id initializes the cluster.
+    #[arg(long, env = "OM_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// Start empty and wait to be added by `omctl cluster add-node`.
+    #[arg(long, env = "OM_JOIN")]
+    pub join: bool,
+    /// Most entries a listing returns per page [default: 1000].
+    #[arg(long, env = "OM_MAX_PAGE")]
+    pub max_page: Option<u32>,
+    /// Raft heartbeat interval in milliseconds [default: 100].
+    #[arg(long, env = "OM_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Minimum election timeout in milliseconds; the maximum is twice it [default: 500].
+    #[arg(long, env = "OM_ELECTION_TIMEOUT_MS")]
+    pub election_timeout_ms: Option<u64>,
+    /// Build a snapshot every this many applied entries [default: 10000].
+    #[arg(long, env = "OM_SNAPSHOT_EVERY")]
+    pub snapshot_every: Option<u64>,
+    /// How long a write's result stays in the retry cache, in seconds [default: 600].
+    #[arg(long, env = "OM_RETRY_CACHE_TTL_S")]
+    pub retry_cache_ttl_s: Option<u64>,
+}
+
+/// The same settings as read from a TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    grpc_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
+    node_id: Option<u64>,
+    raft_addr: Option<SocketAddr>,
+    initial_cluster: Option<String>,
+    join: Option<bool>,
+    max_page: Option<u32>,
+    heartbeat_ms: Option<u64>,
+    election_timeout_ms: Option<u64>,
+    snapshot_every: Option<u64>,
+    retry_cache_ttl_s: Option<u64>,
+}
+
+/// A member of the static initial cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialMember {
+    pub id: u64,
+    pub raft_addr: String,
+    pub grpc_addr: String,
+}
+
+/// Effective configuration after merging every source.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub node_id: u64,
+    pub raft_addr: SocketAddr,
+    pub initial_cluster: Vec<InitialMember>,
+    pub join: bool,
+    pub max_page: u32,
+    pub heartbeat: Duration,
+    pub election_timeout: Duration,
+    pub snapshot_every: u64,
+    pub retry_cache_ttl: Duration,
+}
+
+impl Config {
+    /// Merges flags and environment (already in `args`) over the TOML file, if any.
+    pub fn load(args: Args) -> Result<Config, String> {
+        let file = match &args.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading config {}: {e}", p.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| format!("parsing config {}: {e}", p.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let parse = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
+        let node_id = args.node_id.or(file.node_id).unwrap_or(1);
+        if node_id == 0 {
+            return Err("node id must be at least 1".to_string());
+        }
+        let grpc_addr = args
+            .grpc_addr
+            .or(file.grpc_addr)
+            .unwrap_or_else(|| parse("127.0.0.1:9862"));
+        let initial_cluster = match args.initial_cluster.or(file.initial_cluster) {
+            Some(s) => parse_initial_cluster(&s)?,
+            None => Vec::new(),
+        };
+        if !initial_cluster.is_empty() && !initial_cluster.iter().any(|m| m.id == node_id) {
+            return Err(format!(
+                "--initial-cluster does not list this node's id {node_id}"
+            ));
+        }
+        let max_page = args.max_page.or(file.max_page).unwrap_or(1000);
+        if max_page == 0 {
+            return Err("max page must be at least 1".to_string());
+        }
+        let election_ms = args
+            .election_timeout_ms
+            .or(file.election_timeout_ms)
+            .unwrap_or(500);
+        let heartbeat_ms = args.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(100);
+        if heartbeat_ms == 0 || heartbeat_ms >= election_ms {
+            return Err("heartbeat must be positive and below the election timeout".to_string());
+        }
+        Ok(Config {
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("data")),
+            grpc_addr,
+            http_addr: args
+                .http_addr
+                .or(file.http_addr)
+                .unwrap_or_else(|| parse("127.0.0.1:9874")),
+            node_id,
+            raft_addr: args
+                .raft_addr
+                .or(file.raft_addr)
+                .unwrap_or_else(|| parse("127.0.0.1:9872")),
+            initial_cluster,
+            join: args.join || file.join.unwrap_or(false),
+            max_page,
+            heartbeat: Duration::from_millis(heartbeat_ms),
+            election_timeout: Duration::from_millis(election_ms),
+            snapshot_every: args
+                .snapshot_every
+                .or(file.snapshot_every)
+                .unwrap_or(10_000)
+                .max(1),
+            retry_cache_ttl: Duration::from_secs(
+                args.retry_cache_ttl_s
+                    .or(file.retry_cache_ttl_s)
+                    .unwrap_or(600),
+            ),
+        })
+    }
+}
+
+/// Parses `1=127.0.0.1:9872/127.0.0.1:9862,2=...`. The gRPC address is optional.
+pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
+    let mut out: Vec<InitialMember> = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addrs) = part
+            .split_once('=')
+            .ok_or_else(|| format!("initial cluster member {part:?} is not ID=ADDR"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("initial cluster member id {id:?} is not a number"))?;
+        if id == 0 {
+            return Err("node ids start at 1".to_string());
+        }
+        let (raft, grpc) = match addrs.split_once('/') {
+            Some((r, g)) => (r.trim().to_string(), g.trim().to_string()),
+            None => (addrs.trim().to_string(), String::new()),
+        };
+        if raft.is_empty() {
+            return Err(format!("initial cluster member {id} has no address"));
+        }
+        if out.iter().any(|m| m.id == id) {
+            return Err(format!("initial cluster lists id {id} twice"));
+        }
+        out.push(InitialMember {
+            id,
+            raft_addr: raft,
+            grpc_addr: grpc,
+        });
+    }
+    out.sort_by_key(|m| m.id);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_and_defaults_fill_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("om.toml");
+        std::fs::write(&f, "grpc_addr = \"127.0.0.1:7000\"\nmax_page = 5\n").unwrap();
+        let cfg = Config::load(Args {
+            config: Some(f),
+            max_page: Some(7),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.grpc_addr.port(), 7000);
+        assert_eq!(cfg.max_page, 7);
+        assert_eq!(cfg.http_addr.port(), 9874);
+        assert_eq!(cfg.node_id, 1);
+    }
+
+    #[test]
+    fn unknown_file_keys_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("om.toml");
+        std::fs::write(&f, "grpc_adr = \"x\"\n").unwrap();
+        assert!(
+            Config::load(Args {
+                config: Some(f),
+                ..Args::default()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn initial_cluster_parses() {
+        let m = parse_initial_cluster("2=h:2/h:3, 1=h:1").unwrap();
+        assert_eq!(m[0].id, 1);
+        assert_eq!(m[1].grpc_addr, "h:3");
+        assert!(parse_initial_cluster("1=a,1=b").is_err());
+        assert!(parse_initial_cluster("x=a").is_err());
+    }
+}

@@ -1,0 +1,594 @@
+//! The public gRPC edge: validates requests, calls `OmService`, converts
+//! records to API messages, and maps `OmError` to `tonic::Status` in exactly
+//! one place (`to_status`). Only this module knows `tonic::Status`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use om_proto::store::{self as st, command::Op, command_result};
+use om_proto::v1::cluster_server::Cluster;
+use om_proto::v1::ozone_manager_server::OzoneManager;
+use om_proto::v1::*;
+use openraft::async_runtime::WatchReceiver;
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use crate::error::{ErrorKind, OmError};
+use crate::service::{Consistency, OmService, WriteId};
+use crate::validate;
+
+/// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
+pub fn to_status(e: &OmError) -> Status {
+    let (code, field, leader_id, leader_addr) = match e {
+        OmError::Request { kind, field, .. } => (
+            match kind {
+                ErrorKind::InvalidArgument => tonic::Code::InvalidArgument,
+                ErrorKind::NotFound => tonic::Code::NotFound,
+                ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+                ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+            },
+            field.clone(),
+            None,
+            None,
+        ),
+        OmError::NotLeader {
+            leader_id,
+            leader_addr,
+        } => (
+            tonic::Code::Unavailable,
+            String::new(),
+            *leader_id,
+            leader_addr.clone(),
+        ),
+        OmError::Unavailable(_) => (tonic::Code::Unavailable, String::new(), None, None),
+        OmError::Internal(_) => (tonic::Code::Internal, String::new(), None, None),
+    };
+    let detail = ErrorDetail {
+        reason: e.reason().to_string(),
+        field: field.clone(),
+        message: e.to_string(),
+        leader_id: leader_id.unwrap_or(0),
+        leader_addr: leader_addr.clone().unwrap_or_default(),
+    };
+    let mut status = Status::with_details(code, e.to_string(), detail.encode_to_vec().into());
+    let md = status.metadata_mut();
+    if let Ok(v) = e.reason().parse() {
+        md.insert("om-reason", v);
+    }
+    if !field.is_empty()
+        && let Ok(v) = field.parse()
+    {
+        md.insert("om-field", v);
+    }
+    if let Some(addr) = leader_addr
+        && let Ok(v) = addr.parse()
+    {
+        md.insert("om-leader", v);
+    }
+    status
+}
+
+fn consistency(r: &Option<ReadOptions>) -> Consistency {
+    match r.as_ref().map(|r| r.consistency()) {
+        Some(ReadConsistency::Stale) => Consistency::Stale,
+        _ => Consistency::Linearizable,
+    }
+}
+
+fn write_id(h: &Option<WriteHeader>) -> Result<WriteId, OmError> {
+    match h {
+        Some(h) if !h.client_id.is_empty() => {
+            if h.client_id.len() > 128 || h.client_id.contains('\0') {
+                return Err(OmError::invalid(
+                    "INVALID_CLIENT_ID",
+                    "header.client_id",
+                    "client id must be at most 128 bytes without NUL",
+                ));
+            }
+            Ok(WriteId {
+                client_id: h.client_id.clone(),
+                seq: h.seq,
+            })
+        }
+        _ => Ok(WriteId::default()),
+    }
+}
+
+pub fn volume_info(v: st::VolumeRecord) -> VolumeInfo {
+    VolumeInfo {
+        name: v.name,
+        owner: v.owner,
+        quota_bytes: v.quota_bytes,
+        quota_namespace: v.quota_namespace,
+        creation_time_ms: v.creation_time_ms,
+        modification_time_ms: v.modification_time_ms,
+        object_id: v.object_id,
+        update_id: v.update_id,
+        metadata: v.metadata,
+        bucket_count: v.bucket_count,
+    }
+}
+
+pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
+    let layout = match b.layout {
+        crate::apply::LAYOUT_FSO => BucketLayout::FileSystemOptimized,
+        _ => BucketLayout::ObjectStore,
+    };
+    BucketInfo {
+        volume: b.volume,
+        name: b.name,
+        layout: layout as i32,
+        creation_time_ms: b.creation_time_ms,
+        modification_time_ms: b.modification_time_ms,
+        object_id: b.object_id,
+        update_id: b.update_id,
+        metadata: b.metadata,
+        key_count: b.key_count,
+        used_bytes: b.used_bytes,
+    }
+}
+
+pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> KeyInfo {
+    KeyInfo {
+        volume: volume.to_string(),
+        bucket: bucket.to_string(),
+        name,
+        size: k.size,
+        blocks: k
+            .blocks
+            .into_iter()
+            .map(|b| BlockInfo {
+                block_id: b.block_id,
+                offset: b.offset,
+                length: b.length,
+            })
+            .collect(),
+        etag: k.etag,
+        metadata: k.metadata,
+        content_type: k.content_type,
+        creation_time_ms: k.creation_time_ms,
+        modification_time_ms: k.modification_time_ms,
+        object_id: k.object_id,
+        update_id: k.update_id,
+    }
+}
+
+fn unexpected(r: command_result::Result) -> OmError {
+    OmError::Internal(format!("unexpected command result {r:?}"))
+}
+
+/// The public API service.
+#[derive(Clone)]
+pub struct OmGrpc {
+    svc: Arc<OmService>,
+}
+
+impl OmGrpc {
+    pub fn new(svc: Arc<OmService>) -> Self {
+        OmGrpc { svc }
+    }
+}
+
+/// Runs one RPC: records `om_grpc_requests_total{method,code}` and its latency,
+/// and maps the error.
+async fn observe<T>(
+    method: &'static str,
+    f: impl Future<Output = Result<T, OmError>>,
+) -> Result<Response<T>, Status> {
+    let started = Instant::now();
+    let r = f.await;
+    let code = match &r {
+        Ok(_) => "OK".to_string(),
+        Err(e) => format!("{:?}", to_status(e).code()),
+    };
+    metrics::counter!("om_grpc_requests_total", "method" => method, "code" => code).increment(1);
+    metrics::histogram!("om_grpc_request_seconds", "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    match r {
+        Ok(v) => Ok(Response::new(v)),
+        Err(e) => {
+            if matches!(e, OmError::Internal(_)) {
+                tracing::error!(method, error = %e, "request failed");
+            } else {
+                tracing::debug!(method, reason = e.reason(), "request refused");
+            }
+            Err(to_status(&e))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl OzoneManager for OmGrpc {
+    async fn create_volume(
+        &self,
+        req: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let r = req.into_inner();
+        observe("CreateVolume", async {
+            validate::resource_name("name", &r.name)?;
+            validate::metadata("metadata", &r.metadata)?;
+            let id = write_id(&r.header)?;
+            match self
+                .svc
+                .propose(
+                    id,
+                    Op::CreateVolume(st::CreateVolume {
+                        name: r.name,
+                        owner: r.owner,
+                        quota_bytes: r.quota_bytes,
+                        quota_namespace: r.quota_namespace,
+                        metadata: r.metadata,
+                    }),
+                )
+                .await?
+            {
+                command_result::Result::Volume(v) => Ok(CreateVolumeResponse {
+                    volume: Some(volume_info(v)),
+                }),
+                other => Err(unexpected(other)),
+            }
+        })
+        .await
+    }
+
+    async fn get_volume(
+        &self,
+        req: Request<GetVolumeRequest>,
+    ) -> Result<Response<GetVolumeResponse>, Status> {
+        let r = req.into_inner();
+        observe("GetVolume", async {
+            validate::resource_name("name", &r.name)?;
+            let v = self.svc.get_volume(consistency(&r.read), &r.name).await?;
+            Ok(GetVolumeResponse {
+                volume: Some(volume_info(v)),
+            })
+        })
+        .await
+    }
+
+    async fn list_volumes(
+        &self,
+        req: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        let r = req.into_inner();
+        observe("ListVolumes", async {
+            validate::optional_key("prefix", &r.prefix)?;
+            validate::optional_key("start_after", &r.start_after)?;
+            let page = self
+                .svc
+                .list_volumes(consistency(&r.read), &r.prefix, &r.start_after, r.max_results)
+                .await?;
+            Ok(ListVolumesResponse {
+                volumes: page.items.into_iter().map(|(_, v)| volume_info(v)).collect(),
+                truncated: page.truncated,
+                next_start_after: page.next_start_after,
+            })
+        })
+        .await
+    }
+
+    async fn delete_volume(
+        &self,
+        req: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let r = req.into_inner();
+        observe("DeleteVolume", async {
+            validate::resource_name("name", &r.name)?;
+            let id = write_id(&r.header)?;
+            self.svc
+                .propose(id, Op::DeleteVolume(st::DeleteVolume { name: r.name }))
+                .await?;
+            Ok(DeleteVolumeResponse {})
+        })
+        .await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: Request<CreateBucketRequest>,
+    ) -> Result<Response<CreateBucketResponse>, Status> {
+        let r = req.into_inner();
+        observe("CreateBucket", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("name", &r.name)?;
+            validate::metadata("metadata", &r.metadata)?;
+            let layout = match BucketLayout::try_from(r.layout) {
+                Ok(BucketLayout::Unspecified) | Ok(BucketLayout::ObjectStore) => {
+                    crate::apply::LAYOUT_OBJECT_STORE
+                }
+                Ok(BucketLayout::FileSystemOptimized) => crate::apply::LAYOUT_FSO,
+                Err(_) => {
+                    return Err(OmError::invalid(
+                        "INVALID_LAYOUT",
+                        "layout",
+                        format!("unknown bucket layout {}", r.layout),
+                    ));
+                }
+            };
+            let id = write_id(&r.header)?;
+            match self
+                .svc
+                .propose(
+                    id,
+                    Op::CreateBucket(st::CreateBucket {
+                        volume: r.volume,
+                        name: r.name,
+                        layout,
+                        metadata: r.metadata,
+                    }),
+                )
+                .await?
+            {
+                command_result::Result::Bucket(b) => Ok(CreateBucketResponse {
+                    bucket: Some(bucket_info(b)),
+                }),
+                other => Err(unexpected(other)),
+            }
+        })
+        .await
+    }
+
+    async fn get_bucket(
+        &self,
+        req: Request<GetBucketRequest>,
+    ) -> Result<Response<GetBucketResponse>, Status> {
+        let r = req.into_inner();
+        observe("GetBucket", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("name", &r.name)?;
+            let b = self
+                .svc
+                .get_bucket(consistency(&r.read), &r.volume, &r.name)
+                .await?;
+            Ok(GetBucketResponse {
+                bucket: Some(bucket_info(b)),
+            })
+        })
+        .await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: Request<ListBucketsRequest>,
+    ) -> Result<Response<ListBucketsResponse>, Status> {
+        let r = req.into_inner();
+        observe("ListBuckets", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::optional_key("prefix", &r.prefix)?;
+            validate::optional_key("start_after", &r.start_after)?;
+            let page = self
+                .svc
+                .list_buckets(
+                    consistency(&r.read),
+                    &r.volume,
+                    &r.prefix,
+                    &r.start_after,
+                    r.max_results,
+                )
+                .await?;
+            Ok(ListBucketsResponse {
+                buckets: page.items.into_iter().map(|(_, b)| bucket_info(b)).collect(),
+                truncated: page.truncated,
+                next_start_after: page.next_start_after,
+            })
+        })
+        .await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: Request<DeleteBucketRequest>,
+    ) -> Result<Response<DeleteBucketResponse>, Status> {
+        let r = req.into_inner();
+        observe("DeleteBucket", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("name", &r.name)?;
+            let id = write_id(&r.header)?;
+            self.svc
+                .propose(
+                    id,
+                    Op::DeleteBucket(st::DeleteBucket {
+                        volume: r.volume,
+                        name: r.name,
+                    }),
+                )
+                .await?;
+            Ok(DeleteBucketResponse {})
+        })
+        .await
+    }
+
+    async fn put_key(&self, req: Request<PutKeyRequest>) -> Result<Response<PutKeyResponse>, Status> {
+        let r = req.into_inner();
+        observe("PutKey", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            validate::key_name("key", &r.key)?;
+            validate::etag("etag", &r.etag)?;
+            validate::metadata("metadata", &r.metadata)?;
+            if r.content_type.len() > 256 {
+                return Err(OmError::invalid(
+                    "INVALID_CONTENT_TYPE",
+                    "content_type",
+                    "content type is longer than 256 bytes",
+                ));
+            }
+            if r.size > crate::apply::MAX_KEY_SIZE {
+                return Err(OmError::invalid(
+                    "KEY_TOO_LARGE",
+                    "size",
+                    format!("size {} exceeds the 5 TiB object limit", r.size),
+                ));
+            }
+            let id = write_id(&r.header)?;
+            match self
+                .svc
+                .propose(
+                    id,
+                    Op::PutKey(st::PutKey {
+                        volume: r.volume,
+                        bucket: r.bucket,
+                        key: r.key,
+                        size: r.size,
+                        etag: r.etag.to_ascii_lowercase(),
+                        content_type: r.content_type,
+                        metadata: r.metadata,
+                    }),
+                )
+                .await?
+            {
+                command_result::Result::Key(k) => Ok(PutKeyResponse {
+                    key: Some(key_info(&k.volume, &k.bucket, k.name, k.key.unwrap_or_default())),
+                }),
+                other => Err(unexpected(other)),
+            }
+        })
+        .await
+    }
+
+    async fn lookup_key(
+        &self,
+        req: Request<LookupKeyRequest>,
+    ) -> Result<Response<LookupKeyResponse>, Status> {
+        let r = req.into_inner();
+        observe("LookupKey", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            validate::key_name("key", &r.key)?;
+            let k = self
+                .svc
+                .lookup_key(consistency(&r.read), &r.volume, &r.bucket, &r.key)
+                .await?;
+            Ok(LookupKeyResponse {
+                key: Some(key_info(&r.volume, &r.bucket, r.key.clone(), k)),
+            })
+        })
+        .await
+    }
+
+    async fn delete_key(
+        &self,
+        req: Request<DeleteKeyRequest>,
+    ) -> Result<Response<DeleteKeyResponse>, Status> {
+        let r = req.into_inner();
+        observe("DeleteKey", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            validate::key_name("key", &r.key)?;
+            let id = write_id(&r.header)?;
+            self.svc
+                .propose(
+                    id,
+                    Op::DeleteKey(st::DeleteKey {
+                        volume: r.volume,
+                        bucket: r.bucket,
+                        key: r.key,
+                    }),
+                )
+                .await?;
+            Ok(DeleteKeyResponse {})
+        })
+        .await
+    }
+
+    async fn list_keys(
+        &self,
+        req: Request<ListKeysRequest>,
+    ) -> Result<Response<ListKeysResponse>, Status> {
+        let r = req.into_inner();
+        observe("ListKeys", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            validate::optional_key("prefix", &r.prefix)?;
+            validate::optional_key("start_after", &r.start_after)?;
+            let page = self
+                .svc
+                .list_keys(
+                    consistency(&r.read),
+                    &r.volume,
+                    &r.bucket,
+                    &r.prefix,
+                    &r.start_after,
+                    r.max_keys,
+                )
+                .await?;
+            Ok(ListKeysResponse {
+                keys: page
+                    .items
+                    .into_iter()
+                    .map(|(n, k)| key_info(&r.volume, &r.bucket, n, k))
+                    .collect(),
+                truncated: page.truncated,
+                next_start_after: page.next_start_after,
+            })
+        })
+        .await
+    }
+}
+
+/// Cluster introspection for `omctl cluster status` and probes.
+#[derive(Clone)]
+pub struct ClusterGrpc {
+    svc: Arc<OmService>,
+}
+
+impl ClusterGrpc {
+    pub fn new(svc: Arc<OmService>) -> Self {
+        ClusterGrpc { svc }
+    }
+}
+
+pub fn cluster_status(svc: &OmService) -> ClusterStatusResponse {
+    let m = svc.raft().metrics().borrow_watched().clone();
+    let role = match m.state {
+        openraft::ServerState::Leader => "leader",
+        openraft::ServerState::Follower => "follower",
+        openraft::ServerState::Candidate => "candidate",
+        openraft::ServerState::Learner => "learner",
+        openraft::ServerState::Shutdown => "shutdown",
+    };
+    let membership = m.membership_config.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(id, n)| {
+            let matched = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(id).cloned())
+                .flatten();
+            ClusterMember {
+                node_id: *id,
+                raft_addr: n.raft_addr.clone(),
+                grpc_addr: n.grpc_addr.clone(),
+                voter: voters.contains(id),
+                matched_index: matched.as_ref().map_or(0, |l| l.index),
+                matched_known: m.replication.is_some(),
+            }
+        })
+        .collect();
+    ClusterStatusResponse {
+        node_id: svc.node_id(),
+        role: role.to_string(),
+        term: m.current_term,
+        leader_id: m.current_leader.unwrap_or(0),
+        has_leader: m.current_leader.is_some(),
+        last_log_index: m.last_log_index.unwrap_or(0),
+        committed_index: m.local_committed.as_ref().map_or(0, |l| l.index),
+        applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
+        snapshot_index: m.snapshot.as_ref().map_or(0, |l| l.index),
+        purged_index: m.purged.as_ref().map_or(0, |l| l.index),
+        members,
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterGrpc {
+    async fn status(
+        &self,
+        _req: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusResponse>, Status> {
+        observe("ClusterStatus", async { Ok(cluster_status(&self.svc)) }).await
+    }
+}

@@ -1,0 +1,50 @@
+//! The HTTP side: `/metrics` (Prometheus text), `/healthz` (the process and
+//! Raft are running) and `/readyz` (a leader is known, so requests can be served).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use openraft::async_runtime::WatchReceiver;
+
+use crate::service::OmService;
+
+#[derive(Clone)]
+struct HttpState {
+    svc: Arc<OmService>,
+    prom: PrometheusHandle,
+}
+
+pub fn router(svc: Arc<OmService>, prom: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(HttpState { svc, prom })
+}
+
+async fn metrics(State(s): State<HttpState>) -> String {
+    crate::metrics::db_counters();
+    s.prom.run_upkeep();
+    s.prom.render()
+}
+
+async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+    let m = s.svc.raft().metrics().borrow_watched().clone();
+    match m.running_state {
+        Ok(()) => (StatusCode::OK, "ok\n"),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "raft stopped\n"),
+    }
+}
+
+async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+    let m = s.svc.raft().metrics().borrow_watched().clone();
+    if m.running_state.is_ok() && m.current_leader.is_some() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no leader\n")
+    }
+}

@@ -1,0 +1,18 @@
+//! om: the replicated object-metadata manager server.
+//!
+//! Owns the metadata tables and their key layouts (`store`), the deterministic
+//! state machine (`apply`), the request layer (`service`), the public gRPC
+//! edge (`grpc`), HTTP probes and metrics (`http`, `metrics`) and the wiring
+//! of a node (`server`). It must never read a clock or randomness in `apply`,
+//! and only `grpc` turns errors into `tonic::Status`.
+
+pub mod apply;
+pub mod config;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod validate;

@@ -1,0 +1,54 @@
+//! The `om` binary: parse configuration, set up logging, run a node until
+//! SIGINT or SIGTERM.
+
+use clap::Parser;
+use om::config::{Args, Config};
+use om::server::Node;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = EnvFilter::try_from_env("OM_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let cfg = match Config::load(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("om: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("om: cannot start runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let node = match Node::start(cfg).await {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("om: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+        node.run_until(shutdown_signal()).await;
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,269 @@
+//! Wires a node together: the store, Raft, the gRPC services, HTTP, and the
+//! leader-side background tasks. `main` only parses configuration and calls
+//! `Node::start`; tests can start nodes in-process the same way.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use om_proto::store::{ExpireRetryCache, command::Op};
+use om_raft_store::network::{NetworkFactory, RaftGrpcService};
+use om_raft_store::{OmNode, Raft};
+use openraft::async_runtime::WatchReceiver;
+use rocksdb::{ColumnFamilyDescriptor, Options};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::apply::OmApplier;
+use crate::config::Config;
+use crate::grpc::{ClusterGrpc, OmGrpc};
+use crate::service::{OmService, WriteId, now_ms};
+use crate::store::keys;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A running node.
+pub struct Node {
+    pub raft: Raft,
+    pub service: Arc<OmService>,
+    pub grpc_addr: std::net::SocketAddr,
+    pub http_addr: std::net::SocketAddr,
+    pub raft_addr: std::net::SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Options of the metadata tables' column families.
+fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
+    keys::TABLE_CFS
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()))
+        .collect()
+}
+
+fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
+    let election = cfg.election_timeout.as_millis() as u64;
+    let c = openraft::Config {
+        cluster_name: "om".to_string(),
+        heartbeat_interval: cfg.heartbeat.as_millis() as u64,
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
+        install_snapshot_timeout: 30_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+        max_in_snapshot_log_to_keep: 1000,
+        purge_batch_size: 256,
+        ..Default::default()
+    };
+    Ok(c.validate()?)
+}
+
+impl Node {
+    /// Opens the data directory, starts Raft and every server, and initializes
+    /// the cluster when this node is the one to do it.
+    pub async fn start(cfg: Config) -> Result<Node, BoxError> {
+        let prom = crate::metrics::recorder();
+        let store = om_raft_store::open(&cfg.data_dir, table_descriptors(), Arc::new(OmApplier))?;
+        let db = store.db.clone();
+        let raft = Raft::new(
+            cfg.node_id,
+            Arc::new(raft_config(&cfg)?),
+            NetworkFactory::default(),
+            store.log_store,
+            store.state_machine,
+        )
+        .await?;
+
+        // Bind everything before announcing ourselves, so a port conflict fails fast.
+        let grpc_listener = tokio::net::TcpListener::bind(cfg.grpc_addr).await?;
+        let raft_listener = tokio::net::TcpListener::bind(cfg.raft_addr).await?;
+        let http_listener = tokio::net::TcpListener::bind(cfg.http_addr).await?;
+        let grpc_addr = grpc_listener.local_addr()?;
+        let raft_addr = raft_listener.local_addr()?;
+        let http_addr = http_listener.local_addr()?;
+
+        let service = Arc::new(OmService::new(raft.clone(), db, cfg.node_id, cfg.max_page));
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+
+        let raft_svc = RaftGrpcService::new(raft.clone(), &cfg.data_dir).into_server();
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .add_service(raft_svc)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(raft_listener), stopped(rx))
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "raft server failed");
+            }
+        }));
+
+        let om = om_proto::v1::ozone_manager_server::OzoneManagerServer::new(OmGrpc::new(service.clone()));
+        let cluster = om_proto::v1::cluster_server::ClusterServer::new(ClusterGrpc::new(service.clone()));
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .add_service(om)
+                .add_service(cluster)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), stopped(rx))
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        }));
+
+        let app = crate::http::router(service.clone(), prom);
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = axum::serve(http_listener, app)
+                .with_graceful_shutdown(stopped(rx))
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }));
+
+        tasks.push(tokio::spawn(publish_raft_metrics(raft.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(expire_retry_cache(
+            service.clone(),
+            cfg.retry_cache_ttl,
+            stop_rx.clone(),
+        )));
+
+        bootstrap(&raft, &cfg, grpc_addr, raft_addr).await?;
+        tracing::info!(
+            node_id = cfg.node_id,
+            %grpc_addr,
+            %raft_addr,
+            %http_addr,
+            data_dir = %cfg.data_dir.display(),
+            "om started"
+        );
+        Ok(Node {
+            raft,
+            service,
+            grpc_addr,
+            http_addr,
+            raft_addr,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Waits until this node sees a leader, or the timeout passes.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, BoxError> {
+        let m = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await?;
+        Ok(m.current_leader.unwrap_or(0))
+    }
+
+    /// Stops the servers and Raft. Everything acknowledged is already durable.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+
+    /// Runs until `signal` completes, then shuts down.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        tracing::info!("shutting down");
+        self.shutdown().await;
+    }
+}
+
+async fn bootstrap(
+    raft: &Raft,
+    cfg: &Config,
+    grpc_addr: std::net::SocketAddr,
+    raft_addr: std::net::SocketAddr,
+) -> Result<(), BoxError> {
+    if cfg.join || raft.is_initialized().await? {
+        return Ok(());
+    }
+    let members: BTreeMap<u64, OmNode> = if cfg.initial_cluster.is_empty() {
+        BTreeMap::from([(
+            cfg.node_id,
+            OmNode {
+                raft_addr: raft_addr.to_string(),
+                grpc_addr: grpc_addr.to_string(),
+            },
+        )])
+    } else {
+        // Only the lowest id initializes; the others learn the membership from it.
+        if cfg.initial_cluster[0].id != cfg.node_id {
+            return Ok(());
+        }
+        cfg.initial_cluster
+            .iter()
+            .map(|m| {
+                let grpc = if m.id == cfg.node_id && m.grpc_addr.is_empty() {
+                    grpc_addr.to_string()
+                } else {
+                    m.grpc_addr.clone()
+                };
+                (
+                    m.id,
+                    OmNode {
+                        raft_addr: m.raft_addr.clone(),
+                        grpc_addr: grpc,
+                    },
+                )
+            })
+            .collect()
+    };
+    tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "initializing cluster");
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        Err(openraft::errors::RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => {
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
+    let mut rx = raft.metrics();
+    let mut leader = None;
+    loop {
+        let m = rx.borrow_watched().clone();
+        crate::metrics::raft(&m, &mut leader);
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// On the leader, periodically proposes dropping retry-cache entries older than `ttl`.
+async fn expire_retry_cache(svc: Arc<OmService>, ttl: Duration, mut stop: watch::Receiver<bool>) {
+    let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if !svc.raft().is_leader() {
+            continue;
+        }
+        let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
+        if let Err(e) = svc
+            .propose(WriteId::default(), Op::ExpireRetryCache(ExpireRetryCache { before_ms }))
+            .await
+        {
+            tracing::debug!(error = %e, "retry cache expiry not proposed");
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The request layer between gRPC and Raft: stamps writes with the leader's
+//! time and proposes them, makes reads linearizable, and runs the paginated
+//! queries. Knows nothing of tonic.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use om_proto::store::{BucketRecord, Command, KeyRecord, VolumeRecord, command::Op, command_result};
+use om_raft_store::{Raft, TypeConfig};
+use openraft::ReadPolicy;
+use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
+use rocksdb::DB;
+
+use crate::apply::into_outcome;
+use crate::error::OmError;
+use crate::store::iter::{DeferredSeekIter, IterStats};
+use crate::store::keys;
+use crate::store::table::{self, BucketTable, KeyTable, TableSchema, VolumeTable};
+
+/// How a read is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consistency {
+    /// Confirmed with a quorum (ReadIndex) before reading local state.
+    Linearizable,
+    /// Local state as it is; may lag the leader.
+    Stale,
+}
+
+/// Identifies a write for the retry cache.
+#[derive(Debug, Clone, Default)]
+pub struct WriteId {
+    pub client_id: String,
+    pub seq: u64,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub items: Vec<(String, T)>,
+    pub truncated: bool,
+    /// The last name returned when truncated: pass it as `start_after`.
+    pub next_start_after: String,
+    pub stats: IterStats,
+}
+
+pub struct OmService {
+    raft: Raft,
+    db: Arc<DB>,
+    node_id: u64,
+    max_page: u32,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as u64
+}
+
+fn forward_err(f: &openraft::errors::ForwardToLeader<TypeConfig>) -> OmError {
+    OmError::NotLeader {
+        leader_id: f.leader_id,
+        leader_addr: f.leader_node.as_ref().map(|n| n.grpc_addr.clone()),
+    }
+}
+
+impl OmService {
+    pub fn new(raft: Raft, db: Arc<DB>, node_id: u64, max_page: u32) -> Self {
+        OmService {
+            raft,
+            db,
+            node_id,
+            max_page,
+        }
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    pub fn db(&self) -> &Arc<DB> {
+        &self.db
+    }
+
+    /// Proposes `op` stamped with this (leader) node's clock and waits for it
+    /// to be applied. Request errors decided at apply come back as `Err`.
+    pub async fn propose(&self, id: WriteId, op: Op) -> Result<command_result::Result, OmError> {
+        let cmd = Command {
+            client_id: id.client_id,
+            seq: id.seq,
+            now_ms: now_ms(),
+            op: Some(op),
+        };
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => into_outcome(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward_err(&f)),
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => Err(OmError::Unavailable(
+                format!("leadership changed before the write committed; retry with the same client id and seq (leader: {:?})", f.leader_id),
+            )),
+            Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
+            Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
+        }
+    }
+
+    /// Waits until local state reflects every write committed before this call.
+    pub async fn read_barrier(&self, c: Consistency) -> Result<(), OmError> {
+        if c == Consistency::Stale {
+            return Ok(());
+        }
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => Err(forward_err(&f)),
+            Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
+            Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
+        }
+    }
+
+    fn page_size(&self, requested: u32) -> usize {
+        if requested == 0 {
+            self.max_page as usize
+        } else {
+            requested.min(self.max_page) as usize
+        }
+    }
+
+    pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
+        self.read_barrier(c).await?;
+        table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
+            OmError::not_found("VOLUME_NOT_FOUND", "name", format!("volume {name:?} does not exist"))
+        })
+    }
+
+    pub async fn get_bucket(
+        &self,
+        c: Consistency,
+        volume: &str,
+        name: &str,
+    ) -> Result<BucketRecord, OmError> {
+        self.read_barrier(c).await?;
+        self.bucket_now(volume, name)
+    }
+
+    fn bucket_now(&self, volume: &str, name: &str) -> Result<BucketRecord, OmError> {
+        if table::get::<VolumeTable>(&self.db, &keys::volume_key(volume))?.is_none() {
+            return Err(OmError::not_found(
+                "VOLUME_NOT_FOUND",
+                "volume",
+                format!("volume {volume:?} does not exist"),
+            ));
+        }
+        table::get::<BucketTable>(&self.db, &keys::bucket_key(volume, name))?.ok_or_else(|| {
+            OmError::not_found(
+                "BUCKET_NOT_FOUND",
+                "bucket",
+                format!("bucket {volume}/{name} does not exist"),
+            )
+        })
+    }
+
+    pub async fn lookup_key(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<KeyRecord, OmError> {
+        self.read_barrier(c).await?;
+        self.bucket_now(volume, bucket)?;
+        table::get::<KeyTable>(&self.db, &keys::object_key(volume, bucket, key))?.ok_or_else(|| {
+            OmError::not_found(
+                "KEY_NOT_FOUND",
+                "key",
+                format!("key {volume}/{bucket}/{key} does not exist"),
+            )
+        })
+    }
+
+    pub async fn list_volumes(
+        &self,
+        c: Consistency,
+        prefix: &str,
+        start_after: &str,
+        max: u32,
+    ) -> Result<Page<VolumeRecord>, OmError> {
+        self.read_barrier(c).await?;
+        list_page::<VolumeTable>(&self.db, &[], prefix, start_after, self.page_size(max))
+    }
+
+    pub async fn list_buckets(
+        &self,
+        c: Consistency,
+        volume: &str,
+        prefix: &str,
+        start_after: &str,
+        max: u32,
+    ) -> Result<Page<BucketRecord>, OmError> {
+        self.read_barrier(c).await?;
+        if table::get::<VolumeTable>(&self.db, &keys::volume_key(volume))?.is_none() {
+            return Err(OmError::not_found(
+                "VOLUME_NOT_FOUND",
+                "volume",
+                format!("volume {volume:?} does not exist"),
+            ));
+        }
+        list_page::<BucketTable>(
+            &self.db,
+            &keys::bucket_prefix(volume),
+            prefix,
+            start_after,
+            self.page_size(max),
+        )
+    }
+
+    pub async fn list_keys(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max: u32,
+    ) -> Result<Page<KeyRecord>, OmError> {
+        self.read_barrier(c).await?;
+        self.bucket_now(volume, bucket)?;
+        list_page::<KeyTable>(
+            &self.db,
+            &keys::object_prefix(volume, bucket),
+            prefix,
+            start_after,
+            self.page_size(max),
+        )
+    }
+}
+
+/// Where a listing starts: the first name `> start_after` that has `prefix`.
+/// Returns the seek target relative to the parent prefix, or `None` when the
+/// listing must start at the beginning of the prefix range.
+pub fn start_position(prefix: &str, start_after: &str) -> Option<Vec<u8>> {
+    if start_after.is_empty() || start_after.as_bytes() < prefix.as_bytes() {
+        None
+    } else {
+        Some(keys::key_successor(start_after.as_bytes()))
+    }
+}
+
+/// Reads one page of `T` under `parent` + `prefix`, after `start_after`, with
+/// one native seek and at most `max` nexts (the last tells whether more follow).
+pub fn list_page<T: TableSchema>(
+    db: &DB,
+    parent: &[u8],
+    prefix: &str,
+    start_after: &str,
+    max: usize,
+) -> Result<Page<T::Value>, OmError> {
+    let mut lower = parent.to_vec();
+    lower.extend_from_slice(prefix.as_bytes());
+    let upper = keys::prefix_end(&lower);
+    let mut it = DeferredSeekIter::new(db, T::CF, (!lower.is_empty()).then(|| lower.clone()), upper)?;
+    match start_position(prefix, start_after) {
+        Some(rel) => {
+            let mut target = parent.to_vec();
+            target.extend_from_slice(&rel);
+            it.seek(&target);
+        }
+        None => it.seek(&lower),
+    }
+    let mut items = Vec::new();
+    let mut truncated = false;
+    while let Some((k, v)) = it.current() {
+        if items.len() == max {
+            truncated = true;
+            break;
+        }
+        let name = std::str::from_utf8(&k[parent.len()..])
+            .map_err(|_| OmError::Internal(format!("non-UTF-8 name in {}", T::CF)))?
+            .to_string();
+        items.push((name, table::decode::<T>(v)?));
+        it.advance();
+    }
+    it.status()?;
+    let next_start_after = if truncated {
+        items.last().map(|(n, _)| n.clone()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok(Page {
+        items,
+        truncated,
+        next_start_after,
+        stats: it.stats(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_position_rules() {
+        assert_eq!(start_position("", ""), None);
+        assert_eq!(start_position("b", "a"), None);
+        assert_eq!(start_position("a", "ab"), Some(b"ab\0".to_vec()));
+        assert_eq!(start_position("", "x"), Some(b"x\0".to_vec()));
+    }
+}

@@ -1,0 +1,110 @@
+//! Typed access to the metadata tables: each table names its column family and
+//! its stored record type, and every read and write goes through here, so no
+//! handler touches raw bytes or RocksDB directly.
+
+use prost::Message;
+use rocksdb::{ColumnFamily, DB, WriteBatch};
+
+use super::keys;
+use crate::error::OmError;
+use om_proto::store::{BucketRecord, DeletedBlocksRecord, KeyRecord, RetryCacheRecord, VolumeRecord};
+
+/// A stored record with a format version, bumped when its meaning changes.
+pub trait Record: Message + Default {
+    fn set_format(&mut self, format: u32);
+}
+
+macro_rules! record {
+    ($($t:ty),*) => {$(
+        impl Record for $t {
+            fn set_format(&mut self, format: u32) {
+                self.format = format;
+            }
+        }
+    )*};
+}
+record!(VolumeRecord, BucketRecord, KeyRecord, DeletedBlocksRecord, RetryCacheRecord);
+
+/// One metadata table: a column family and the record stored in it.
+pub trait TableSchema {
+    const CF: &'static str;
+    /// The format version written today.
+    const FORMAT: u32 = 1;
+    type Value: Record;
+}
+
+macro_rules! table {
+    ($name:ident, $cf:expr, $value:ty, $doc:literal) => {
+        #[doc = $doc]
+        pub struct $name;
+        impl TableSchema for $name {
+            const CF: &'static str = $cf;
+            type Value = $value;
+        }
+    };
+}
+
+table!(VolumeTable, keys::VOLUMES_CF, VolumeRecord, "Volumes by name.");
+table!(BucketTable, keys::BUCKETS_CF, BucketRecord, "Buckets by `volume/bucket`.");
+table!(KeyTable, keys::KEYS_CF, KeyRecord, "Committed keys of OBJECT_STORE buckets.");
+table!(
+    DeletedBlocksTable,
+    keys::DELETED_BLOCKS_CF,
+    DeletedBlocksRecord,
+    "Blocks awaiting reclamation, in release order."
+);
+table!(
+    RetryCacheTable,
+    keys::RETRY_CACHE_CF,
+    RetryCacheRecord,
+    "Results of recent writes by (client id, sequence number)."
+);
+
+pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {
+    db.cf_handle(name)
+        .ok_or_else(|| OmError::Internal(format!("column family {name} missing")))
+}
+
+/// A point read of one record.
+pub fn get<T: TableSchema>(db: &DB, key: &[u8]) -> Result<Option<T::Value>, OmError> {
+    match db.get_pinned_cf(cf(db, T::CF)?, key)? {
+        Some(bytes) => Ok(Some(decode::<T>(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+pub fn decode<T: TableSchema>(bytes: &[u8]) -> Result<T::Value, OmError> {
+    T::Value::decode(bytes).map_err(|e| OmError::Internal(format!("corrupt {} record: {e}", T::CF)))
+}
+
+/// Stages a write of one record, stamping the current format version.
+pub fn put<T: TableSchema>(
+    db: &DB,
+    batch: &mut WriteBatch,
+    key: &[u8],
+    value: &mut T::Value,
+) -> Result<(), OmError> {
+    value.set_format(T::FORMAT);
+    batch.put_cf(cf(db, T::CF)?, key, value.encode_to_vec());
+    Ok(())
+}
+
+pub fn delete<T: TableSchema>(db: &DB, batch: &mut WriteBatch, key: &[u8]) -> Result<(), OmError> {
+    batch.delete_cf(cf(db, T::CF)?, key);
+    Ok(())
+}
+
+/// Reads a big-endian u64 counter; absent counters read as `default`.
+pub fn get_counter(db: &DB, name: &[u8], default: u64) -> Result<u64, OmError> {
+    match db.get_pinned_cf(cf(db, keys::COUNTERS_CF)?, name)? {
+        Some(b) => Ok(u64::from_be_bytes(b.as_ref().try_into().map_err(|_| {
+            OmError::Internal("corrupt counter".to_string())
+        })?)),
+        None => Ok(default),
+    }
+}
+
+pub fn put_counter(db: &DB, batch: &mut WriteBatch, name: &[u8], v: u64) -> Result<(), OmError> {
+    batch.put_cf(cf(db, keys::COUNTERS_CF)?, name, v.to_be_bytes());
+    Ok(())
+}

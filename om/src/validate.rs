@@ -1,0 +1,196 @@
+//! Request validation: pure functions, no I/O. Every rule returns the offending
+//! field so the gRPC edge can name it.
+
+use crate::error::OmError;
+
+/// Longest key name in bytes (S3's limit).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Checks a volume or bucket name against S3 bucket-naming rules: 3–63 characters
+/// of lowercase letters, digits, `-` and `.`; starts and ends with a letter or
+/// digit; no `..`, `.-` or `-.`; not shaped like an IPv4 address; none of the
+/// prefixes and suffixes S3 reserves.
+pub fn resource_name(field: &'static str, name: &str) -> Result<(), OmError> {
+    let bad = |why: &str| {
+        Err(OmError::invalid(
+            "INVALID_NAME",
+            field,
+            format!("{field} name {name:?} {why}"),
+        ))
+    };
+    let len = name.len();
+    if !(3..=63).contains(&len) {
+        return bad("must be 3 to 63 characters long");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
+    {
+        return bad(&format!(
+            "contains {c:?}; only lowercase letters, digits, '-' and '.' are allowed"
+        ));
+    }
+    let first = name.as_bytes()[0];
+    let last = name.as_bytes()[len - 1];
+    if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
+        return bad("must start and end with a letter or digit");
+    }
+    if name.contains("..") || name.contains(".-") || name.contains("-.") {
+        return bad("must not contain '..', '.-' or '-.'");
+    }
+    if looks_like_ipv4(name) {
+        return bad("must not be formatted as an IP address");
+    }
+    for p in ["xn--", "sthree-", "amzn-s3-demo-"] {
+        if name.starts_with(p) {
+            return bad(&format!("must not start with the reserved prefix {p:?}"));
+        }
+    }
+    for s in ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"] {
+        if name.ends_with(s) {
+            return bad(&format!("must not end with the reserved suffix {s:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn looks_like_ipv4(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Checks a key name: non-empty UTF-8 of at most 1024 bytes without NUL, which
+/// the key layout reserves as a separator (see `store::keys`).
+pub fn key_name(field: &'static str, key: &str) -> Result<(), OmError> {
+    let bad = |reason: &'static str, why: String| {
+        Err(OmError::invalid(reason, field, why))
+    };
+    if key.is_empty() {
+        return bad("INVALID_KEY", format!("{field} must not be empty"));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return bad(
+            "KEY_TOO_LONG",
+            format!(
+                "{field} is {} bytes; at most {MAX_KEY_BYTES} are allowed",
+                key.len()
+            ),
+        );
+    }
+    if key.contains('\0') {
+        return bad("INVALID_KEY", format!("{field} must not contain NUL"));
+    }
+    Ok(())
+}
+
+/// A listing prefix or marker may be empty but is otherwise bounded like a key.
+pub fn optional_key(field: &'static str, key: &str) -> Result<(), OmError> {
+    if key.is_empty() {
+        Ok(())
+    } else {
+        key_name(field, key)
+    }
+}
+
+/// Metadata maps are bounded so one request cannot bloat a record (S3 allows 2 KiB).
+pub fn metadata(
+    field: &'static str,
+    map: &std::collections::HashMap<String, String>,
+) -> Result<(), OmError> {
+    let total: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > 2048 {
+        return Err(OmError::invalid(
+            "METADATA_TOO_LARGE",
+            field,
+            format!("{field} is {total} bytes; at most 2048 are allowed"),
+        ));
+    }
+    if map.keys().any(|k| k.is_empty()) {
+        return Err(OmError::invalid(
+            "INVALID_METADATA",
+            field,
+            format!("{field} has an empty name"),
+        ));
+    }
+    Ok(())
+}
+
+/// Accepts an empty ETag, a hex MD5 (32 lowercase hex digits) or a multipart
+/// ETag `<32 hex>-<parts>`; optional surrounding quotes are not stored.
+pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {
+    if etag.is_empty() {
+        return Ok(());
+    }
+    let (hash, parts) = match etag.split_once('-') {
+        Some((h, n)) => (h, Some(n)),
+        None => (etag, None),
+    };
+    let hex_ok = hash.len() == 32 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts_ok = parts.is_none_or(|n| {
+        !n.is_empty()
+            && n.len() <= 5
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && n.parse::<u32>().is_ok_and(|n| (1..=10_000).contains(&n))
+    });
+    if hex_ok && parts_ok {
+        Ok(())
+    } else {
+        Err(OmError::invalid(
+            "INVALID_ETAG",
+            field,
+            format!("{field} {etag:?} is neither a hex MD5 nor a multipart ETag"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_s3_rules() {
+        for ok in ["abc", "v1-x", "a.b.c", "0ab", &"a".repeat(63)] {
+            assert!(resource_name("volume", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "ab",
+            &"a".repeat(64),
+            "Abc",
+            "a_b",
+            "-ab",
+            "ab-",
+            "a..b",
+            "a.-b",
+            "a-.b",
+            "192.168.1.1",
+            "xn--abc",
+            "abc-s3alias",
+            "a b",
+            "ab/",
+        ] {
+            assert!(resource_name("volume", bad).is_err(), "{bad}");
+        }
+        assert!(resource_name("bucket", "1.2.3").is_ok());
+    }
+
+    #[test]
+    fn key_rules() {
+        assert!(key_name("key", "a/b/c").is_ok());
+        assert!(key_name("key", &"é".repeat(512)).is_ok());
+        assert!(key_name("key", "").is_err());
+        assert!(key_name("key", &"a".repeat(1025)).is_err());
+        assert!(key_name("key", "a\0b").is_err());
+    }
+
+    #[test]
+    fn etag_rules() {
+        assert!(etag("etag", "").is_ok());
+        assert!(etag("etag", "d41d8cd98f00b204e9800998ecf8427e").is_ok());
+        assert!(etag("etag", "d41d8cd98f00b204e9800998ecf8427e-3").is_ok());
+        assert!(etag("etag", "d41d8cd98f00b204e9800998ecf8427e-0").is_err());
+        assert!(etag("etag", "xyz").is_err());
+    }
+}

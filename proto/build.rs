@@ -1,0 +1,21 @@
+//! Generates the gRPC and message code from `proto/` at build time, with the
+//! vendored `protoc`, so a fresh machine needs no system protobuf compiler.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded; nothing reads the environment concurrently.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    let files = [
+        "proto/om/v1/om.proto",
+        "proto/om/v1/store.proto",
+        "proto/om/raft/v1/raft.proto",
+    ];
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&files, &["proto"])?;
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Protobuf messages and gRPC services of om, generated at build time.
+//!
+//! `v1` is the public API; `store` holds the replicated command and stored
+//! record formats; `raft` holds the internal Raft transport and log formats.
+
+#![allow(clippy::all, clippy::pedantic)]
+
+pub mod v1 {
+    tonic::include_proto!("om.v1");
+}
+
+pub mod store {
+    tonic::include_proto!("om.store.v1");
+}
+
+pub mod raft {
+    tonic::include_proto!("om.raft.v1");
+}
+
+/// Names the operation only: user keys never reach logs at info level.
+impl std::fmt::Display for store::Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use store::command::Op;
+        let op = match &self.op {
+            Some(Op::CreateVolume(_)) => "CreateVolume",
+            Some(Op::DeleteVolume(_)) => "DeleteVolume",
+            Some(Op::CreateBucket(_)) => "CreateBucket",
+            Some(Op::DeleteBucket(_)) => "DeleteBucket",
+            Some(Op::PutKey(_)) => "PutKey",
+            Some(Op::DeleteKey(_)) => "DeleteKey",
+            Some(Op::ExpireRetryCache(_)) => "ExpireRetryCache",
+            None => "Empty",
+        };
+        write!(f, "{op}")
+    }
+}

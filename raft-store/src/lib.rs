@@ -1,0 +1,129 @@
+//! om's Raft storage and transport: an openraft log store and state machine on
+//! ONE RocksDB instance, and the gRPC network between replicas.
+//!
+//! This crate owns the database: it opens it with the Raft column families
+//! (`raft_log`, `raft_meta`, `sm_meta`) plus the table column families the
+//! application names, guarantees the Raft durability contract, and builds and
+//! installs snapshots. It knows nothing of volumes or keys: applying a command
+//! is delegated to an [`Applier`] supplied by the application.
+//!
+//! It must never: acknowledge an append before the WAL is fsynced, return from
+//! `save_vote` before the vote is durable, or write table data and the applied
+//! log id in separate batches.
+
+pub mod codec;
+pub mod keys;
+pub mod log_store;
+pub mod metrics;
+pub mod network;
+pub mod snapshot;
+pub mod state_machine;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use om_proto::store::{Command, CommandResult};
+use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
+
+pub use log_store::LogStore;
+pub use state_machine::StateMachine;
+
+pub type NodeId = u64;
+
+/// Where a replica can be reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct OmNode {
+    /// Address of the internal Raft gRPC service.
+    pub raft_addr: String,
+    /// Address of the public gRPC API, for redirecting clients to the leader.
+    pub grpc_addr: String,
+}
+
+impl fmt::Display for OmNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raft={} grpc={}", self.raft_addr, self.grpc_addr)
+    }
+}
+
+openraft::declare_raft_types!(
+    /// om's Raft types: commands and results are protobuf messages.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = NodeId,
+        Node = OmNode,
+        AsyncRuntime = openraft_rt_tokio::TokioRuntime,
+);
+
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+pub type Membership = openraft::Membership<NodeId, OmNode>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+
+/// A storage failure while applying: fatal to the replica, never a request error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("apply failed: {0}")]
+pub struct ApplyError(pub String);
+
+/// The application half of the state machine. It must be deterministic: the
+/// same command on the same state yields the same writes and result on every
+/// replica. Reads through `db` see the state before this entry; writes go into
+/// `batch`, which is committed atomically with the applied log id.
+pub trait Applier: Send + Sync + 'static {
+    fn apply(
+        &self,
+        db: &DB,
+        batch: &mut WriteBatch,
+        log_index: u64,
+        cmd: &Command,
+    ) -> Result<CommandResult, ApplyError>;
+}
+
+/// An opened store: the database and the two openraft storage halves over it.
+pub struct OpenedStore {
+    pub db: Arc<DB>,
+    pub log_store: LogStore,
+    pub state_machine: StateMachine,
+}
+
+/// Opens (or creates) the database in `dir/db`, with snapshots in `dir/snapshots`.
+/// `tables` are the application's column families; together with `sm_meta` they
+/// are the replicated state that snapshots carry.
+pub fn open(
+    dir: &Path,
+    tables: Vec<ColumnFamilyDescriptor>,
+    applier: Arc<dyn Applier>,
+) -> std::io::Result<OpenedStore> {
+    std::fs::create_dir_all(dir)?;
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    // Recover to the last consistent point of the WAL after a crash; every
+    // acknowledged log append was fsynced, so nothing acknowledged is lost.
+    opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+    opts.set_max_background_jobs(2);
+    let table_names: Vec<String> = tables.iter().map(|d| d.name().to_string()).collect();
+    let mut cfs = vec![
+        ColumnFamilyDescriptor::new(keys::LOG_CF, Options::default()),
+        ColumnFamilyDescriptor::new(keys::RAFT_META_CF, Options::default()),
+        ColumnFamilyDescriptor::new(keys::SM_META_CF, Options::default()),
+    ];
+    cfs.extend(tables);
+    let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(std::io::Error::other)?;
+    let db = Arc::new(db);
+    let log_store = LogStore::new(db.clone())?;
+    let state_machine = StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
+    Ok(OpenedStore {
+        db,
+        log_store,
+        state_machine,
+    })
+}
+
+pub(crate) fn io_err(e: impl fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}

@@ -1,0 +1,267 @@
+//! The Raft log on RocksDB, with group commit.
+//!
+//! `append` writes its entries in one batch without waiting for the disk, so
+//! they are readable at once, and hands the completion callback to a flusher
+//! thread. The flusher takes every callback queued so far, fsyncs the WAL once
+//! (`FlushWAL(sync)`, which covers every earlier write, since the database has
+//! one WAL), records the durable sequence number and only then fires the
+//! callbacks. Many appends share one fsync; none is acknowledged early.
+//! `save_vote` and `truncate_after` write with `sync = true` and return after
+//! the disk has them.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use om_proto::raft as pb;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::OptionalSend;
+use prost::Message;
+use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::codec;
+use crate::keys::{self, LOG_CF, RAFT_META_CF};
+use crate::{Entry, LogId, TypeConfig, Vote, io_err};
+
+struct Pending {
+    written_seq: u64,
+    callback: IOFlushed<TypeConfig>,
+}
+
+struct Shared {
+    db: Arc<DB>,
+    /// Highest RocksDB sequence number known to be fsynced.
+    durable_seq: AtomicU64,
+    fsyncs: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct LogStore {
+    shared: Arc<Shared>,
+    flusher: mpsc::Sender<Pending>,
+}
+
+impl LogStore {
+    pub(crate) fn new(db: Arc<DB>) -> std::io::Result<LogStore> {
+        let shared = Arc::new(Shared {
+            durable_seq: AtomicU64::new(db.latest_sequence_number()),
+            fsyncs: AtomicU64::new(0),
+            db,
+        });
+        let (tx, rx) = mpsc::channel::<Pending>();
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("om-wal-sync".to_string())
+            .spawn(move || flusher(s, rx))?;
+        Ok(LogStore {
+            shared,
+            flusher: tx,
+        })
+    }
+
+    fn db(&self) -> &DB {
+        &self.shared.db
+    }
+
+    /// Highest database sequence number known to be on disk.
+    pub fn durable_sequence(&self) -> u64 {
+        self.shared.durable_seq.load(Ordering::Acquire)
+    }
+
+    /// WAL fsyncs performed for log appends so far.
+    pub fn fsync_count(&self) -> u64 {
+        self.shared.fsyncs.load(Ordering::Relaxed)
+    }
+
+    fn cf(&self, name: &str) -> std::io::Result<&rocksdb::ColumnFamily> {
+        self.db()
+            .cf_handle(name)
+            .ok_or_else(|| io_err(format!("column family {name} missing")))
+    }
+
+    fn get_meta<M: Message + Default>(&self, key: &[u8]) -> std::io::Result<Option<M>> {
+        match self.db().get_pinned_cf(self.cf(RAFT_META_CF)?, key).map_err(io_err)? {
+            Some(b) => Ok(Some(M::decode(b.as_ref()).map_err(io_err)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn last_purged(&self) -> std::io::Result<Option<LogId>> {
+        Ok(self
+            .get_meta::<pb::LogId>(keys::LAST_PURGED_KEY)?
+            .map(|l| codec::log_id_from_pb(&l)))
+    }
+
+    fn sync_write(&self, batch: WriteBatch) -> std::io::Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db().write_opt(batch, &wo).map_err(io_err)
+    }
+
+    fn read_range(&self, start: u64, end: Option<u64>) -> std::io::Result<Vec<Entry>> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(keys::log_key(start).to_vec());
+        if let Some(e) = end {
+            ro.set_iterate_upper_bound(keys::log_key(e).to_vec());
+        }
+        let mut it = self.db().raw_iterator_cf_opt(self.cf(LOG_CF)?, ro);
+        it.seek(keys::log_key(start));
+        let mut out = Vec::new();
+        while it.valid() {
+            let v = it.value().ok_or_else(|| io_err("log iterator lost its value"))?;
+            out.push(codec::decode_entry(v)?);
+            it.next();
+        }
+        it.status().map_err(io_err)?;
+        Ok(out)
+    }
+}
+
+fn flusher(shared: Arc<Shared>, rx: mpsc::Receiver<Pending>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        let target = shared.db.latest_sequence_number();
+        let result = shared.db.flush_wal(true);
+        match result {
+            Ok(()) => {
+                shared.durable_seq.fetch_max(target, Ordering::AcqRel);
+                shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::log_fsync(batch.len());
+                for p in batch {
+                    debug_assert!(p.written_seq <= target);
+                    p.callback.io_completed(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "WAL fsync failed");
+                for p in batch {
+                    p.callback.io_completed(Err(io_err(&e)));
+                }
+            }
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, std::io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(s) => *s,
+            Bound::Excluded(s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(e) => e.checked_add(1),
+            Bound::Excluded(e) => Some(*e),
+            Bound::Unbounded => None,
+        };
+        if end.is_some_and(|e| e <= start) {
+            return Ok(Vec::new());
+        }
+        self.read_range(start, end)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, std::io::Error> {
+        Ok(self
+            .get_meta::<pb::Vote>(keys::VOTE_KEY)?
+            .map(|v| codec::vote_from_pb(&v)))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, std::io::Error> {
+        let last_purged = self.last_purged()?;
+        let mut it = self.db().raw_iterator_cf(self.cf(LOG_CF)?);
+        it.seek_to_last();
+        let last = if it.valid() {
+            let v = it.value().ok_or_else(|| io_err("log iterator lost its value"))?;
+            Some(codec::decode_entry(v)?.log_id)
+        } else {
+            it.status().map_err(io_err)?;
+            None
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged.clone(),
+            last_log_id: last.or(last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), std::io::Error> {
+        let mut b = WriteBatch::default();
+        b.put_cf(
+            self.cf(RAFT_META_CF)?,
+            keys::VOTE_KEY,
+            codec::vote_to_pb(vote).encode_to_vec(),
+        );
+        self.sync_write(b)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), std::io::Error> {
+        let cf = self.cf(RAFT_META_CF)?;
+        let mut b = WriteBatch::default();
+        match committed {
+            Some(c) => b.put_cf(cf, keys::COMMITTED_KEY, codec::log_id_to_pb(&c).encode_to_vec()),
+            None => b.delete_cf(cf, keys::COMMITTED_KEY),
+        }
+        // Not synced: a lost commit index is re-learned from the leader, and
+        // the WAL keeps it ordered before any later synced write.
+        self.db().write(b).map_err(io_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, std::io::Error> {
+        Ok(self
+            .get_meta::<pb::LogId>(keys::COMMITTED_KEY)?
+            .map(|l| codec::log_id_from_pb(&l)))
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), std::io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let cf = self.cf(LOG_CF)?;
+        let mut b = WriteBatch::default();
+        for e in entries {
+            b.put_cf(cf, keys::log_key(e.log_id.index), codec::encode_entry(&e));
+        }
+        self.db().write(b).map_err(io_err)?;
+        let written_seq = self.db().latest_sequence_number();
+        self.flusher
+            .send(Pending {
+                written_seq,
+                callback,
+            })
+            .map_err(|_| io_err("WAL flusher stopped"))?;
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), std::io::Error> {
+        let from = last_log_id.map_or(0, |l| l.index + 1);
+        let mut b = WriteBatch::default();
+        b.delete_range_cf(self.cf(LOG_CF)?, keys::log_key(from), keys::LOG_END);
+        self.sync_write(b)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), std::io::Error> {
+        let mut b = WriteBatch::default();
+        b.put_cf(
+            self.cf(RAFT_META_CF)?,
+            keys::LAST_PURGED_KEY,
+            codec::log_id_to_pb(&log_id).encode_to_vec(),
+        );
+        b.delete_range_cf(self.cf(LOG_CF)?, keys::log_key(0), keys::log_end_after(log_id.index));
+        // One batch: the purge mark and the deletion land together or not at all.
+        self.db().write(b).map_err(io_err)
+    }
+}

@@ -1,0 +1,453 @@
+//! Raft transport over gRPC: the client side (`NetworkFactory`, one cached
+//! channel per peer address) and the server side (`RaftGrpcService`).
+//!
+//! Snapshots travel as a stream of chunks; the last chunk carries the meta and
+//! a CRC32 of all data bytes, which the receiver checks before installing.
+//! Message sizes are capped explicitly on both ends.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use om_proto::raft as pb;
+use om_proto::raft::raft_service_client::RaftServiceClient;
+use om_proto::raft::raft_service_server::RaftService;
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::storage::Snapshot;
+use openraft::{OptionalSend, RaftNetworkFactory, RaftNetworkV2};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::{NodeId, OmNode, Raft, TypeConfig, Vote, codec};
+
+/// Largest gRPC message either side accepts or sends.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Size of one snapshot chunk.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+type RpcErr = RPCError<TypeConfig>;
+
+/// Creates clients to peers; channels are shared per address and reconnect lazily.
+#[derive(Clone, Default)]
+pub struct NetworkFactory {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl NetworkFactory {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(addr) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5));
+        let c = endpoint.connect_lazy();
+        map.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &OmNode) -> PeerClient {
+        let client = self.channel(&node.raft_addr).ok().map(|c| {
+            RaftServiceClient::new(c)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        });
+        PeerClient {
+            target,
+            addr: node.raft_addr.clone(),
+            client,
+        }
+    }
+}
+
+/// The client to one peer.
+pub struct PeerClient {
+    target: NodeId,
+    addr: String,
+    client: Option<RaftServiceClient<Channel>>,
+}
+
+fn status_to_rpc(s: Status) -> RpcErr {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::from_string(s.to_string()))
+        }
+        _ => RPCError::Network(NetworkError::from_string(s.to_string())),
+    }
+}
+
+fn invalid(msg: &str) -> Status {
+    Status::invalid_argument(msg.to_string())
+}
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftServiceClient<Channel>, RpcErr> {
+        self.client.clone().ok_or_else(|| {
+            RPCError::Unreachable(Unreachable::from_string(format!(
+                "bad address {:?} for node {}",
+                self.addr, self.target
+            )))
+        })
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = File;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RpcErr> {
+        let mut req = Request::new(append_to_pb(&rpc));
+        req.set_timeout(option.soft_ttl());
+        let resp = self
+            .client()?
+            .append_entries(req)
+            .await
+            .map_err(status_to_rpc)?
+            .into_inner();
+        append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
+        let mut req = Request::new(pb::VoteRequest {
+            vote: Some(codec::vote_to_pb(&rpc.vote)),
+            last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
+            leadership_transfer: rpc.leadership_transfer,
+        });
+        req.set_timeout(option.soft_ttl());
+        let r = self
+            .client()?
+            .vote(req)
+            .await
+            .map_err(status_to_rpc)?
+            .into_inner();
+        Ok(VoteResponse {
+            vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
+            vote_granted: r.vote_granted,
+            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
+        })
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot<TypeConfig, File>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut client = self.client()?;
+        let meta = codec::snapshot_meta_to_pb(&snapshot.meta);
+        let vote_pb = codec::vote_to_pb(&vote);
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+        let mut file = snapshot.snapshot;
+        // Read the file on a blocking thread and feed the stream.
+        let reader = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut crc = crc32fast::Hasher::new();
+            let mut offset = 0u64;
+            let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+            loop {
+                let n = file.read(&mut buf)?;
+                let done = n == 0;
+                crc.update(&buf[..n]);
+                let chunk = pb::SnapshotChunk {
+                    vote: Some(vote_pb),
+                    offset,
+                    data: buf[..n].to_vec(),
+                    done,
+                    meta: done.then(|| meta.clone()),
+                    crc32c: if done { crc.clone().finalize() } else { 0 },
+                };
+                offset += n as u64;
+                if tx.blocking_send(chunk).is_err() || done {
+                    return Ok(());
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let call = client.install_snapshot(Request::new(stream));
+        tokio::select! {
+            closed = cancel => {
+                reader.abort();
+                Err(StreamingError::Closed(closed))
+            }
+            r = call => {
+                let resp = r.map_err(|s| StreamingError::from(status_to_rpc(s)))?.into_inner();
+                match reader.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(StreamingError::Network(NetworkError::new(&e))),
+                    Err(e) => return Err(StreamingError::Network(NetworkError::from_string(e.to_string()))),
+                }
+                Ok(SnapshotResponse::new(codec::vote_from_pb(&resp.vote.unwrap_or_default())))
+            }
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RpcErr> {
+        let mut r = Request::new(pb::TransferLeaderRequest {
+            from: Some(codec::vote_to_pb(req.from_leader())),
+            to: *req.to_node_id(),
+            last_log_id: req.last_log_id().map(codec::log_id_to_pb),
+        });
+        r.set_timeout(option.soft_ttl());
+        self.client()?
+            .transfer_leader(r)
+            .await
+            .map_err(status_to_rpc)?;
+        Ok(Ok(()))
+    }
+}
+
+pub fn append_to_pb(rpc: &AppendEntriesRequest<TypeConfig>) -> pb::AppendEntriesRequest {
+    pb::AppendEntriesRequest {
+        vote: Some(codec::vote_to_pb(&rpc.vote)),
+        prev_log_id: codec::opt_log_id_to_pb(&rpc.prev_log_id),
+        entries: rpc.entries.iter().map(codec::entry_to_pb).collect(),
+        leader_commit: codec::opt_log_id_to_pb(&rpc.leader_commit),
+    }
+}
+
+pub fn append_from_pb(
+    r: &pb::AppendEntriesRequest,
+) -> std::io::Result<AppendEntriesRequest<TypeConfig>> {
+    Ok(AppendEntriesRequest {
+        vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
+        prev_log_id: codec::opt_log_id_from_pb(&r.prev_log_id),
+        entries: r
+            .entries
+            .iter()
+            .map(codec::entry_from_pb)
+            .collect::<Result<_, _>>()?,
+        leader_commit: codec::opt_log_id_from_pb(&r.leader_commit),
+    })
+}
+
+pub fn append_resp_to_pb(r: &AppendEntriesResponse<TypeConfig>) -> pb::AppendEntriesResponse {
+    use pb::append_entries_response::Result as R;
+    let result = match r {
+        AppendEntriesResponse::Success => R::Success(pb::Blank {}),
+        AppendEntriesResponse::PartialSuccess(Some(l)) => R::PartialSuccess(codec::log_id_to_pb(l)),
+        AppendEntriesResponse::PartialSuccess(None) => R::PartialSuccessNone(true),
+        AppendEntriesResponse::Conflict => R::Conflict(pb::Blank {}),
+        AppendEntriesResponse::HigherVote(v) => R::HigherVote(codec::vote_to_pb(v)),
+    };
+    pb::AppendEntriesResponse {
+        result: Some(result),
+    }
+}
+
+pub fn append_resp_from_pb(
+    r: &pb::AppendEntriesResponse,
+) -> Result<AppendEntriesResponse<TypeConfig>, String> {
+    use pb::append_entries_response::Result as R;
+    Ok(match &r.result {
+        Some(R::Success(_)) => AppendEntriesResponse::Success,
+        Some(R::PartialSuccess(l)) => AppendEntriesResponse::PartialSuccess(Some(codec::log_id_from_pb(l))),
+        Some(R::PartialSuccessNone(_)) => AppendEntriesResponse::PartialSuccess(None),
+        Some(R::Conflict(_)) => AppendEntriesResponse::Conflict,
+        Some(R::HigherVote(v)) => AppendEntriesResponse::HigherVote(codec::vote_from_pb(v)),
+        None => return Err("empty append-entries response".to_string()),
+    })
+}
+
+/// The server side: hands incoming Raft RPCs to the local `Raft`.
+pub struct RaftGrpcService {
+    raft: Raft,
+    /// Where incoming snapshots are received before they are installed.
+    incoming_dir: PathBuf,
+}
+
+impl RaftGrpcService {
+    pub fn new(raft: Raft, data_dir: &std::path::Path) -> Self {
+        RaftGrpcService {
+            raft,
+            incoming_dir: data_dir.join("snapshots"),
+        }
+    }
+
+    /// The tonic service with explicit message-size limits.
+    pub fn into_server(self) -> om_proto::raft::raft_service_server::RaftServiceServer<Self> {
+        om_proto::raft::raft_service_server::RaftServiceServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+fn fatal(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("raft: {e}"))
+}
+
+type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendEntriesResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RaftService for RaftGrpcService {
+    async fn vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let r = req.into_inner();
+        let rpc = VoteRequest {
+            vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
+            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
+            leadership_transfer: r.leadership_transfer,
+        };
+        let resp = self.raft.vote(rpc).await.map_err(fatal)?;
+        Ok(Response::new(pb::VoteResponse {
+            vote: Some(codec::vote_to_pb(&resp.vote)),
+            vote_granted: resp.vote_granted,
+            last_log_id: codec::opt_log_id_to_pb(&resp.last_log_id),
+        }))
+    }
+
+    async fn append_entries(
+        &self,
+        req: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let rpc = append_from_pb(req.get_ref()).map_err(|e| invalid(&e.to_string()))?;
+        let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
+        Ok(Response::new(append_resp_to_pb(&resp)))
+    }
+
+    type StreamAppendStream = AppendStream;
+
+    async fn stream_append(
+        &self,
+        req: Request<Streaming<pb::AppendEntriesRequest>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        let raft = self.raft.clone();
+        let input = req.into_inner();
+        let out = input.then(move |r| {
+            let raft = raft.clone();
+            async move {
+                let r = r?;
+                let rpc = append_from_pb(&r).map_err(|e| invalid(&e.to_string()))?;
+                let resp = raft.append_entries(rpc).await.map_err(fatal)?;
+                Ok(append_resp_to_pb(&resp))
+            }
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        let mut input = req.into_inner();
+        std::fs::create_dir_all(&self.incoming_dir).map_err(|e| Status::internal(e.to_string()))?;
+        let path = self.incoming_dir.join(format!(
+            "tmp-incoming-{}-{}.snap",
+            std::process::id(),
+            rand_suffix()
+        ));
+        let mut file = File::create(&path).map_err(|e| Status::internal(e.to_string()))?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut expected_offset = 0u64;
+        let mut last: Option<pb::SnapshotChunk> = None;
+        let cleanup = |p: &PathBuf| {
+            let _ = std::fs::remove_file(p);
+        };
+        while let Some(chunk) = input.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    cleanup(&path);
+                    return Err(e);
+                }
+            };
+            if chunk.offset != expected_offset {
+                cleanup(&path);
+                return Err(invalid("snapshot chunk out of order"));
+            }
+            crc.update(&chunk.data);
+            if let Err(e) = file.write_all(&chunk.data) {
+                cleanup(&path);
+                return Err(Status::internal(e.to_string()));
+            }
+            expected_offset += chunk.data.len() as u64;
+            if chunk.done {
+                last = Some(chunk);
+                break;
+            }
+        }
+        let Some(last) = last else {
+            cleanup(&path);
+            return Err(invalid("snapshot stream ended early"));
+        };
+        if crc.finalize() != last.crc32c {
+            cleanup(&path);
+            return Err(Status::data_loss("snapshot checksum mismatch"));
+        }
+        let meta = last
+            .meta
+            .as_ref()
+            .ok_or_else(|| invalid("snapshot meta missing"))
+            .and_then(|m| codec::snapshot_meta_from_pb(m).map_err(|e| invalid(&e.to_string())));
+        let meta = match meta {
+            Ok(m) => m,
+            Err(e) => {
+                cleanup(&path);
+                return Err(e);
+            }
+        };
+        let vote = codec::vote_from_pb(&last.vote.unwrap_or_default());
+        let result = async {
+            file.sync_all().map_err(|e| Status::internal(e.to_string()))?;
+            let f = File::open(&path).map_err(|e| Status::internal(e.to_string()))?;
+            self.raft
+                .install_full_snapshot(vote, Snapshot { meta, snapshot: f })
+                .await
+                .map_err(fatal)
+        }
+        .await;
+        cleanup(&path);
+        let resp = result?;
+        Ok(Response::new(pb::SnapshotResponse {
+            vote: Some(codec::vote_to_pb(&resp.vote)),
+        }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        let r = req.into_inner();
+        let rpc = TransferLeaderRequest::new(
+            codec::vote_from_pb(&r.from.unwrap_or_default()),
+            r.to,
+            codec::opt_log_id_from_pb(&r.last_log_id),
+        );
+        match self.raft.handle_transfer_leader(rpc).await.map_err(fatal)? {
+            Ok(()) => Ok(Response::new(pb::TransferLeaderResponse {})),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,259 @@
+//! The Raft storage contract, tested on the real RocksDB store: openraft's
+//! conformance suite plus om's durability points.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::stream;
+use om_proto::store::{Command, CommandResult, PutKey, command::Op};
+use om_raft_store::{
+    Applier, ApplyError, Entry, LogId, LogStore, OmNode, StateMachine, TypeConfig, Vote, open,
+};
+use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage, RaftStateMachine};
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::type_config::TypeConfigExt;
+use openraft::vote::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, Membership, RaftSnapshotBuilder, StorageError, StoredMembership};
+use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
+
+const KV: &str = "kv";
+
+/// Test applier: `PutKey { key, volume }` writes `key -> volume` into `kv`;
+/// a key named "fail" is a storage failure.
+struct KvApplier;
+
+impl Applier for KvApplier {
+    fn apply(&self, db: &DB, batch: &mut WriteBatch, _index: u64, cmd: &Command) -> Result<CommandResult, ApplyError> {
+        if let Some(Op::PutKey(p)) = &cmd.op {
+            if p.key == "fail" {
+                return Err(ApplyError("injected".into()));
+            }
+            batch.put_cf(db.cf_handle(KV).unwrap(), p.key.as_bytes(), p.volume.as_bytes());
+        }
+        Ok(CommandResult::default())
+    }
+}
+
+fn open_store(dir: &std::path::Path) -> std::io::Result<(LogStore, StateMachine, Arc<DB>)> {
+    let s = open(
+        dir,
+        vec![ColumnFamilyDescriptor::new(KV, Options::default())],
+        Arc::new(KvApplier),
+    )?;
+    Ok((s.log_store, s.state_machine, s.db))
+}
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+        let td = tempfile::TempDir::new().map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+        let (ls, sm, _) = open_store(td.path()).map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+        Ok((td, ls, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_conformance_suite() {
+    Suite::test_all(Builder).await.unwrap();
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(LeaderId { term, node_id: 1 }, index)
+}
+
+fn put(index: u64, key: &str, value: &str) -> Entry {
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Normal(Command {
+            op: Some(Op::PutKey(PutKey {
+                key: key.into(),
+                volume: value.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+    }
+}
+
+fn blank(index: u64) -> Entry {
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+async fn append_and_wait(ls: &mut LogStore, entries: Vec<Entry>) {
+    let (tx, rx) = TypeConfig::oneshot();
+    ls.append(entries, IOFlushed::signal(tx)).await.unwrap();
+    rx.await.unwrap().unwrap();
+}
+
+async fn apply(sm: &mut StateMachine, entries: Vec<Entry>) -> std::io::Result<()> {
+    sm.apply(stream::iter(entries.into_iter().map(|e| Ok((e, None))))).await
+}
+
+fn kv(db: &DB, k: &str) -> Option<String> {
+    db.get_cf(db.cf_handle(KV).unwrap(), k)
+        .unwrap()
+        .map(|v| String::from_utf8(v).unwrap())
+}
+
+#[tokio::test]
+async fn vote_is_durable_when_save_vote_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let vote = Vote {
+        leader_id: LeaderId { term: 7, node_id: 3 },
+        committed: true,
+    };
+    {
+        let (mut ls, _, _) = open_store(dir.path()).unwrap();
+        ls.save_vote(&vote).await.unwrap();
+    }
+    let (mut ls, _, _) = open_store(dir.path()).unwrap();
+    assert_eq!(ls.read_vote().await.unwrap(), Some(vote));
+}
+
+#[tokio::test]
+async fn append_is_acknowledged_only_after_the_wal_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ls, _, db) = open_store(dir.path()).unwrap();
+    let fsyncs_before = ls.fsync_count();
+    let (tx, rx) = TypeConfig::oneshot();
+    ls.append(vec![blank(1), blank(2)], IOFlushed::signal(tx)).await.unwrap();
+    // Readable as soon as append returns, before the flush.
+    assert_eq!(ls.try_get_log_entries(1..3).await.unwrap().len(), 2);
+    let written = db.latest_sequence_number();
+    rx.await.unwrap().unwrap();
+    // The callback fired only once the WAL was synced past this append.
+    assert!(ls.durable_sequence() >= written, "acknowledged before the fsync");
+    assert!(ls.fsync_count() > fsyncs_before);
+    drop((ls, db));
+    let (mut ls, _, _) = open_store(dir.path()).unwrap();
+    assert_eq!(ls.try_get_log_entries(0..10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn apply_writes_data_and_applied_index_in_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_, mut sm, db) = open_store(dir.path()).unwrap();
+        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")]).await.unwrap();
+        assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 2)));
+        assert_eq!(kv(&db, "b").as_deref(), Some("2"));
+        // A storage failure in apply stages nothing: neither data nor index move.
+        assert!(apply(&mut sm, vec![put(3, "fail", "x")]).await.is_err());
+        assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 2)));
+        assert_eq!(kv(&db, "fail"), None);
+    }
+    let (_, mut sm, db) = open_store(dir.path()).unwrap();
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 2)));
+    assert_eq!(kv(&db, "a").as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn membership_is_stored_with_the_applied_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = BTreeMap::from([(
+        1u64,
+        OmNode {
+            raft_addr: "r:1".into(),
+            grpc_addr: "g:1".into(),
+        },
+    )]);
+    let m = Membership::new(vec![[1u64].into()], nodes).unwrap();
+    {
+        let (_, mut sm, _) = open_store(dir.path()).unwrap();
+        let e = Entry {
+            log_id: log_id(1, 1),
+            payload: EntryPayload::Membership(m.clone()),
+        };
+        apply(&mut sm, vec![e]).await.unwrap();
+    }
+    let (_, mut sm, _) = open_store(dir.path()).unwrap();
+    let (applied, stored) = sm.applied_state().await.unwrap();
+    assert_eq!(applied, Some(log_id(1, 1)));
+    assert_eq!(stored, StoredMembership::new(Some(log_id(1, 1)), m));
+}
+
+#[tokio::test]
+async fn purge_persists_last_purged_and_leaves_no_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut ls, _, _) = open_store(dir.path()).unwrap();
+        append_and_wait(&mut ls, (1..=10).map(blank).collect()).await;
+        ls.purge(log_id(1, 5)).await.unwrap();
+        ls.truncate_after(Some(log_id(1, 8))).await.unwrap();
+    }
+    let (mut ls, _, _) = open_store(dir.path()).unwrap();
+    let st = ls.get_log_state().await.unwrap();
+    assert_eq!(st.last_purged_log_id, Some(log_id(1, 5)));
+    assert_eq!(st.last_log_id, Some(log_id(1, 8)));
+    let got: Vec<u64> = ls
+        .try_get_log_entries(0..100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.log_id.index)
+        .collect();
+    assert_eq!(got, vec![6, 7, 8]);
+    // Purging everything keeps reporting the purged id as the last log id.
+    ls.purge(log_id(1, 8)).await.unwrap();
+    let st = ls.get_log_state().await.unwrap();
+    assert_eq!(st.last_log_id, Some(log_id(1, 8)));
+    assert!(ls.try_get_log_entries(0..100).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn snapshot_install_is_all_or_nothing() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (_, mut sm_a, _) = open_store(a.path()).unwrap();
+    apply(&mut sm_a, vec![put(1, "x", "from-a"), put(2, "y", "from-a")]).await.unwrap();
+    let snap = sm_a.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    assert_eq!(snap.meta.last_log_id, Some(log_id(1, 2)));
+
+    let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
+    apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
+
+    // A damaged transfer: verification fails and B keeps its previous state.
+    let path = a.path().join("snapshots/current.snap");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let damaged = b.path().join("damaged.snap");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let r = sm_b
+        .install_snapshot(&snap.meta, std::fs::File::open(&damaged).unwrap())
+        .await;
+    assert!(r.is_err(), "a corrupt snapshot must be refused");
+    assert_eq!(kv(&db_b, "only-b").as_deref(), Some("b"));
+    assert_eq!(kv(&db_b, "x"), None);
+    assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 1)));
+
+    // The intact snapshot replaces B's state exactly.
+    sm_b.install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(kv(&db_b, "only-b"), None);
+    assert_eq!(kv(&db_b, "x").as_deref(), Some("from-a"));
+    assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 2)));
+    let cur = sm_b.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(cur.meta.last_log_id, Some(log_id(1, 2)));
+}
+
+#[tokio::test]
+async fn snapshot_is_a_consistent_point_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut sm, _) = open_store(dir.path()).unwrap();
+    apply(&mut sm, vec![put(1, "k", "v1")]).await.unwrap();
+    let mut builder = sm.get_snapshot_builder().await;
+    let snap = builder.build_snapshot().await.unwrap();
+    // Later writes do not leak into the snapshot already built.
+    apply(&mut sm, vec![put(2, "k", "v2")]).await.unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let (_, mut sm2, db2) = open_store(other.path()).unwrap();
+    sm2.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+    assert_eq!(kv(&db2, "k").as_deref(), Some("v1"));
+    assert_eq!(sm2.applied_state().await.unwrap().0, Some(log_id(1, 1)));
+}

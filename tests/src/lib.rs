@@ -1,0 +1,200 @@
+//! Harness for om's integration tests: in-process nodes on ephemeral ports,
+//! real `om` processes that can be killed with SIGKILL, and condition waits
+//! with deadlines (never fixed sleeps).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use om::config::{Args, Config};
+use om::server::Node;
+use om_client::{ClientOptions, OmClient};
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A node running inside the test process.
+pub struct TestNode {
+    pub node: Node,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestNode {
+    /// A single-node cluster on a fresh data directory, ready to serve.
+    pub async fn start() -> TestNode {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Args)) -> TestNode {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = Args {
+            data_dir: Some(dir.path().to_path_buf()),
+            grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
+            http_addr: Some("127.0.0.1:0".parse().unwrap()),
+            raft_addr: Some("127.0.0.1:0".parse().unwrap()),
+            ..Args::default()
+        };
+        tweak(&mut args);
+        let node = Node::start(Config::load(args).expect("config"))
+            .await
+            .expect("node starts");
+        node.wait_for_leader(Duration::from_secs(10))
+            .await
+            .expect("leader elected");
+        TestNode { node, dir }
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.node.grpc_addr.to_string()
+    }
+
+    pub fn client(&self) -> OmClient {
+        OmClient::new(&[self.endpoint()], ClientOptions::default()).expect("client")
+    }
+
+    /// Every metadata-table entry (retry cache excluded), for before/after comparisons.
+    pub fn dump(&self) -> std::collections::BTreeMap<(&'static str, Vec<u8>), Vec<u8>> {
+        om::store::dump_tables(self.node.service.db()).expect("dump")
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Path of a workspace binary built next to the test executable
+/// (`make test` builds them first).
+pub fn binary(name: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(format!("{}_BIN", name.to_uppercase())) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} not found; build the binaries first (`cargo build --release --bins`, which `make test` does)",
+        p.display()
+    );
+    p
+}
+
+/// A real `om` process on loopback ports.
+pub struct OmProcess {
+    child: Option<Child>,
+    pub data_dir: PathBuf,
+    pub grpc: String,
+    pub http: String,
+    pub raft: String,
+}
+
+impl OmProcess {
+    /// Starts `om` on `data_dir` with fresh ports.
+    pub fn spawn(data_dir: &Path) -> OmProcess {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let http = format!("127.0.0.1:{}", free_port());
+        let raft = format!("127.0.0.1:{}", free_port());
+        Self::spawn_on(data_dir, grpc, http, raft)
+    }
+
+    /// Starts `om` on `data_dir` with the given addresses.
+    pub fn spawn_on(data_dir: &Path, grpc: String, http: String, raft: String) -> OmProcess {
+        let child = start_child(data_dir, &grpc, &http, &raft);
+        OmProcess {
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            grpc,
+            http,
+            raft,
+        }
+    }
+
+    /// Starts again on the same directory and addresses.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "still running");
+        self.child = Some(start_child(&self.data_dir, &self.grpc, &self.http, &self.raft));
+    }
+
+}
+
+fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str) -> Child {
+    Command::new(binary("om"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--grpc-addr")
+            .arg(grpc)
+            .arg("--http-addr")
+            .arg(http)
+            .arg("--raft-addr")
+            .arg(raft)
+            .env("OM_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn om")
+}
+
+impl OmProcess {
+    pub fn client(&self) -> OmClient {
+        OmClient::new(
+            &[self.grpc.clone()],
+            ClientOptions {
+                deadline: Duration::from_secs(20),
+                ..Default::default()
+            },
+        )
+        .expect("client")
+    }
+
+    /// Waits until the node answers and is the leader of its one-node cluster.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let addr = self.grpc.clone();
+        wait_for(timeout, "om to become leader", || {
+            let addr = addr.clone();
+            async move {
+                match OmClient::node_status(&addr).await {
+                    Ok(s) if s.role == "leader" => Some(()),
+                    _ => None,
+                }
+            }
+        })
+        .await
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().expect("SIGKILL");
+            let _ = c.wait();
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for OmProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
