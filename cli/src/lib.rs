@@ -152,7 +152,9 @@ fn classify(s: &Status) -> Next {
         return Next::Rotate;
     }
     match s.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => Next::Rotate,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+            Next::Rotate
+        }
         _ => Next::Fail(ClientError::from_status(s)),
     }
 }
@@ -242,7 +244,7 @@ impl OmClient {
     {
         let started = Instant::now();
         let mut backoff = self.opts.backoff;
-        let mut last_err = String::new();
+        let mut last_err;
         loop {
             let (i, ch) = self.pick();
             match tokio::time::timeout(self.opts.attempt_timeout, f(ch)).await {
@@ -287,7 +289,10 @@ impl OmClient {
         .await
     }
 
-    pub async fn create_volume_with(&self, mut req: CreateVolumeRequest) -> Result<VolumeInfo, ClientError> {
+    pub async fn create_volume_with(
+        &self,
+        mut req: CreateVolumeRequest,
+    ) -> Result<VolumeInfo, ClientError> {
         req.header = Some(self.next_header());
         let r = self
             .call(|ch| {
@@ -450,7 +455,12 @@ impl OmClient {
         .await
     }
 
-    pub async fn lookup_key(&self, volume: &str, bucket: &str, key: &str) -> Result<KeyInfo, ClientError> {
+    pub async fn lookup_key(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<KeyInfo, ClientError> {
         let req = LookupKeyRequest {
             read: self.read_options(),
             volume: volume.to_string(),
@@ -467,7 +477,12 @@ impl OmClient {
             .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
     }
 
-    pub async fn delete_key(&self, volume: &str, bucket: &str, key: &str) -> Result<(), ClientError> {
+    pub async fn delete_key(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(), ClientError> {
         let req = DeleteKeyRequest {
             header: Some(self.next_header()),
             volume: volume.to_string(),
@@ -482,7 +497,10 @@ impl OmClient {
         Ok(())
     }
 
-    pub async fn list_keys(&self, mut req: ListKeysRequest) -> Result<ListKeysResponse, ClientError> {
+    pub async fn list_keys(
+        &self,
+        mut req: ListKeysRequest,
+    ) -> Result<ListKeysResponse, ClientError> {
         req.read = self.read_options();
         self.call(|ch| {
             let req = req.clone();

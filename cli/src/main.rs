@@ -11,10 +11,19 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
 #[derive(Parser)]
-#[command(name = "omctl", version, about = "Admin CLI of om, the replicated object-metadata manager")]
+#[command(
+    name = "omctl",
+    version,
+    about = "Admin CLI of om, the replicated object-metadata manager"
+)]
 struct Cli {
     /// om gRPC endpoint(s), comma-separated; the client finds the leader.
-    #[arg(long, global = true, env = "OM_ENDPOINT", default_value = "127.0.0.1:9862")]
+    #[arg(
+        long,
+        global = true,
+        env = "OM_ENDPOINT",
+        default_value = "127.0.0.1:9862"
+    )]
     endpoint: String,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
@@ -273,14 +282,27 @@ fn print_list(out: Output, items: Vec<Value>, cols: &[&str], next: &str, truncat
                 .collect()
         })
         .collect();
-    table(&cols.iter().map(|c| c.to_uppercase()).collect::<Vec<_>>().iter().map(String::as_str).collect::<Vec<_>>(), rows);
+    table(
+        &cols
+            .iter()
+            .map(|c| c.to_uppercase())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        rows,
+    );
     if truncated {
         println!("-- more: --start-after {next:?}");
     }
 }
 
 /// Follows `start_after` markers while `all`, returning every item and the last page's marker.
-async fn collect_pages<F, Fut>(all: bool, start_after: &str, mut page: F) -> Result<(Vec<Value>, String, bool), ClientError>
+async fn collect_pages<F, Fut>(
+    all: bool,
+    start_after: &str,
+    mut page: F,
+) -> Result<(Vec<Value>, String, bool), ClientError>
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = Result<(Vec<Value>, String, bool), ClientError>>,
@@ -303,11 +325,17 @@ async fn run(cli: Cli) -> Result<()> {
         stale_reads: cli.stale,
         ..Default::default()
     };
-    let c = OmClient::new(&[cli.endpoint.clone()], opts)?;
+    let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
     let out = cli.output;
     match cli.cmd {
         Cmd::Volume(v) => match v {
-            VolumeCmd::Create { name, owner, quota_bytes, quota_buckets, meta } => {
+            VolumeCmd::Create {
+                name,
+                owner,
+                quota_bytes,
+                quota_buckets,
+                meta,
+            } => {
                 let v = c
                     .create_volume_with(CreateVolumeRequest {
                         name,
@@ -327,11 +355,21 @@ async fn run(cli: Cli) -> Result<()> {
                     let prefix = l.prefix.clone();
                     async move {
                         let r = c.list_volumes(&prefix, &m, l.max).await?;
-                        Ok((r.volumes.iter().map(volume_json).collect(), r.next_start_after, r.truncated))
+                        Ok((
+                            r.volumes.iter().map(volume_json).collect(),
+                            r.next_start_after,
+                            r.truncated,
+                        ))
                     }
                 })
                 .await?;
-                print_list(out, items, &["name", "owner", "buckets", "created_ms"], &next, truncated);
+                print_list(
+                    out,
+                    items,
+                    &["name", "owner", "buckets", "created_ms"],
+                    &next,
+                    truncated,
+                );
             }
             VolumeCmd::Delete { name } => {
                 c.delete_volume(&name).await?;
@@ -362,11 +400,21 @@ async fn run(cli: Cli) -> Result<()> {
                     let volume = volume.clone();
                     async move {
                         let r = c.list_buckets(&volume, &prefix, &m, l.max).await?;
-                        Ok((r.buckets.iter().map(bucket_json).collect(), r.next_start_after, r.truncated))
+                        Ok((
+                            r.buckets.iter().map(bucket_json).collect(),
+                            r.next_start_after,
+                            r.truncated,
+                        ))
                     }
                 })
                 .await?;
-                print_list(out, items, &["name", "layout", "keys", "used_bytes"], &next, truncated);
+                print_list(
+                    out,
+                    items,
+                    &["name", "layout", "keys", "used_bytes"],
+                    &next,
+                    truncated,
+                );
             }
             BucketCmd::Delete { path } => {
                 let (v, n) = split2(&path)?;
@@ -379,7 +427,13 @@ async fn run(cli: Cli) -> Result<()> {
             }
         },
         Cmd::Key(k) => match k {
-            KeyCmd::Put { path, size, etag, content_type, meta } => {
+            KeyCmd::Put {
+                path,
+                size,
+                etag,
+                content_type,
+                meta,
+            } => {
                 let (v, b, key) = split3(&path)?;
                 let k = c
                     .put_key_with(PutKeyRequest {
@@ -413,11 +467,21 @@ async fn run(cli: Cli) -> Result<()> {
                     };
                     async move {
                         let r = c.list_keys(req).await?;
-                        Ok((r.keys.iter().map(key_json).collect(), r.next_start_after, r.truncated))
+                        Ok((
+                            r.keys.iter().map(key_json).collect(),
+                            r.next_start_after,
+                            r.truncated,
+                        ))
                     }
                 })
                 .await?;
-                print_list(out, items, &["name", "size", "etag", "modified_ms"], &next, truncated);
+                print_list(
+                    out,
+                    items,
+                    &["name", "size", "etag", "modified_ms"],
+                    &next,
+                    truncated,
+                );
             }
             KeyCmd::Delete { path } => {
                 let (v, b, key) = split3(&path)?;
@@ -453,11 +517,19 @@ async fn run(cli: Cli) -> Result<()> {
                     s.node_id,
                     s.role,
                     s.term,
-                    if s.has_leader { s.leader_id.to_string() } else { "unknown".to_string() }
+                    if s.has_leader {
+                        s.leader_id.to_string()
+                    } else {
+                        "unknown".to_string()
+                    }
                 );
                 println!(
                     "log: last {} committed {} applied {} snapshot {} purged {}",
-                    s.last_log_index, s.committed_index, s.applied_index, s.snapshot_index, s.purged_index
+                    s.last_log_index,
+                    s.committed_index,
+                    s.applied_index,
+                    s.snapshot_index,
+                    s.purged_index
                 );
                 let rows = s
                     .members
@@ -468,8 +540,16 @@ async fn run(cli: Cli) -> Result<()> {
                             if m.voter { "voter" } else { "learner" }.to_string(),
                             m.raft_addr.clone(),
                             m.grpc_addr.clone(),
-                            if m.matched_known { m.matched_index.to_string() } else { "-".to_string() },
-                            if m.matched_known { s.last_log_index.saturating_sub(m.matched_index).to_string() } else { "-".to_string() },
+                            if m.matched_known {
+                                m.matched_index.to_string()
+                            } else {
+                                "-".to_string()
+                            },
+                            if m.matched_known {
+                                s.last_log_index.saturating_sub(m.matched_index).to_string()
+                            } else {
+                                "-".to_string()
+                            },
                         ]
                     })
                     .collect();
@@ -482,7 +562,10 @@ async fn run(cli: Cli) -> Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("omctl: {e}");

@@ -54,7 +54,8 @@ impl om_raft_store::Applier for OmApplier {
         log_index: u64,
         cmd: &Command,
     ) -> Result<CommandResult, om_raft_store::ApplyError> {
-        apply_command(db, batch, log_index, cmd).map_err(|e| om_raft_store::ApplyError(e.to_string()))
+        apply_command(db, batch, log_index, cmd)
+            .map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
 }
 
@@ -325,7 +326,9 @@ impl Ctx<'_> {
             return Err(OmError::precondition(
                 "UNSUPPORTED_BUCKET_LAYOUT",
                 "bucket",
-                format!("bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"),
+                format!(
+                    "bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"
+                ),
             ));
         }
         Ok(rec)
@@ -379,7 +382,12 @@ impl Ctx<'_> {
         let creation = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
         if let Some(o) = &old {
             bucket.used_bytes = bucket.used_bytes.saturating_sub(o.size);
-            self.release_blocks(b, 0, o.blocks.clone(), format!("overwrite {}/{}/{}", c.volume, c.bucket, c.key))?;
+            self.release_blocks(
+                b,
+                0,
+                o.blocks.clone(),
+                format!("overwrite {}/{}/{}", c.volume, c.bucket, c.key),
+            )?;
         } else {
             bucket.key_count += 1;
         }
@@ -399,7 +407,12 @@ impl Ctx<'_> {
         };
         table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, next_block)?;
         table::put::<KeyTable>(self.db, b, &key, &mut rec)?;
-        table::put::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.bucket), &mut bucket)?;
+        table::put::<BucketTable>(
+            self.db,
+            b,
+            &keys::bucket_key(&c.volume, &c.bucket),
+            &mut bucket,
+        )?;
         ok(command_result::Result::Key(KeyResult {
             volume: c.volume.clone(),
             bucket: c.bucket.clone(),
@@ -425,13 +438,27 @@ impl Ctx<'_> {
         bucket.key_count = bucket.key_count.saturating_sub(1);
         bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
         bucket.update_id = self.index;
-        self.release_blocks(b, 0, old.blocks, format!("delete {}/{}/{}", c.volume, c.bucket, c.key))?;
+        self.release_blocks(
+            b,
+            0,
+            old.blocks,
+            format!("delete {}/{}/{}", c.volume, c.bucket, c.key),
+        )?;
         table::delete::<KeyTable>(self.db, b, &key)?;
-        table::put::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.bucket), &mut bucket)?;
+        table::put::<BucketTable>(
+            self.db,
+            b,
+            &keys::bucket_key(&c.volume, &c.bucket),
+            &mut bucket,
+        )?;
         ok(command_result::Result::Empty(Empty {}))
     }
 
-    fn expire_retry_cache(&self, b: &mut WriteBatch, before_ms: u64) -> Result<CommandResult, OmError> {
+    fn expire_retry_cache(
+        &self,
+        b: &mut WriteBatch,
+        before_ms: u64,
+    ) -> Result<CommandResult, OmError> {
         let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
         upper.extend_from_slice(&before_ms.to_be_bytes());
         let mut it = DeferredSeekIter::new(

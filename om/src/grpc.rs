@@ -257,10 +257,19 @@ impl OzoneManager for OmGrpc {
             validate::optional_key("start_after", &r.start_after)?;
             let page = self
                 .svc
-                .list_volumes(consistency(&r.read), &r.prefix, &r.start_after, r.max_results)
+                .list_volumes(
+                    consistency(&r.read),
+                    &r.prefix,
+                    &r.start_after,
+                    r.max_results,
+                )
                 .await?;
             Ok(ListVolumesResponse {
-                volumes: page.items.into_iter().map(|(_, v)| volume_info(v)).collect(),
+                volumes: page
+                    .items
+                    .into_iter()
+                    .map(|(_, v)| volume_info(v))
+                    .collect(),
                 truncated: page.truncated,
                 next_start_after: page.next_start_after,
             })
@@ -368,7 +377,11 @@ impl OzoneManager for OmGrpc {
                 )
                 .await?;
             Ok(ListBucketsResponse {
-                buckets: page.items.into_iter().map(|(_, b)| bucket_info(b)).collect(),
+                buckets: page
+                    .items
+                    .into_iter()
+                    .map(|(_, b)| bucket_info(b))
+                    .collect(),
                 truncated: page.truncated,
                 next_start_after: page.next_start_after,
             })
@@ -399,7 +412,10 @@ impl OzoneManager for OmGrpc {
         .await
     }
 
-    async fn put_key(&self, req: Request<PutKeyRequest>) -> Result<Response<PutKeyResponse>, Status> {
+    async fn put_key(
+        &self,
+        req: Request<PutKeyRequest>,
+    ) -> Result<Response<PutKeyResponse>, Status> {
         let r = req.into_inner();
         observe("PutKey", async {
             validate::resource_name("volume", &r.volume)?;
@@ -439,7 +455,12 @@ impl OzoneManager for OmGrpc {
                 .await?
             {
                 command_result::Result::Key(k) => Ok(PutKeyResponse {
-                    key: Some(key_info(&k.volume, &k.bucket, k.name, k.key.unwrap_or_default())),
+                    key: Some(key_info(
+                        &k.volume,
+                        &k.bucket,
+                        k.name,
+                        k.key.unwrap_or_default(),
+                    )),
                 }),
                 other => Err(unexpected(other)),
             }

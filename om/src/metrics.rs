@@ -26,13 +26,18 @@ pub fn recorder() -> PrometheusHandle {
 pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
     metrics::gauge!("om_raft_term").set(m.current_term as f64);
     metrics::gauge!("om_raft_leader_id").set(m.current_leader.unwrap_or(0) as f64);
-    metrics::gauge!("om_raft_is_leader")
-        .set(if m.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
+    metrics::gauge!("om_raft_is_leader").set(if m.state == openraft::ServerState::Leader {
+        1.0
+    } else {
+        0.0
+    });
     metrics::gauge!("om_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
     metrics::gauge!("om_raft_committed_index")
         .set(m.local_committed.as_ref().map_or(0, |l| l.index) as f64);
-    metrics::gauge!("om_raft_applied_index").set(m.last_applied.as_ref().map_or(0, |l| l.index) as f64);
-    metrics::gauge!("om_raft_snapshot_index").set(m.snapshot.as_ref().map_or(0, |l| l.index) as f64);
+    metrics::gauge!("om_raft_applied_index")
+        .set(m.last_applied.as_ref().map_or(0, |l| l.index) as f64);
+    metrics::gauge!("om_raft_snapshot_index")
+        .set(m.snapshot.as_ref().map_or(0, |l| l.index) as f64);
     if m.current_leader != *previous_leader {
         if m.current_leader.is_some() {
             metrics::counter!("om_raft_leader_changes_total").increment(1);
@@ -43,15 +48,18 @@ pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
         let last = m.last_log_index.unwrap_or(0);
         for (id, matched) in rep {
             let lag = last.saturating_sub(matched.as_ref().map_or(0, |l| l.index));
-            metrics::gauge!("om_raft_replication_lag_entries", "peer" => id.to_string()).set(lag as f64);
+            metrics::gauge!("om_raft_replication_lag_entries", "peer" => id.to_string())
+                .set(lag as f64);
         }
     }
 }
 
 /// Copies the iterator counters into the registry before a scrape.
 pub fn db_counters() {
-    for (table, seeks, nexts) in crate::store::iter::all_table_counters() {
-        metrics::counter!("om_db_seeks_total", "table" => table).absolute(seeks);
-        metrics::counter!("om_db_nexts_total", "table" => table).absolute(nexts);
+    for (table, s) in crate::store::iter::all_table_counters() {
+        metrics::counter!("om_db_seeks_total", "table" => table).absolute(s.seeks);
+        metrics::counter!("om_db_nexts_total", "table" => table).absolute(s.nexts);
+        metrics::counter!("om_db_tombstones_skipped_total", "table" => table)
+            .absolute(s.tombstones);
     }
 }

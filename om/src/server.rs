@@ -103,8 +103,11 @@ impl Node {
             }
         }));
 
-        let om = om_proto::v1::ozone_manager_server::OzoneManagerServer::new(OmGrpc::new(service.clone()));
-        let cluster = om_proto::v1::cluster_server::ClusterServer::new(ClusterGrpc::new(service.clone()));
+        let om = om_proto::v1::ozone_manager_server::OzoneManagerServer::new(OmGrpc::new(
+            service.clone(),
+        ));
+        let cluster =
+            om_proto::v1::cluster_server::ClusterServer::new(ClusterGrpc::new(service.clone()));
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
@@ -128,7 +131,10 @@ impl Node {
             }
         }));
 
-        tasks.push(tokio::spawn(publish_raft_metrics(raft.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(publish_raft_metrics(
+            raft.clone(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(expire_retry_cache(
             service.clone(),
             cfg.retry_cache_ttl,
@@ -227,9 +233,9 @@ async fn bootstrap(
     tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "initializing cluster");
     match raft.initialize(members).await {
         Ok(()) => Ok(()),
-        Err(openraft::errors::RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => {
-            Ok(())
-        }
+        Err(openraft::errors::RaftError::APIError(
+            openraft::errors::InitializeError::NotAllowed(_),
+        )) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -260,7 +266,10 @@ async fn expire_retry_cache(svc: Arc<OmService>, ttl: Duration, mut stop: watch:
         }
         let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
         if let Err(e) = svc
-            .propose(WriteId::default(), Op::ExpireRetryCache(ExpireRetryCache { before_ms }))
+            .propose(
+                WriteId::default(),
+                Op::ExpireRetryCache(ExpireRetryCache { before_ms }),
+            )
             .await
         {
             tracing::debug!(error = %e, "retry cache expiry not proposed");

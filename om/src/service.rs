@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use om_proto::store::{BucketRecord, Command, KeyRecord, VolumeRecord, command::Op, command_result};
+use om_proto::store::{
+    BucketRecord, Command, KeyRecord, VolumeRecord, command::Op, command_result,
+};
 use om_raft_store::{Raft, TypeConfig};
 use openraft::ReadPolicy;
 use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
@@ -98,9 +100,12 @@ impl OmService {
         match self.raft.client_write(cmd).await {
             Ok(resp) => into_outcome(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward_err(&f)),
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => Err(OmError::Unavailable(
-                format!("leadership changed before the write committed; retry with the same client id and seq (leader: {:?})", f.leader_id),
-            )),
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
+                Err(OmError::Unavailable(format!(
+                    "leadership changed before the write committed; retry with the same client id and seq (leader: {:?})",
+                    f.leader_id
+                )))
+            }
             Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
             Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
         }
@@ -113,7 +118,9 @@ impl OmService {
         }
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => Err(forward_err(&f)),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                Err(forward_err(&f))
+            }
             Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
             Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
         }
@@ -130,7 +137,11 @@ impl OmService {
     pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
         self.read_barrier(c).await?;
         table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
-            OmError::not_found("VOLUME_NOT_FOUND", "name", format!("volume {name:?} does not exist"))
+            OmError::not_found(
+                "VOLUME_NOT_FOUND",
+                "name",
+                format!("volume {name:?} does not exist"),
+            )
         })
     }
 
@@ -259,7 +270,8 @@ pub fn list_page<T: TableSchema>(
     let mut lower = parent.to_vec();
     lower.extend_from_slice(prefix.as_bytes());
     let upper = keys::prefix_end(&lower);
-    let mut it = DeferredSeekIter::new(db, T::CF, (!lower.is_empty()).then(|| lower.clone()), upper)?;
+    let mut it =
+        DeferredSeekIter::new(db, T::CF, (!lower.is_empty()).then(|| lower.clone()), upper)?;
     match start_position(prefix, start_after) {
         Some(rel) => {
             let mut target = parent.to_vec();

@@ -65,9 +65,7 @@ fn looks_like_ipv4(name: &str) -> bool {
 /// Checks a key name: non-empty UTF-8 of at most 1024 bytes without NUL, which
 /// the key layout reserves as a separator (see `store::keys`).
 pub fn key_name(field: &'static str, key: &str) -> Result<(), OmError> {
-    let bad = |reason: &'static str, why: String| {
-        Err(OmError::invalid(reason, field, why))
-    };
+    let bad = |reason: &'static str, why: String| Err(OmError::invalid(reason, field, why));
     if key.is_empty() {
         return bad("INVALID_KEY", format!("{field} must not be empty"));
     }

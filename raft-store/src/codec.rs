@@ -117,7 +117,10 @@ pub fn stored_membership_from_pb(m: &pb::StoredMembership) -> std::io::Result<St
         Some(pm) => membership_from_pb(pm)?,
         None => Membership::default(),
     };
-    Ok(StoredMembership::new(opt_log_id_from_pb(&m.log_id), membership))
+    Ok(StoredMembership::new(
+        opt_log_id_from_pb(&m.log_id),
+        membership,
+    ))
 }
 
 pub fn entry_to_pb(e: &Entry) -> pb::Entry {

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use om_proto::raft as pb;
-use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use prost::Message;
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
 
@@ -37,10 +37,26 @@ struct Shared {
     fsyncs: AtomicU64,
 }
 
+/// The flusher thread's handle; dropping the last one stops and joins the
+/// thread, so the database is released when the log store is.
+struct Flusher {
+    tx: Option<mpsc::Sender<Pending>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct LogStore {
     shared: Arc<Shared>,
-    flusher: mpsc::Sender<Pending>,
+    flusher: Arc<Flusher>,
 }
 
 impl LogStore {
@@ -52,12 +68,15 @@ impl LogStore {
         });
         let (tx, rx) = mpsc::channel::<Pending>();
         let s = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("om-wal-sync".to_string())
             .spawn(move || flusher(s, rx))?;
         Ok(LogStore {
             shared,
-            flusher: tx,
+            flusher: Arc::new(Flusher {
+                tx: Some(tx),
+                thread: Some(thread),
+            }),
         })
     }
 
@@ -82,7 +101,11 @@ impl LogStore {
     }
 
     fn get_meta<M: Message + Default>(&self, key: &[u8]) -> std::io::Result<Option<M>> {
-        match self.db().get_pinned_cf(self.cf(RAFT_META_CF)?, key).map_err(io_err)? {
+        match self
+            .db()
+            .get_pinned_cf(self.cf(RAFT_META_CF)?, key)
+            .map_err(io_err)?
+        {
             Some(b) => Ok(Some(M::decode(b.as_ref()).map_err(io_err)?)),
             None => Ok(None),
         }
@@ -110,7 +133,9 @@ impl LogStore {
         it.seek(keys::log_key(start));
         let mut out = Vec::new();
         while it.valid() {
-            let v = it.value().ok_or_else(|| io_err("log iterator lost its value"))?;
+            let v = it
+                .value()
+                .ok_or_else(|| io_err("log iterator lost its value"))?;
             out.push(codec::decode_entry(v)?);
             it.next();
         }
@@ -181,14 +206,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut it = self.db().raw_iterator_cf(self.cf(LOG_CF)?);
         it.seek_to_last();
         let last = if it.valid() {
-            let v = it.value().ok_or_else(|| io_err("log iterator lost its value"))?;
+            let v = it
+                .value()
+                .ok_or_else(|| io_err("log iterator lost its value"))?;
             Some(codec::decode_entry(v)?.log_id)
         } else {
             it.status().map_err(io_err)?;
             None
         };
         Ok(LogState {
-            last_purged_log_id: last_purged.clone(),
+            last_purged_log_id: last_purged,
             last_log_id: last.or(last_purged),
         })
     }
@@ -211,7 +238,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = self.cf(RAFT_META_CF)?;
         let mut b = WriteBatch::default();
         match committed {
-            Some(c) => b.put_cf(cf, keys::COMMITTED_KEY, codec::log_id_to_pb(&c).encode_to_vec()),
+            Some(c) => b.put_cf(
+                cf,
+                keys::COMMITTED_KEY,
+                codec::log_id_to_pb(&c).encode_to_vec(),
+            ),
             None => b.delete_cf(cf, keys::COMMITTED_KEY),
         }
         // Not synced: a lost commit index is re-learned from the leader, and
@@ -225,7 +256,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|l| codec::log_id_from_pb(&l)))
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), std::io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), std::io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -238,6 +273,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db().write(b).map_err(io_err)?;
         let written_seq = self.db().latest_sequence_number();
         self.flusher
+            .tx
+            .as_ref()
+            .ok_or_else(|| io_err("WAL flusher stopped"))?
             .send(Pending {
                 written_seq,
                 callback,
@@ -249,7 +287,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), std::io::Error> {
         let from = last_log_id.map_or(0, |l| l.index + 1);
         let mut b = WriteBatch::default();
-        b.delete_range_cf(self.cf(LOG_CF)?, keys::log_key(from), keys::LOG_END);
+        b.delete_range_cf(
+            self.cf(LOG_CF)?,
+            &keys::log_key(from)[..],
+            &keys::LOG_END[..],
+        );
         self.sync_write(b)
     }
 
@@ -260,7 +302,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::LAST_PURGED_KEY,
             codec::log_id_to_pb(&log_id).encode_to_vec(),
         );
-        b.delete_range_cf(self.cf(LOG_CF)?, keys::log_key(0), keys::log_end_after(log_id.index));
+        b.delete_range_cf(
+            self.cf(LOG_CF)?,
+            keys::log_key(0).to_vec(),
+            keys::log_end_after(log_id.index),
+        );
         // One batch: the purge mark and the deletion land together or not at all.
         self.db().write(b).map_err(io_err)
     }

@@ -17,13 +17,14 @@ use futures::{Stream, StreamExt};
 use om_proto::raft as pb;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_proto::raft::raft_service_server::RaftService;
+use openraft::Snapshot;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
-use openraft::storage::Snapshot;
+use openraft::type_config::alias::SnapshotOf;
 use openraft::{OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
@@ -154,7 +155,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     async fn full_snapshot(
         &mut self,
         vote: Vote,
-        snapshot: Snapshot<TypeConfig, File>,
+        snapshot: SnapshotOf<TypeConfig, File>,
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
@@ -268,7 +269,9 @@ pub fn append_resp_from_pb(
     use pb::append_entries_response::Result as R;
     Ok(match &r.result {
         Some(R::Success(_)) => AppendEntriesResponse::Success,
-        Some(R::PartialSuccess(l)) => AppendEntriesResponse::PartialSuccess(Some(codec::log_id_from_pb(l))),
+        Some(R::PartialSuccess(l)) => {
+            AppendEntriesResponse::PartialSuccess(Some(codec::log_id_from_pb(l)))
+        }
         Some(R::PartialSuccessNone(_)) => AppendEntriesResponse::PartialSuccess(None),
         Some(R::Conflict(_)) => AppendEntriesResponse::Conflict,
         Some(R::HigherVote(v)) => AppendEntriesResponse::HigherVote(codec::vote_from_pb(v)),
@@ -307,7 +310,10 @@ type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendEntriesResponse, 
 
 #[tonic::async_trait]
 impl RaftService for RaftGrpcService {
-    async fn vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+    async fn vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
         let r = req.into_inner();
         let rpc = VoteRequest {
             vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
@@ -414,7 +420,8 @@ impl RaftService for RaftGrpcService {
         };
         let vote = codec::vote_from_pb(&last.vote.unwrap_or_default());
         let result = async {
-            file.sync_all().map_err(|e| Status::internal(e.to_string()))?;
+            file.sync_all()
+                .map_err(|e| Status::internal(e.to_string()))?;
             let f = File::open(&path).map_err(|e| Status::internal(e.to_string()))?;
             self.raft
                 .install_full_snapshot(vote, Snapshot { meta, snapshot: f })

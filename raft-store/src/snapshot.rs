@@ -86,6 +86,9 @@ impl SnapshotWriter {
     }
 }
 
+/// One record: column-family index, key, value.
+pub type SnapshotRecord = (u32, Vec<u8>, Vec<u8>);
+
 /// Reads a snapshot file record by record; `finish` checks the trailer and CRC.
 pub struct SnapshotReader<R: Read> {
     input: BufReader<R>,
@@ -130,12 +133,14 @@ impl<R: Read> SnapshotReader<R> {
     }
 
     fn u32(&mut self) -> std::io::Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
 
     /// The next record as (cf index, key, value), or `None` at the trailer,
     /// which is verified then.
-    pub fn next_record(&mut self) -> std::io::Result<Option<(u32, Vec<u8>, Vec<u8>)>> {
+    pub fn next_record(&mut self) -> std::io::Result<Option<SnapshotRecord>> {
         if self.done {
             return Ok(None);
         }
@@ -201,7 +206,10 @@ mod tests {
         w.finish().unwrap();
         let mut r = SnapshotReader::open(File::open(&p).unwrap()).unwrap();
         assert_eq!(r.meta.snapshot_id, "x");
-        assert_eq!(r.next_record().unwrap(), Some((0, b"k1".to_vec(), b"v1".to_vec())));
+        assert_eq!(
+            r.next_record().unwrap(),
+            Some((0, b"k1".to_vec(), b"v1".to_vec()))
+        );
         assert_eq!(r.next_record().unwrap(), Some((1, b"k2".to_vec(), vec![])));
         assert_eq!(r.next_record().unwrap(), None);
 

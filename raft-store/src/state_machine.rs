@@ -24,7 +24,9 @@ use std::time::Instant;
 use futures::{Stream, TryStreamExt};
 use om_proto::raft as pb;
 use om_proto::store::CommandResult;
-use openraft::storage::{EntryResponder, RaftStateMachine, Snapshot};
+use openraft::Snapshot;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::type_config::alias::SnapshotOf;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use prost::Message;
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
@@ -111,7 +113,7 @@ impl StateMachine {
                 .apply(db, &mut batch, entry.log_id.index, cmd)
                 .map_err(io_err)?,
             EntryPayload::Membership(m) => {
-                *membership = StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                *membership = StoredMembership::new(Some(entry.log_id), m.clone());
                 CommandResult::default()
             }
         };
@@ -119,7 +121,11 @@ impl StateMachine {
             last_applied: Some(codec::log_id_to_pb(&entry.log_id)),
             membership: Some(codec::stored_membership_to_pb(membership)),
         };
-        batch.put_cf(cf(db, keys::SM_META_CF)?, keys::APPLIED_KEY, applied.encode_to_vec());
+        batch.put_cf(
+            cf(db, keys::SM_META_CF)?,
+            keys::APPLIED_KEY,
+            applied.encode_to_vec(),
+        );
         db.write(batch).map_err(io_err)?;
         Ok(result)
     }
@@ -159,7 +165,8 @@ fn read_applied(
 impl Shared {
     fn tmp_path(&self) -> PathBuf {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        self.snap_dir.join(format!("tmp-{}-{n}.snap", std::process::id()))
+        self.snap_dir
+            .join(format!("tmp-{}-{n}.snap", std::process::id()))
     }
 
     /// Makes `tmp` the current snapshot unless a newer one is already current.
@@ -208,13 +215,13 @@ impl Shared {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = File;
 
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig, File>, std::io::Error> {
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, File>, std::io::Error> {
         let started = Instant::now();
         let shared = self.shared.clone();
         let (meta, tmp, bytes) = tokio::task::spawn_blocking(move || shared.build_file())
             .await
             .map_err(io_err)??;
-        self.shared.publish(tmp, meta.last_log_id.clone()).await?;
+        self.shared.publish(tmp, meta.last_log_id).await?;
         crate::metrics::snapshot_built(started.elapsed().as_secs_f64(), bytes);
         tracing::info!(last = ?meta.last_log_id, bytes, "snapshot built");
         let file = File::open(self.shared.snap_dir.join(CURRENT))?;
@@ -235,7 +242,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), std::io::Error>
     where
-        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, std::io::Error>> + Unpin + OptionalSend,
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, std::io::Error>>
+            + Unpin
+            + OptionalSend,
     {
         let (_, mut membership) = self.read_applied()?;
         while let Some((entry, responder)) = entries.try_next().await? {
@@ -253,7 +262,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, mut snapshot: File) -> Result<(), std::io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        mut snapshot: File,
+    ) -> Result<(), std::io::Error> {
         let started = Instant::now();
         snapshot.seek(SeekFrom::Start(0))?;
         // Keep a verified copy as the new current snapshot.
@@ -269,13 +282,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         tokio::task::spawn_blocking(move || install_file(&shared, &meta2, &tmp2))
             .await
             .map_err(io_err)??;
-        self.shared.publish(tmp, meta.last_log_id.clone()).await?;
+        self.shared.publish(tmp, meta.last_log_id).await?;
         crate::metrics::snapshot_installed(started.elapsed().as_secs_f64());
         tracing::info!(last = ?meta.last_log_id, "snapshot installed");
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig, File>>, std::io::Error> {
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<TypeConfig, File>>, std::io::Error> {
         let _cur = self.shared.current.lock().await;
         let path = self.shared.snap_dir.join(CURRENT);
         let file = match File::open(&path) {
@@ -292,14 +307,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 /// Replaces the replicated state with the snapshot in `path`, atomically.
-fn install_file(shared: &Shared, meta: &SnapshotMeta, path: &std::path::Path) -> std::io::Result<()> {
+fn install_file(
+    shared: &Shared,
+    meta: &SnapshotMeta,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
     let db = &shared.db;
     let mut reader = SnapshotReader::open(File::open(path)?)?;
     // Map the file's column families onto ours by name; unknown ones are an error.
     let mut targets = Vec::with_capacity(reader.cfs.len());
     for name in &reader.cfs {
         if !shared.tables.iter().any(|t| t == name) {
-            return Err(io_err(format!("snapshot holds unknown column family {name}")));
+            return Err(io_err(format!(
+                "snapshot holds unknown column family {name}"
+            )));
         }
         targets.push(cf(db, name)?);
     }
@@ -324,7 +345,11 @@ fn install_file(shared: &Shared, meta: &SnapshotMeta, path: &std::path::Path) ->
         last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
         membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
     };
-    batch.put_cf(cf(db, keys::SM_META_CF)?, keys::APPLIED_KEY, applied.encode_to_vec());
+    batch.put_cf(
+        cf(db, keys::SM_META_CF)?,
+        keys::APPLIED_KEY,
+        applied.encode_to_vec(),
+    );
     let mut wo = WriteOptions::default();
     wo.set_sync(true);
     db.write_opt(batch, &wo).map_err(io_err)

@@ -23,12 +23,22 @@ const KV: &str = "kv";
 struct KvApplier;
 
 impl Applier for KvApplier {
-    fn apply(&self, db: &DB, batch: &mut WriteBatch, _index: u64, cmd: &Command) -> Result<CommandResult, ApplyError> {
+    fn apply(
+        &self,
+        db: &DB,
+        batch: &mut WriteBatch,
+        _index: u64,
+        cmd: &Command,
+    ) -> Result<CommandResult, ApplyError> {
         if let Some(Op::PutKey(p)) = &cmd.op {
             if p.key == "fail" {
                 return Err(ApplyError("injected".into()));
             }
-            batch.put_cf(db.cf_handle(KV).unwrap(), p.key.as_bytes(), p.volume.as_bytes());
+            batch.put_cf(
+                db.cf_handle(KV).unwrap(),
+                p.key.as_bytes(),
+                p.volume.as_bytes(),
+            );
         }
         Ok(CommandResult::default())
     }
@@ -46,9 +56,13 @@ fn open_store(dir: &std::path::Path) -> std::io::Result<(LogStore, StateMachine,
 struct Builder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
-        let td = tempfile::TempDir::new().map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
-        let (ls, sm, _) = open_store(td.path()).map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+        let td = tempfile::TempDir::new()
+            .map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+        let (ls, sm, _) = open_store(td.path())
+            .map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
         Ok((td, ls, sm))
     }
 }
@@ -90,7 +104,8 @@ async fn append_and_wait(ls: &mut LogStore, entries: Vec<Entry>) {
 }
 
 async fn apply(sm: &mut StateMachine, entries: Vec<Entry>) -> std::io::Result<()> {
-    sm.apply(stream::iter(entries.into_iter().map(|e| Ok((e, None))))).await
+    sm.apply(stream::iter(entries.into_iter().map(|e| Ok((e, None)))))
+        .await
 }
 
 fn kv(db: &DB, k: &str) -> Option<String> {
@@ -103,7 +118,10 @@ fn kv(db: &DB, k: &str) -> Option<String> {
 async fn vote_is_durable_when_save_vote_returns() {
     let dir = tempfile::tempdir().unwrap();
     let vote = Vote {
-        leader_id: LeaderId { term: 7, node_id: 3 },
+        leader_id: LeaderId {
+            term: 7,
+            node_id: 3,
+        },
         committed: true,
     };
     {
@@ -120,13 +138,18 @@ async fn append_is_acknowledged_only_after_the_wal_fsync() {
     let (mut ls, _, db) = open_store(dir.path()).unwrap();
     let fsyncs_before = ls.fsync_count();
     let (tx, rx) = TypeConfig::oneshot();
-    ls.append(vec![blank(1), blank(2)], IOFlushed::signal(tx)).await.unwrap();
+    ls.append(vec![blank(1), blank(2)], IOFlushed::signal(tx))
+        .await
+        .unwrap();
     // Readable as soon as append returns, before the flush.
     assert_eq!(ls.try_get_log_entries(1..3).await.unwrap().len(), 2);
     let written = db.latest_sequence_number();
     rx.await.unwrap().unwrap();
     // The callback fired only once the WAL was synced past this append.
-    assert!(ls.durable_sequence() >= written, "acknowledged before the fsync");
+    assert!(
+        ls.durable_sequence() >= written,
+        "acknowledged before the fsync"
+    );
     assert!(ls.fsync_count() > fsyncs_before);
     drop((ls, db));
     let (mut ls, _, _) = open_store(dir.path()).unwrap();
@@ -138,7 +161,9 @@ async fn apply_writes_data_and_applied_index_in_one_batch() {
     let dir = tempfile::tempdir().unwrap();
     {
         let (_, mut sm, db) = open_store(dir.path()).unwrap();
-        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")]).await.unwrap();
+        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
+            .await
+            .unwrap();
         assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 2)));
         assert_eq!(kv(&db, "b").as_deref(), Some("2"));
         // A storage failure in apply stages nothing: neither data nor index move.
@@ -209,8 +234,18 @@ async fn snapshot_install_is_all_or_nothing() {
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
     let (_, mut sm_a, _) = open_store(a.path()).unwrap();
-    apply(&mut sm_a, vec![put(1, "x", "from-a"), put(2, "y", "from-a")]).await.unwrap();
-    let snap = sm_a.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    apply(
+        &mut sm_a,
+        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
+    )
+    .await
+    .unwrap();
+    let snap = sm_a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
     assert_eq!(snap.meta.last_log_id, Some(log_id(1, 2)));
 
     let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
@@ -253,7 +288,9 @@ async fn snapshot_is_a_consistent_point_in_time() {
     apply(&mut sm, vec![put(2, "k", "v2")]).await.unwrap();
     let other = tempfile::tempdir().unwrap();
     let (_, mut sm2, db2) = open_store(other.path()).unwrap();
-    sm2.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+    sm2.install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
     assert_eq!(kv(&db2, "k").as_deref(), Some("v1"));
     assert_eq!(sm2.applied_state().await.unwrap().0, Some(log_id(1, 1)));
 }

@@ -67,7 +67,7 @@ impl TestNode {
     }
 
     /// Every metadata-table entry (retry cache excluded), for before/after comparisons.
-    pub fn dump(&self) -> std::collections::BTreeMap<(&'static str, Vec<u8>), Vec<u8>> {
+    pub fn dump(&self) -> om::store::TableDump {
         om::store::dump_tables(self.node.service.db()).expect("dump")
     }
 }
@@ -130,33 +130,37 @@ impl OmProcess {
     /// Starts again on the same directory and addresses.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "still running");
-        self.child = Some(start_child(&self.data_dir, &self.grpc, &self.http, &self.raft));
+        self.child = Some(start_child(
+            &self.data_dir,
+            &self.grpc,
+            &self.http,
+            &self.raft,
+        ));
     }
-
 }
 
 fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str) -> Child {
     Command::new(binary("om"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--grpc-addr")
-            .arg(grpc)
-            .arg("--http-addr")
-            .arg(http)
-            .arg("--raft-addr")
-            .arg(raft)
-            .env("OM_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn om")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--grpc-addr")
+        .arg(grpc)
+        .arg("--http-addr")
+        .arg(http)
+        .arg("--raft-addr")
+        .arg(raft)
+        .env("OM_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn om")
 }
 
 impl OmProcess {
     pub fn client(&self) -> OmClient {
         OmClient::new(
-            &[self.grpc.clone()],
+            std::slice::from_ref(&self.grpc),
             ClientOptions {
                 deadline: Duration::from_secs(20),
                 ..Default::default()

@@ -33,26 +33,35 @@ async fn rejected<T: std::fmt::Debug>(
 ) {
     let before = node.dump();
     assert_err(f.await, code, reason, field);
-    assert_eq!(before, node.dump(), "{reason}: a rejected request changed the tables");
+    assert_eq!(
+        before,
+        node.dump(),
+        "{reason}: a rejected request changed the tables"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_lifecycle() {
     let node = TestNode::start().await;
     let c = node.client();
-    let v = c.create_volume("v1", "alice").await.unwrap();
-    assert_eq!(v.name, "v1");
+    let v = c.create_volume("vol1", "alice").await.unwrap();
+    assert_eq!(v.name, "vol1");
     assert_eq!(v.owner, "alice");
     assert!(v.creation_time_ms > 0);
     assert!(v.object_id > 0 && v.update_id > 0);
-    assert_eq!(c.get_volume("v1").await.unwrap(), v);
-    c.create_volume("v2", "").await.unwrap();
+    assert_eq!(c.get_volume("vol1").await.unwrap(), v);
+    c.create_volume("vol2", "").await.unwrap();
     let l = c.list_volumes("", "", 0).await.unwrap();
     let names: Vec<_> = l.volumes.iter().map(|v| v.name.as_str()).collect();
-    assert_eq!(names, ["v1", "v2"]);
+    assert_eq!(names, ["vol1", "vol2"]);
     assert!(!l.truncated);
-    c.delete_volume("v1").await.unwrap();
-    assert_err(c.get_volume("v1").await, Code::NotFound, "VOLUME_NOT_FOUND", "name");
+    c.delete_volume("vol1").await.unwrap();
+    assert_err(
+        c.get_volume("vol1").await,
+        Code::NotFound,
+        "VOLUME_NOT_FOUND",
+        "name",
+    );
     node.node.shutdown().await;
 }
 
@@ -60,52 +69,62 @@ async fn volume_lifecycle() {
 async fn bucket_and_key_flow() {
     let node = TestNode::start().await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
-    let b = c.create_bucket("v1", "b1", BucketLayout::ObjectStore).await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    let b = c
+        .create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
     assert_eq!(b.layout, BucketLayout::ObjectStore as i32);
     let fso = c
-        .create_bucket("v1", "fs1", BucketLayout::FileSystemOptimized)
+        .create_bucket("vol1", "fso1", BucketLayout::FileSystemOptimized)
         .await
         .unwrap();
     assert_eq!(fso.layout, BucketLayout::FileSystemOptimized as i32);
-    assert_eq!(c.get_volume("v1").await.unwrap().bucket_count, 2);
+    assert_eq!(c.get_volume("vol1").await.unwrap().bucket_count, 2);
 
-    let k = c.put_key("v1", "b1", "dir/a.txt", 10).await.unwrap();
+    let k = c.put_key("vol1", "bkt1", "dir/a.txt", 10).await.unwrap();
     assert_eq!(k.size, 10);
     assert_eq!(k.blocks.len(), 1);
     assert_eq!(k.blocks[0].length, 10);
     let big = c
-        .put_key("v1", "b1", "big", 600 * 1024 * 1024)
+        .put_key("vol1", "bkt1", "big", 600 * 1024 * 1024)
         .await
         .unwrap();
     assert_eq!(big.blocks.len(), 3, "256 MiB blocks");
-    assert_eq!(big.blocks.iter().map(|b| b.length).sum::<u64>(), 600 * 1024 * 1024);
-    let ids: std::collections::BTreeSet<u64> =
-        k.blocks.iter().chain(&big.blocks).map(|b| b.block_id).collect();
+    assert_eq!(
+        big.blocks.iter().map(|b| b.length).sum::<u64>(),
+        600 * 1024 * 1024
+    );
+    let ids: std::collections::BTreeSet<u64> = k
+        .blocks
+        .iter()
+        .chain(&big.blocks)
+        .map(|b| b.block_id)
+        .collect();
     assert_eq!(ids.len(), 4, "block ids are unique");
 
-    let got = c.lookup_key("v1", "b1", "dir/a.txt").await.unwrap();
+    let got = c.lookup_key("vol1", "bkt1", "dir/a.txt").await.unwrap();
     assert_eq!(got, k);
     // Overwrite keeps creation time, bumps update id, allocates new blocks.
-    let k2 = c.put_key("v1", "b1", "dir/a.txt", 20).await.unwrap();
+    let k2 = c.put_key("vol1", "bkt1", "dir/a.txt", 20).await.unwrap();
     assert_eq!(k2.creation_time_ms, k.creation_time_ms);
     assert!(k2.update_id > k.update_id);
     assert_ne!(k2.blocks[0].block_id, k.blocks[0].block_id);
-    let bi = c.get_bucket("v1", "b1").await.unwrap();
+    let bi = c.get_bucket("vol1", "bkt1").await.unwrap();
     assert_eq!(bi.key_count, 2);
     assert_eq!(bi.used_bytes, 20 + 600 * 1024 * 1024);
 
-    c.delete_key("v1", "b1", "dir/a.txt").await.unwrap();
+    c.delete_key("vol1", "bkt1", "dir/a.txt").await.unwrap();
     assert_err(
-        c.lookup_key("v1", "b1", "dir/a.txt").await,
+        c.lookup_key("vol1", "bkt1", "dir/a.txt").await,
         Code::NotFound,
         "KEY_NOT_FOUND",
         "key",
     );
-    c.delete_key("v1", "b1", "big").await.unwrap();
-    c.delete_bucket("v1", "b1").await.unwrap();
-    c.delete_bucket("v1", "fs1").await.unwrap();
-    c.delete_volume("v1").await.unwrap();
+    c.delete_key("vol1", "bkt1", "big").await.unwrap();
+    c.delete_bucket("vol1", "bkt1").await.unwrap();
+    c.delete_bucket("vol1", "fso1").await.unwrap();
+    c.delete_volume("vol1").await.unwrap();
     assert!(c.list_volumes("", "", 0).await.unwrap().volumes.is_empty());
     node.node.shutdown().await;
 }
@@ -114,19 +133,23 @@ async fn bucket_and_key_flow() {
 async fn listings_paginate_with_exclusive_markers() {
     let node = TestNode::start_with(|a| a.max_page = Some(4)).await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
-    c.create_bucket("v1", "b1", BucketLayout::ObjectStore).await.unwrap();
-    c.create_bucket("v1", "b1-x", BucketLayout::ObjectStore).await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.create_bucket("vol1", "bkt1-x", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
     let names = ["a", "a/1", "a/2", "b", "b/1", "c", "d", "e", "é"];
     for n in names {
-        c.put_key("v1", "b1", n, 1).await.unwrap();
+        c.put_key("vol1", "bkt1", n, 1).await.unwrap();
     }
     // A neighbouring bucket whose name sorts close by must never leak in.
-    c.put_key("v1", "b1-x", "a", 1).await.unwrap();
+    c.put_key("vol1", "bkt1-x", "a", 1).await.unwrap();
 
     let list = |prefix: &str, start_after: &str, max: u32| ListKeysRequest {
-        volume: "v1".into(),
-        bucket: "b1".into(),
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
         prefix: prefix.into(),
         start_after: start_after.into(),
         max_keys: max,
@@ -161,13 +184,19 @@ async fn listings_paginate_with_exclusive_markers() {
     let got: Vec<_> = r.keys.iter().map(|k| k.name.as_str()).collect();
     assert_eq!(got, ["b", "b/1"]);
     // A marker past the prefix yields nothing.
-    assert!(c.list_keys(list("a", "zz", 0)).await.unwrap().keys.is_empty());
+    assert!(
+        c.list_keys(list("a", "zz", 0))
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
 
-    let bl = c.list_buckets("v1", "", "", 0).await.unwrap();
+    let bl = c.list_buckets("vol1", "", "", 0).await.unwrap();
     let got: Vec<_> = bl.buckets.iter().map(|b| b.name.as_str()).collect();
-    assert_eq!(got, ["b1", "b1-x"]);
-    let bl = c.list_buckets("v1", "", "b1", 1).await.unwrap();
-    assert_eq!(bl.buckets[0].name, "b1-x");
+    assert_eq!(got, ["bkt1", "bkt1-x"]);
+    let bl = c.list_buckets("vol1", "", "bkt1", 1).await.unwrap();
+    assert_eq!(bl.buckets[0].name, "bkt1-x");
     assert!(!bl.truncated);
     node.node.shutdown().await;
 }
@@ -176,17 +205,37 @@ async fn listings_paginate_with_exclusive_markers() {
 async fn bad_input_is_refused_and_changes_nothing() {
     let node = TestNode::start().await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
-    c.create_bucket("v1", "b1", BucketLayout::ObjectStore).await.unwrap();
-    c.create_bucket("v1", "fs", BucketLayout::FileSystemOptimized).await.unwrap();
-    c.put_key("v1", "b1", "k", 5).await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.create_bucket("vol1", "fso", BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
+    c.put_key("vol1", "bkt1", "k", 5).await.unwrap();
 
-    for bad in ["ab", "Upper", "has_underscore", "-lead", "trail-", "a..b", "192.168.0.1", "xn--abc"] {
-        rejected(&node, c.create_volume(bad, ""), Code::InvalidArgument, "INVALID_NAME", "name").await;
+    for bad in [
+        "ab",
+        "Upper",
+        "has_underscore",
+        "-lead",
+        "trail-",
+        "a..b",
+        "192.168.0.1",
+        "xn--abc",
+    ] {
+        rejected(
+            &node,
+            c.create_volume(bad, ""),
+            Code::InvalidArgument,
+            "INVALID_NAME",
+            "name",
+        )
+        .await;
     }
     rejected(
         &node,
-        c.create_bucket("v1", "Bad", BucketLayout::ObjectStore),
+        c.create_bucket("vol1", "Bad", BucketLayout::ObjectStore),
         Code::InvalidArgument,
         "INVALID_NAME",
         "name",
@@ -194,40 +243,91 @@ async fn bad_input_is_refused_and_changes_nothing() {
     .await;
     rejected(
         &node,
-        c.create_bucket("no-such", "b2", BucketLayout::ObjectStore),
+        c.create_bucket("no-such", "bkt2", BucketLayout::ObjectStore),
         Code::NotFound,
         "VOLUME_NOT_FOUND",
         "volume",
     )
     .await;
-    rejected(&node, c.create_volume("v1", ""), Code::AlreadyExists, "VOLUME_ALREADY_EXISTS", "name").await;
     rejected(
         &node,
-        c.create_bucket("v1", "b1", BucketLayout::ObjectStore),
+        c.create_volume("vol1", ""),
+        Code::AlreadyExists,
+        "VOLUME_ALREADY_EXISTS",
+        "name",
+    )
+    .await;
+    rejected(
+        &node,
+        c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore),
         Code::AlreadyExists,
         "BUCKET_ALREADY_EXISTS",
         "name",
     )
     .await;
-    rejected(&node, c.delete_volume("v1"), Code::FailedPrecondition, "VOLUME_NOT_EMPTY", "name").await;
-    rejected(&node, c.delete_bucket("v1", "b1"), Code::FailedPrecondition, "BUCKET_NOT_EMPTY", "name").await;
-    rejected(&node, c.delete_volume("nope"), Code::NotFound, "VOLUME_NOT_FOUND", "name").await;
-    rejected(&node, c.delete_bucket("v1", "nope"), Code::NotFound, "BUCKET_NOT_FOUND", "bucket").await;
-    rejected(&node, c.put_key("v1", "nope", "k", 1), Code::NotFound, "BUCKET_NOT_FOUND", "bucket").await;
-    rejected(&node, c.put_key("v1", "b1", "", 1), Code::InvalidArgument, "INVALID_KEY", "key").await;
     rejected(
         &node,
-        c.put_key("v1", "b1", &"k".repeat(1025), 1),
+        c.delete_volume("vol1"),
+        Code::FailedPrecondition,
+        "VOLUME_NOT_EMPTY",
+        "name",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_bucket("vol1", "bkt1"),
+        Code::FailedPrecondition,
+        "BUCKET_NOT_EMPTY",
+        "name",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_volume("nope"),
+        Code::NotFound,
+        "VOLUME_NOT_FOUND",
+        "name",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_bucket("vol1", "nope"),
+        Code::NotFound,
+        "BUCKET_NOT_FOUND",
+        "bucket",
+    )
+    .await;
+    rejected(
+        &node,
+        c.put_key("vol1", "nope", "k", 1),
+        Code::NotFound,
+        "BUCKET_NOT_FOUND",
+        "bucket",
+    )
+    .await;
+    rejected(
+        &node,
+        c.put_key("vol1", "bkt1", "", 1),
+        Code::InvalidArgument,
+        "INVALID_KEY",
+        "key",
+    )
+    .await;
+    rejected(
+        &node,
+        c.put_key("vol1", "bkt1", &"k".repeat(1025), 1),
         Code::InvalidArgument,
         "KEY_TOO_LONG",
         "key",
     )
     .await;
     // 1024 bytes of multi-byte UTF-8 is fine; 1026 is not.
-    c.put_key("v1", "b1", &"é".repeat(512), 1).await.unwrap();
+    c.put_key("vol1", "bkt1", &"é".repeat(512), 1)
+        .await
+        .unwrap();
     rejected(
         &node,
-        c.put_key("v1", "b1", &"é".repeat(513), 1),
+        c.put_key("vol1", "bkt1", &"é".repeat(513), 1),
         Code::InvalidArgument,
         "KEY_TOO_LONG",
         "key",
@@ -236,8 +336,8 @@ async fn bad_input_is_refused_and_changes_nothing() {
     rejected(
         &node,
         c.put_key_with(PutKeyRequest {
-            volume: "v1".into(),
-            bucket: "b1".into(),
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
             key: "x".into(),
             etag: "not-an-etag".into(),
             ..Default::default()
@@ -249,17 +349,24 @@ async fn bad_input_is_refused_and_changes_nothing() {
     .await;
     rejected(
         &node,
-        c.put_key("v1", "fs", "k", 1),
+        c.put_key("vol1", "fso", "k", 1),
         Code::FailedPrecondition,
         "UNSUPPORTED_BUCKET_LAYOUT",
         "bucket",
     )
     .await;
-    rejected(&node, c.delete_key("v1", "b1", "nope"), Code::NotFound, "KEY_NOT_FOUND", "key").await;
+    rejected(
+        &node,
+        c.delete_key("vol1", "bkt1", "nope"),
+        Code::NotFound,
+        "KEY_NOT_FOUND",
+        "key",
+    )
+    .await;
     rejected(
         &node,
         c.create_volume_with(CreateVolumeRequest {
-            name: "v9".into(),
+            name: "vol9".into(),
             metadata: [("k".to_string(), "v".repeat(3000))].into(),
             ..Default::default()
         }),
@@ -275,14 +382,16 @@ async fn bad_input_is_refused_and_changes_nothing() {
 async fn a_retried_write_is_applied_once() {
     let node = TestNode::start().await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
-    c.create_bucket("v1", "b1", BucketLayout::ObjectStore).await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
     // Two sends of one logical write (same client id and seq), as after a lost reply.
     let header = c.next_header();
     let req = PutKeyRequest {
         header: Some(header.clone()),
-        volume: "v1".into(),
-        bucket: "b1".into(),
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
         key: "k".into(),
         size: 1,
         ..Default::default()
@@ -296,7 +405,7 @@ async fn a_retried_write_is_applied_once() {
     let first = raw.put_key(req.clone()).await.unwrap().into_inner();
     let second = raw.put_key(req.clone()).await.unwrap().into_inner();
     assert_eq!(first, second, "the retry gets the original response");
-    let k = c.lookup_key("v1", "b1", "k").await.unwrap();
+    let k = c.lookup_key("vol1", "bkt1", "k").await.unwrap();
     assert_eq!(Some(k.clone()), first.key);
     // A new sequence number is a new write.
     let mut req3 = req;
@@ -310,7 +419,7 @@ async fn a_retried_write_is_applied_once() {
 async fn reads_are_linearizable_by_default_and_stale_on_request() {
     let node = TestNode::start().await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
     let stale = OmClient::new(
         &[node.endpoint()],
         om_client::ClientOptions {
@@ -319,7 +428,7 @@ async fn reads_are_linearizable_by_default_and_stale_on_request() {
         },
     )
     .unwrap();
-    assert_eq!(stale.get_volume("v1").await.unwrap().name, "v1");
+    assert_eq!(stale.get_volume("vol1").await.unwrap().name, "vol1");
     let status = c.cluster_status().await.unwrap();
     assert_eq!(status.role, "leader");
     assert!(status.applied_index >= 2);
@@ -332,7 +441,7 @@ async fn reads_are_linearizable_by_default_and_stale_on_request() {
 async fn metrics_and_health_are_served() {
     let node = TestNode::start().await;
     let c = node.client();
-    c.create_volume("v1", "").await.unwrap();
+    c.create_volume("vol1", "").await.unwrap();
     let _ = c.get_volume("nope").await;
     let get = |path: &str| {
         let addr = node.node.http_addr;
@@ -340,9 +449,11 @@ async fn metrics_and_health_are_served() {
         async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).await.unwrap();
             out

@@ -33,41 +33,59 @@ async fn omctl_walkthrough_survives_sigkill() {
     om.wait_ready(Duration::from_secs(60)).await;
     let ep = om.grpc.clone();
 
-    ok(&ep, &["volume", "create", "v1"]);
-    ok(&ep, &["bucket", "create", "v1/b1"]);
-    let put = ok(&ep, &["key", "put", "v1/b1/a", "--size", "10"]);
+    ok(&ep, &["volume", "create", "vol1"]);
+    ok(&ep, &["bucket", "create", "vol1/bkt1"]);
+    let put = ok(&ep, &["key", "put", "vol1/bkt1/a", "--size", "10"]);
     assert!(put.contains("size"), "{put}");
-    ok(&ep, &["key", "put", "v1/b1/b", "--size", "20"]);
-    let list = ok(&ep, &["key", "list", "v1/b1"]);
+    ok(&ep, &["key", "put", "vol1/bkt1/b", "--size", "20"]);
+    let list = ok(&ep, &["key", "list", "vol1/bkt1"]);
     assert!(list.lines().any(|l| l.starts_with("a ")), "{list}");
 
     // JSON output is machine-readable.
-    let json: serde_json::Value =
-        serde_json::from_str(&ok(&ep, &["--output", "json", "key", "list", "v1/b1", "--max", "1"])).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &ep,
+        &["--output", "json", "key", "list", "vol1/bkt1", "--max", "1"],
+    ))
+    .unwrap();
     assert_eq!(json["items"][0]["name"], "a");
     assert_eq!(json["truncated"], true);
     assert_eq!(json["next_start_after"], "a");
-    let all: serde_json::Value =
-        serde_json::from_str(&ok(&ep, &["--output", "json", "key", "list", "v1/b1", "--max", "1", "--all"])).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&ok(
+        &ep,
+        &[
+            "--output",
+            "json",
+            "key",
+            "list",
+            "vol1/bkt1",
+            "--max",
+            "1",
+            "--all",
+        ],
+    ))
+    .unwrap();
     assert_eq!(all["items"].as_array().unwrap().len(), 2);
 
     // Errors exit non-zero with the stable reason.
     let bad = omctl(&ep, &["volume", "create", "BAD"]);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("INVALID_NAME") && err.contains("name"), "{err}");
+    assert!(
+        err.contains("INVALID_NAME") && err.contains("name"),
+        "{err}"
+    );
 
     om.kill9();
     om.restart();
     om.wait_ready(Duration::from_secs(60)).await;
 
-    let info = ok(&ep, &["--output", "json", "key", "info", "v1/b1/a"]);
+    let info = ok(&ep, &["--output", "json", "key", "info", "vol1/bkt1/a"]);
     let info: serde_json::Value = serde_json::from_str(&info).unwrap();
     assert_eq!(info["size"], 10);
-    let list = ok(&ep, &["key", "list", "v1/b1"]);
+    let list = ok(&ep, &["key", "list", "vol1/bkt1"]);
     assert!(list.lines().any(|l| l.starts_with("b ")), "{list}");
     let status = ok(&ep, &["cluster", "status"]);
     assert!(status.contains("is leader"), "{status}");
     let vols = ok(&ep, &["volume", "list"]);
-    assert!(vols.contains("v1"), "{vols}");
+    assert!(vols.contains("vol1"), "{vols}");
 }

@@ -7,7 +7,9 @@ use rocksdb::{ColumnFamily, DB, WriteBatch};
 
 use super::keys;
 use crate::error::OmError;
-use om_proto::store::{BucketRecord, DeletedBlocksRecord, KeyRecord, RetryCacheRecord, VolumeRecord};
+use om_proto::store::{
+    BucketRecord, DeletedBlocksRecord, KeyRecord, RetryCacheRecord, VolumeRecord,
+};
 
 /// A stored record with a format version, bumped when its meaning changes.
 pub trait Record: Message + Default {
@@ -23,7 +25,13 @@ macro_rules! record {
         }
     )*};
 }
-record!(VolumeRecord, BucketRecord, KeyRecord, DeletedBlocksRecord, RetryCacheRecord);
+record!(
+    VolumeRecord,
+    BucketRecord,
+    KeyRecord,
+    DeletedBlocksRecord,
+    RetryCacheRecord
+);
 
 /// One metadata table: a column family and the record stored in it.
 pub trait TableSchema {
@@ -44,9 +52,24 @@ macro_rules! table {
     };
 }
 
-table!(VolumeTable, keys::VOLUMES_CF, VolumeRecord, "Volumes by name.");
-table!(BucketTable, keys::BUCKETS_CF, BucketRecord, "Buckets by `volume/bucket`.");
-table!(KeyTable, keys::KEYS_CF, KeyRecord, "Committed keys of OBJECT_STORE buckets.");
+table!(
+    VolumeTable,
+    keys::VOLUMES_CF,
+    VolumeRecord,
+    "Volumes by name."
+);
+table!(
+    BucketTable,
+    keys::BUCKETS_CF,
+    BucketRecord,
+    "Buckets by `volume/bucket`."
+);
+table!(
+    KeyTable,
+    keys::KEYS_CF,
+    KeyRecord,
+    "Committed keys of OBJECT_STORE buckets."
+);
 table!(
     DeletedBlocksTable,
     keys::DELETED_BLOCKS_CF,
@@ -97,9 +120,11 @@ pub fn delete<T: TableSchema>(db: &DB, batch: &mut WriteBatch, key: &[u8]) -> Re
 /// Reads a big-endian u64 counter; absent counters read as `default`.
 pub fn get_counter(db: &DB, name: &[u8], default: u64) -> Result<u64, OmError> {
     match db.get_pinned_cf(cf(db, keys::COUNTERS_CF)?, name)? {
-        Some(b) => Ok(u64::from_be_bytes(b.as_ref().try_into().map_err(|_| {
-            OmError::Internal("corrupt counter".to_string())
-        })?)),
+        Some(b) => {
+            Ok(u64::from_be_bytes(b.as_ref().try_into().map_err(|_| {
+                OmError::Internal("corrupt counter".to_string())
+            })?))
+        }
         None => Ok(default),
     }
 }
