@@ -15,7 +15,7 @@ pub fn resource_name(field: &'static str, name: &str) -> Result<(), OmError> {
         Err(OmError::invalid(
             "INVALID_NAME",
             field,
-            format!("{field} name {name:?} {why}"),
+            format!("invalid {field} {name:?}: {why}"),
         ))
     };
     let len = name.len();
