@@ -72,6 +72,58 @@ impl TestNode {
     }
 }
 
+/// Addresses of one member of a test cluster.
+#[derive(Debug, Clone)]
+pub struct MemberAddrs {
+    pub id: u64,
+    pub grpc: String,
+    pub http: String,
+    pub raft: String,
+}
+
+/// Fresh loopback addresses for `n` members, ids 1..=n.
+pub fn cluster_addrs(n: u64) -> Vec<MemberAddrs> {
+    (1..=n)
+        .map(|id| MemberAddrs {
+            id,
+            grpc: format!("127.0.0.1:{}", free_port()),
+            http: format!("127.0.0.1:{}", free_port()),
+            raft: format!("127.0.0.1:{}", free_port()),
+        })
+        .collect()
+}
+
+/// The `--initial-cluster` value for `members`.
+pub fn initial_cluster(members: &[MemberAddrs]) -> String {
+    members
+        .iter()
+        .map(|m| format!("{}={}/{}", m.id, m.raft, m.grpc))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl TestNode {
+    /// Starts member `me` of a static cluster without waiting for a leader.
+    pub async fn start_member(me: &MemberAddrs, all: &[MemberAddrs]) -> TestNode {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args = Args {
+            data_dir: Some(dir.path().to_path_buf()),
+            grpc_addr: Some(me.grpc.parse().unwrap()),
+            http_addr: Some(me.http.parse().unwrap()),
+            raft_addr: Some(me.raft.parse().unwrap()),
+            node_id: Some(me.id),
+            initial_cluster: Some(initial_cluster(all)),
+            heartbeat_ms: Some(50),
+            election_timeout_ms: Some(300),
+            ..Args::default()
+        };
+        let node = Node::start(Config::load(args).expect("config"))
+            .await
+            .expect("node starts");
+        TestNode { node, dir }
+    }
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
