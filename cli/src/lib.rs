@@ -81,6 +81,8 @@ pub struct ClientOptions {
     pub max_backoff: Duration,
     /// Serve reads from whichever node answers, possibly stale.
     pub stale_reads: bool,
+    /// Linearizable reads under the leader's lease (no quorum round trip).
+    pub lease_reads: bool,
 }
 
 impl Default for ClientOptions {
@@ -91,6 +93,7 @@ impl Default for ClientOptions {
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
             stale_reads: false,
+            lease_reads: false,
         }
     }
 }
@@ -204,6 +207,8 @@ impl OmClient {
         Some(ReadOptions {
             consistency: if self.opts.stale_reads {
                 ReadConsistency::Stale as i32
+            } else if self.opts.lease_reads {
+                ReadConsistency::Lease as i32
             } else {
                 ReadConsistency::Linearizable as i32
             },
@@ -513,6 +518,77 @@ impl OmClient {
     pub async fn cluster_status(&self) -> Result<ClusterStatusResponse, ClientError> {
         self.call(|ch| async move { ClusterClient::new(ch).status(ClusterStatusRequest {}).await })
             .await
+    }
+
+    /// Adds a node (learner, caught up, then voter unless `learner_only`).
+    pub async fn add_node(
+        &self,
+        node_id: u64,
+        raft_addr: &str,
+        grpc_addr: &str,
+        learner_only: bool,
+    ) -> Result<ClusterStatusResponse, ClientError> {
+        let req = AddNodeRequest {
+            node_id,
+            raft_addr: raft_addr.to_string(),
+            grpc_addr: grpc_addr.to_string(),
+            learner_only,
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { ClusterClient::new(ch).add_node(req).await }
+            })
+            .await?;
+        r.status
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn remove_node(&self, node_id: u64) -> Result<ClusterStatusResponse, ClientError> {
+        let r = self
+            .call(|ch| async move {
+                ClusterClient::new(ch)
+                    .remove_node(RemoveNodeRequest { node_id })
+                    .await
+            })
+            .await?;
+        r.status
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    pub async fn transfer_leader(&self, to: u64) -> Result<ClusterStatusResponse, ClientError> {
+        let r = self
+            .call(|ch| async move {
+                ClusterClient::new(ch)
+                    .transfer_leader(TransferLeaderRequest { to })
+                    .await
+            })
+            .await?;
+        r.status
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
+    /// The status of the contacted node and of every member it knows, each
+    /// asked directly; members that do not answer are reported as errors.
+    pub async fn cluster_status_all(
+        &self,
+    ) -> Result<Vec<(ClusterMember, Result<ClusterStatusResponse, ClientError>)>, ClientError> {
+        let first = self.cluster_status().await?;
+        let mut out = Vec::new();
+        for m in &first.members {
+            let s = if m.node_id == first.node_id {
+                Ok(first.clone())
+            } else if m.grpc_addr.is_empty() {
+                Err(ClientError::Endpoint(format!(
+                    "node {} has no client address",
+                    m.node_id
+                )))
+            } else {
+                Self::node_status(&m.grpc_addr).await
+            };
+            out.push((m.clone(), s));
+        }
+        Ok(out)
     }
 
     /// The status of the node at `addr` specifically.

@@ -31,6 +31,9 @@ struct Cli {
     /// Serve reads from the contacted node's local state (may be stale).
     #[arg(long, global = true)]
     stale: bool,
+    /// Linearizable reads under the leader's lease instead of a quorum check.
+    #[arg(long, global = true, conflicts_with = "stale")]
+    lease: bool,
     /// Give up after this many seconds, retries included.
     #[arg(long, global = true, default_value_t = 30)]
     timeout: u64,
@@ -158,8 +161,23 @@ enum KeyCmd {
 
 #[derive(Subcommand)]
 enum ClusterCmd {
-    /// Role, term, leader and log indexes of the contacted node and its members.
+    /// Role, term, leader, log indexes and lag of every member.
     Status,
+    /// Add a node started with `om --join`: as a learner, then (once caught up) a voter.
+    AddNode {
+        node_id: u64,
+        #[arg(long)]
+        raft_addr: String,
+        #[arg(long)]
+        grpc_addr: String,
+        /// Leave it a learner.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove a voter or learner.
+    RemoveNode { node_id: u64 },
+    /// Hand leadership to another voter.
+    TransferLeader { node_id: u64 },
 }
 
 fn split2(path: &str) -> Result<(&str, &str)> {
@@ -323,6 +341,7 @@ async fn run(cli: Cli) -> Result<()> {
     let opts = ClientOptions {
         deadline: Duration::from_secs(cli.timeout),
         stale_reads: cli.stale,
+        lease_reads: cli.lease,
         ..Default::default()
     };
     let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
@@ -493,70 +512,141 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         },
-        Cmd::Cluster(ClusterCmd::Status) => {
-            let s = c.cluster_status().await?;
-            if out == Output::Json {
-                let members: Vec<Value> = s
-                    .members
-                    .iter()
-                    .map(|m| json!({"id": m.node_id, "raft_addr": m.raft_addr, "grpc_addr": m.grpc_addr, "voter": m.voter, "matched_index": m.matched_known.then_some(m.matched_index)}))
-                    .collect();
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&json!({
-                        "node_id": s.node_id, "role": s.role, "term": s.term,
-                        "leader_id": s.has_leader.then_some(s.leader_id),
-                        "last_log_index": s.last_log_index, "committed_index": s.committed_index,
-                        "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
-                        "purged_index": s.purged_index, "members": members,
-                    }))?
-                );
-            } else {
-                println!(
-                    "node {} is {} in term {}; leader {}",
-                    s.node_id,
-                    s.role,
-                    s.term,
+        Cmd::Cluster(ClusterCmd::Status) => print_status(out, c.cluster_status_all().await?)?,
+        Cmd::Cluster(ClusterCmd::AddNode {
+            node_id,
+            raft_addr,
+            grpc_addr,
+            learner,
+        }) => {
+            c.add_node(node_id, &raft_addr, &grpc_addr, learner).await?;
+            println!(
+                "added node {node_id} as {}",
+                if learner { "learner" } else { "voter" }
+            );
+        }
+        Cmd::Cluster(ClusterCmd::RemoveNode { node_id }) => {
+            c.remove_node(node_id).await?;
+            println!("removed node {node_id}");
+        }
+        Cmd::Cluster(ClusterCmd::TransferLeader { node_id }) => {
+            c.transfer_leader(node_id).await?;
+            println!("node {node_id} is the leader");
+        }
+    }
+    Ok(())
+}
+
+type MemberStatus = (ClusterMember, Result<ClusterStatusResponse, ClientError>);
+
+fn print_status(out: Output, all: Vec<MemberStatus>) -> Result<()> {
+    // The leader's view gives each member's matched index and lag.
+    let leader_view = all
+        .iter()
+        .find_map(|(_, s)| s.as_ref().ok().filter(|s| s.role == "leader"))
+        .cloned();
+    let matched = |id: u64| {
+        leader_view.as_ref().and_then(|l| {
+            l.members
+                .iter()
+                .find(|m| m.node_id == id && m.matched_known)
+                .map(|m| {
+                    (
+                        m.matched_index,
+                        l.last_log_index.saturating_sub(m.matched_index),
+                    )
+                })
+        })
+    };
+    if out == Output::Json {
+        let rows: Vec<Value> = all
+            .iter()
+            .map(|(m, s)| {
+                let base = json!({"id": m.node_id, "voter": m.voter, "raft_addr": m.raft_addr, "grpc_addr": m.grpc_addr,
+                    "matched_index": matched(m.node_id).map(|x| x.0), "lag": matched(m.node_id).map(|x| x.1)});
+                match s {
+                    Ok(s) => {
+                        let mut v = base;
+                        v["role"] = json!(s.role);
+                        v["term"] = json!(s.term);
+                        v["leader_id"] = json!(s.has_leader.then_some(s.leader_id));
+                        v["last_log_index"] = json!(s.last_log_index);
+                        v["committed_index"] = json!(s.committed_index);
+                        v["applied_index"] = json!(s.applied_index);
+                        v["snapshot_index"] = json!(s.snapshot_index);
+                        v
+                    }
+                    Err(e) => {
+                        let mut v = base;
+                        v["error"] = json!(e.to_string());
+                        v
+                    }
+                }
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "members": rows }))?
+        );
+        return Ok(());
+    }
+    let rows = all
+        .iter()
+        .map(|(m, s)| {
+            let (mi, lag) = matched(m.node_id)
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .unwrap_or(("-".into(), "-".into()));
+            let kind = if m.voter { "voter" } else { "learner" }.to_string();
+            match s {
+                Ok(s) => vec![
+                    m.node_id.to_string(),
+                    kind,
+                    s.role.clone(),
+                    s.term.to_string(),
                     if s.has_leader {
                         s.leader_id.to_string()
                     } else {
-                        "unknown".to_string()
-                    }
-                );
-                println!(
-                    "log: last {} committed {} applied {} snapshot {} purged {}",
-                    s.last_log_index,
-                    s.committed_index,
-                    s.applied_index,
-                    s.snapshot_index,
-                    s.purged_index
-                );
-                let rows = s
-                    .members
-                    .iter()
-                    .map(|m| {
-                        vec![
-                            m.node_id.to_string(),
-                            if m.voter { "voter" } else { "learner" }.to_string(),
-                            m.raft_addr.clone(),
-                            m.grpc_addr.clone(),
-                            if m.matched_known {
-                                m.matched_index.to_string()
-                            } else {
-                                "-".to_string()
-                            },
-                            if m.matched_known {
-                                s.last_log_index.saturating_sub(m.matched_index).to_string()
-                            } else {
-                                "-".to_string()
-                            },
-                        ]
-                    })
-                    .collect();
-                table(&["ID", "ROLE", "RAFT", "GRPC", "MATCHED", "LAG"], rows);
+                        "-".into()
+                    },
+                    s.last_log_index.to_string(),
+                    s.committed_index.to_string(),
+                    s.applied_index.to_string(),
+                    mi,
+                    lag,
+                    m.grpc_addr.clone(),
+                ],
+                Err(e) => vec![
+                    m.node_id.to_string(),
+                    kind,
+                    format!("unreachable ({})", e.reason()),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    mi,
+                    lag,
+                    m.grpc_addr.clone(),
+                ],
             }
-        }
-    }
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "MEMBER",
+            "ROLE",
+            "TERM",
+            "LEADER",
+            "LAST_LOG",
+            "COMMITTED",
+            "APPLIED",
+            "MATCHED",
+            "LAG",
+            "GRPC",
+        ],
+        rows,
+    );
     Ok(())
 }
 

@@ -57,6 +57,13 @@ pub struct Args {
     /// How long a write's result stays in the retry cache, in seconds [default: 600].
     #[arg(long, env = "OM_RETRY_CACHE_TTL_S")]
     pub retry_cache_ttl_s: Option<u64>,
+    /// Log entries kept behind the latest snapshot for slow followers [default: 1000].
+    #[arg(long, env = "OM_SNAPSHOT_KEEP_LOGS")]
+    pub snapshot_keep_logs: Option<u64>,
+    /// How long a write may wait to commit, or a read for its quorum check,
+    /// before the request fails as UNAVAILABLE, in milliseconds [default: 10000].
+    #[arg(long, env = "OM_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
 }
 
 /// The same settings as read from a TOML file.
@@ -75,6 +82,8 @@ struct FileConfig {
     election_timeout_ms: Option<u64>,
     snapshot_every: Option<u64>,
     retry_cache_ttl_s: Option<u64>,
+    snapshot_keep_logs: Option<u64>,
+    request_timeout_ms: Option<u64>,
 }
 
 /// A member of the static initial cluster.
@@ -100,6 +109,8 @@ pub struct Config {
     pub election_timeout: Duration,
     pub snapshot_every: u64,
     pub retry_cache_ttl: Duration,
+    pub snapshot_keep_logs: u64,
+    pub request_timeout: Duration,
 }
 
 impl Config {
@@ -173,6 +184,16 @@ impl Config {
                 args.retry_cache_ttl_s
                     .or(file.retry_cache_ttl_s)
                     .unwrap_or(600),
+            ),
+            snapshot_keep_logs: args
+                .snapshot_keep_logs
+                .or(file.snapshot_keep_logs)
+                .unwrap_or(1000),
+            request_timeout: Duration::from_millis(
+                args.request_timeout_ms
+                    .or(file.request_timeout_ms)
+                    .unwrap_or(10_000)
+                    .max(1),
             ),
         })
     }

@@ -72,6 +72,7 @@ pub fn to_status(e: &OmError) -> Status {
 fn consistency(r: &Option<ReadOptions>) -> Consistency {
     match r.as_ref().map(|r| r.consistency()) {
         Some(ReadConsistency::Stale) => Consistency::Stale,
+        Some(ReadConsistency::Lease) => Consistency::Lease,
         _ => Consistency::Linearizable,
     }
 }
@@ -611,5 +612,62 @@ impl Cluster for ClusterGrpc {
         _req: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
         observe("ClusterStatus", async { Ok(cluster_status(&self.svc)) }).await
+    }
+
+    async fn add_node(
+        &self,
+        req: Request<AddNodeRequest>,
+    ) -> Result<Response<AddNodeResponse>, Status> {
+        let r = req.into_inner();
+        observe("AddNode", async {
+            if r.node_id == 0 {
+                return Err(OmError::invalid(
+                    "INVALID_NODE_ID",
+                    "node_id",
+                    "node ids start at 1",
+                ));
+            }
+            validate::address("raft_addr", &r.raft_addr)?;
+            validate::address("grpc_addr", &r.grpc_addr)?;
+            let node = om_raft_store::OmNode {
+                raft_addr: r.raft_addr,
+                grpc_addr: r.grpc_addr,
+            };
+            self.svc.add_node(r.node_id, node, r.learner_only).await?;
+            Ok(AddNodeResponse {
+                status: Some(cluster_status(&self.svc)),
+            })
+        })
+        .await
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<RemoveNodeRequest>,
+    ) -> Result<Response<RemoveNodeResponse>, Status> {
+        let r = req.into_inner();
+        observe("RemoveNode", async {
+            self.svc.remove_node(r.node_id).await?;
+            Ok(RemoveNodeResponse {
+                status: Some(cluster_status(&self.svc)),
+            })
+        })
+        .await
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let r = req.into_inner();
+        observe("TransferLeader", async {
+            self.svc
+                .transfer_leader(r.to, std::time::Duration::from_secs(10))
+                .await?;
+            Ok(TransferLeaderResponse {
+                status: Some(cluster_status(&self.svc)),
+            })
+        })
+        .await
     }
 }

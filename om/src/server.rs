@@ -24,6 +24,13 @@ use crate::store::keys;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Hooks for tests; production nodes use the default.
+#[derive(Default, Clone)]
+pub struct NodeOptions {
+    /// Cut Raft links between in-process nodes.
+    pub faults: Option<Arc<om_raft_store::network::Faults>>,
+}
+
 /// A running node.
 pub struct Node {
     pub raft: Raft,
@@ -52,8 +59,10 @@ fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
         election_timeout_max: election * 2,
         install_snapshot_timeout: 30_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
-        max_in_snapshot_log_to_keep: 1000,
-        purge_batch_size: 256,
+        max_in_snapshot_log_to_keep: cfg.snapshot_keep_logs,
+        // Purge in steps no larger than the snapshot interval, so a purge
+        // follows every snapshot once enough log lies behind it.
+        purge_batch_size: cfg.snapshot_every.clamp(1, 256),
         ..Default::default()
     };
     Ok(c.validate()?)
@@ -63,13 +72,18 @@ impl Node {
     /// Opens the data directory, starts Raft and every server, and initializes
     /// the cluster when this node is the one to do it.
     pub async fn start(cfg: Config) -> Result<Node, BoxError> {
+        Self::start_with(cfg, NodeOptions::default()).await
+    }
+
+    /// `start` with test hooks.
+    pub async fn start_with(cfg: Config, opts: NodeOptions) -> Result<Node, BoxError> {
         let prom = crate::metrics::recorder();
         let store = om_raft_store::open(&cfg.data_dir, table_descriptors(), Arc::new(OmApplier))?;
         let db = store.db.clone();
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
-            NetworkFactory::default(),
+            NetworkFactory::new(cfg.node_id, opts.faults),
             store.log_store,
             store.state_machine,
         )
@@ -83,7 +97,13 @@ impl Node {
         let raft_addr = raft_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
 
-        let service = Arc::new(OmService::new(raft.clone(), db, cfg.node_id, cfg.max_page));
+        let service = Arc::new(OmService::new(
+            raft.clone(),
+            db,
+            cfg.node_id,
+            cfg.max_page,
+            cfg.request_timeout,
+        ));
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 

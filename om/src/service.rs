@@ -8,9 +8,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use om_proto::store::{
     BucketRecord, Command, KeyRecord, VolumeRecord, command::Op, command_result,
 };
-use om_raft_store::{Raft, TypeConfig};
-use openraft::ReadPolicy;
+use std::collections::BTreeSet;
+
+use om_raft_store::{OmNode, Raft, TypeConfig};
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::{ChangeMembers, ReadPolicy};
 use rocksdb::DB;
 
 use crate::apply::into_outcome;
@@ -26,6 +29,8 @@ pub enum Consistency {
     Linearizable,
     /// Local state as it is; may lag the leader.
     Stale,
+    /// Linearizable under the leader's lease, without a quorum round trip.
+    Lease,
 }
 
 /// Identifies a write for the retry cache.
@@ -50,6 +55,7 @@ pub struct OmService {
     db: Arc<DB>,
     node_id: u64,
     max_page: u32,
+    request_timeout: Duration,
 }
 
 pub fn now_ms() -> u64 {
@@ -57,6 +63,23 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_millis() as u64
+}
+
+fn write_err(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> OmError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => forward_err(&f),
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => {
+            OmError::Unavailable(format!(
+                "leadership changed before the write committed; retry with the same client id and seq (leader: {:?})",
+                f.leader_id
+            ))
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            OmError::precondition("MEMBERSHIP_CHANGE_REFUSED", "", e.to_string())
+        }
+        RaftError::APIError(e) => OmError::Unavailable(e.to_string()),
+        RaftError::Fatal(f) => OmError::Unavailable(format!("raft stopped: {f}")),
+    }
 }
 
 fn forward_err(f: &openraft::errors::ForwardToLeader<TypeConfig>) -> OmError {
@@ -67,12 +90,19 @@ fn forward_err(f: &openraft::errors::ForwardToLeader<TypeConfig>) -> OmError {
 }
 
 impl OmService {
-    pub fn new(raft: Raft, db: Arc<DB>, node_id: u64, max_page: u32) -> Self {
+    pub fn new(
+        raft: Raft,
+        db: Arc<DB>,
+        node_id: u64,
+        max_page: u32,
+        request_timeout: Duration,
+    ) -> Self {
         OmService {
             raft,
             db,
             node_id,
             max_page,
+            request_timeout,
         }
     }
 
@@ -97,26 +127,124 @@ impl OmService {
             now_ms: now_ms(),
             op: Some(op),
         };
-        match self.raft.client_write(cmd).await {
-            Ok(resp) => into_outcome(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward_err(&f)),
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
-                Err(OmError::Unavailable(format!(
-                    "leadership changed before the write committed; retry with the same client id and seq (leader: {:?})",
-                    f.leader_id
-                )))
-            }
-            Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
-            Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
+        match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await {
+            Ok(Ok(resp)) => into_outcome(resp.data),
+            Ok(Err(e)) => Err(write_err(e)),
+            Err(_) => Err(OmError::Unavailable(format!(
+                "write not committed within {:?}; its outcome is unknown, retry with the same client id and seq",
+                self.request_timeout
+            ))),
         }
+    }
+
+    /// Adds `id` as a learner, waits until it has caught up, then promotes it
+    /// to voter unless `learner_only`.
+    pub async fn add_node(&self, id: u64, node: OmNode, learner_only: bool) -> Result<(), OmError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        if membership.voter_ids().any(|v| v == id) {
+            return Err(OmError::exists(
+                "NODE_ALREADY_MEMBER",
+                "node_id",
+                format!("node {id} is already a voter"),
+            ));
+        }
+        if let Some(existing) = membership.get_node(&id)
+            && *existing != node
+        {
+            return Err(OmError::exists(
+                "NODE_ADDRESS_CONFLICT",
+                "node_id",
+                format!("node {id} is already a learner at {existing}"),
+            ));
+        }
+        self.raft
+            .add_learner(id, node, true)
+            .await
+            .map_err(write_err)?;
+        if !learner_only {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_err)?;
+        }
+        Ok(())
+    }
+
+    /// Removes `id` from the cluster, voter or learner.
+    pub async fn remove_node(&self, id: u64) -> Result<(), OmError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        if membership.get_node(&id).is_none() {
+            return Err(OmError::not_found(
+                "NODE_NOT_FOUND",
+                "node_id",
+                format!("node {id} is not a member"),
+            ));
+        }
+        let change = if membership.voter_ids().any(|v| v == id) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(write_err)?;
+        Ok(())
+    }
+
+    /// Hands leadership to voter `to` and waits until it leads.
+    pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), OmError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        if !membership.voter_ids().any(|v| v == to) {
+            return Err(OmError::not_found(
+                "NODE_NOT_FOUND",
+                "to",
+                format!("node {to} is not a voter"),
+            ));
+        }
+        if m.current_leader == Some(to) {
+            return Ok(());
+        }
+        if m.state != openraft::ServerState::Leader {
+            return Err(OmError::NotLeader {
+                leader_id: m.current_leader,
+                leader_addr: m
+                    .current_leader
+                    .and_then(|l| membership.get_node(&l).map(|n| n.grpc_addr.clone())),
+            });
+        }
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| OmError::Unavailable(format!("raft stopped: {e}")))?;
+        self.raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader == Some(to), "leadership transfer")
+            .await
+            .map_err(|e| OmError::Unavailable(format!("leadership did not move to {to}: {e}")))?;
+        Ok(())
     }
 
     /// Waits until local state reflects every write committed before this call.
     pub async fn read_barrier(&self, c: Consistency) -> Result<(), OmError> {
-        if c == Consistency::Stale {
-            return Ok(());
-        }
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+        let policy = match c {
+            Consistency::Stale => return Ok(()),
+            Consistency::Linearizable => ReadPolicy::ReadIndex,
+            Consistency::Lease => ReadPolicy::LeaseRead,
+        };
+        let check =
+            tokio::time::timeout(self.request_timeout, self.raft.ensure_linearizable(policy));
+        let Ok(result) = check.await else {
+            return Err(OmError::Unavailable(format!(
+                "no quorum confirmed this node's leadership within {:?}",
+                self.request_timeout
+            )));
+        };
+        match result {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                 Err(forward_err(&f))

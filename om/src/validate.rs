@@ -116,6 +116,23 @@ pub fn metadata(
     Ok(())
 }
 
+/// A `host:port` address another node or client can dial.
+pub fn address(field: &'static str, addr: &str) -> Result<(), OmError> {
+    let ok = match addr.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(OmError::invalid(
+            "INVALID_ADDRESS",
+            field,
+            format!("{field} {addr:?} is not HOST:PORT"),
+        ))
+    }
+}
+
 /// Accepts an empty ETag, a hex MD5 (32 lowercase hex digits) or a multipart
 /// ETag `<32 hex>-<parts>`; optional surrounding quotes are not stored.
 pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {

@@ -5,7 +5,7 @@
 //! a CRC32 of all data bytes, which the receiver checks before installing.
 //! Message sizes are capped explicitly on both ends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -38,13 +38,55 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
 type RpcErr = RPCError<TypeConfig>;
 
+/// Fault injection for tests: links that are cut. A cut link (from, to) makes
+/// every RPC `from` sends to `to` fail as unreachable; cutting both directions
+/// partitions two nodes. Production nodes never install one.
+#[derive(Debug, Default)]
+pub struct Faults {
+    cut: Mutex<HashSet<(NodeId, NodeId)>>,
+}
+
+impl Faults {
+    /// Cuts every link between `node` and `others`, both ways.
+    pub fn isolate(&self, node: NodeId, others: &[NodeId]) {
+        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        for o in others.iter().filter(|o| **o != node) {
+            cut.insert((node, *o));
+            cut.insert((*o, node));
+        }
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        self.cut.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(from, to))
+    }
+}
+
 /// Creates clients to peers; channels are shared per address and reconnect lazily.
 #[derive(Clone, Default)]
 pub struct NetworkFactory {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    me: NodeId,
+    faults: Option<Arc<Faults>>,
 }
 
 impl NetworkFactory {
+    /// The network of node `me`, with optional fault injection.
+    pub fn new(me: NodeId, faults: Option<Arc<Faults>>) -> Self {
+        NetworkFactory {
+            channels: Arc::default(),
+            me,
+            faults,
+        }
+    }
+
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = map.get(addr) {
@@ -74,6 +116,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr: node.raft_addr.clone(),
             client,
+            me: self.me,
+            faults: self.faults.clone(),
         }
     }
 }
@@ -83,6 +127,8 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
+    me: NodeId,
+    faults: Option<Arc<Faults>>,
 }
 
 fn status_to_rpc(s: Status) -> RpcErr {
@@ -100,6 +146,14 @@ fn invalid(msg: &str) -> Status {
 
 impl PeerClient {
     fn client(&self) -> Result<RaftServiceClient<Channel>, RpcErr> {
+        if let Some(f) = &self.faults
+            && f.is_cut(self.me, self.target)
+        {
+            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                "link {} -> {} is cut",
+                self.me, self.target
+            ))));
+        }
         self.client.clone().ok_or_else(|| {
             RPCError::Unreachable(Unreachable::from_string(format!(
                 "bad address {:?} for node {}",

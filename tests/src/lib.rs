@@ -8,8 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use om::config::{Args, Config};
-use om::server::Node;
+use std::sync::Arc;
+
+use om::server::{Node, NodeOptions};
 use om_client::{ClientOptions, OmClient};
+pub use om_raft_store::network::Faults;
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
@@ -105,8 +108,18 @@ pub fn initial_cluster(members: &[MemberAddrs]) -> String {
 impl TestNode {
     /// Starts member `me` of a static cluster without waiting for a leader.
     pub async fn start_member(me: &MemberAddrs, all: &[MemberAddrs]) -> TestNode {
+        Self::start_member_with(me, all, None, |_| {}).await
+    }
+
+    /// `start_member` with Raft fault injection and extra settings.
+    pub async fn start_member_with(
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        faults: Option<Arc<Faults>>,
+        tweak: impl FnOnce(&mut Args),
+    ) -> TestNode {
         let dir = tempfile::tempdir().expect("tempdir");
-        let args = Args {
+        let mut args = Args {
             data_dir: Some(dir.path().to_path_buf()),
             grpc_addr: Some(me.grpc.parse().unwrap()),
             http_addr: Some(me.http.parse().unwrap()),
@@ -115,9 +128,11 @@ impl TestNode {
             initial_cluster: Some(initial_cluster(all)),
             heartbeat_ms: Some(50),
             election_timeout_ms: Some(300),
+            request_timeout_ms: Some(3000),
             ..Args::default()
         };
-        let node = Node::start(Config::load(args).expect("config"))
+        tweak(&mut args);
+        let node = Node::start_with(Config::load(args).expect("config"), NodeOptions { faults })
             .await
             .expect("node starts");
         TestNode { node, dir }

@@ -89,3 +89,308 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
         n.node.shutdown().await;
     }
 }
+
+fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
+    let m = n.node.raft.metrics();
+    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
+}
+
+/// Waits until the nodes at `idx` agree on a leader among themselves.
+async fn leader_among(nodes: &[Option<TestNode>], idx: &[usize]) -> u64 {
+    wait_for(Duration::from_secs(20), "a leader in the majority", || {
+        let ls: Vec<Option<u64>> = idx
+            .iter()
+            .map(|i| metrics_of(nodes[*i].as_ref().unwrap()).current_leader)
+            .collect();
+        let first = ls[0];
+        let ok = first.is_some_and(|l| idx.contains(&((l - 1) as usize)))
+            && ls.iter().all(|l| *l == first);
+        async move { if ok { first } else { None } }
+    })
+    .await
+}
+
+fn client_of(addrs: &[om_tests::MemberAddrs], idx: &[usize]) -> OmClient {
+    let eps: Vec<String> = idx.iter().map(|i| addrs[*i].grpc.clone()).collect();
+    OmClient::new(
+        &eps,
+        ClientOptions {
+            deadline: Duration::from_secs(20),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn local_client(addr: &om_tests::MemberAddrs, deadline: Duration) -> OmClient {
+    OmClient::new(
+        std::slice::from_ref(&addr.grpc),
+        ClientOptions {
+            stale_reads: true,
+            deadline,
+            attempt_timeout: deadline,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_healing() {
+    let addrs = cluster_addrs(3);
+    let faults = std::sync::Arc::new(om_tests::Faults::default());
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await,
+        ));
+    }
+    let old = leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+
+    faults.isolate(old, &[1, 2, 3]);
+    let minority = (old - 1) as usize;
+    let majority: Vec<usize> = (0..3).filter(|i| *i != minority).collect();
+
+    // The isolated old leader can neither commit a write nor serve a linearizable read.
+    let isolated = OmClient::new(
+        std::slice::from_ref(&addrs[minority].grpc),
+        ClientOptions {
+            deadline: Duration::from_secs(4),
+            attempt_timeout: Duration::from_secs(4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let w = isolated.put_key("vol1", "bkt1", "minority", 1).await;
+    assert!(w.is_err(), "a minority committed a write: {w:?}");
+    let r = isolated.get_volume("vol1").await;
+    assert!(r.is_err(), "a minority answered a linearizable read: {r:?}");
+
+    // The majority elects a leader and goes on.
+    let new = leader_among(&nodes, &majority).await;
+    assert_ne!(new, old);
+    let cm = client_of(&addrs, &majority);
+    cm.put_key("vol1", "bkt1", "majority", 2).await.unwrap();
+
+    faults.heal();
+    for a in &addrs {
+        let lc = local_client(a, Duration::from_secs(2));
+        wait_for(Duration::from_secs(20), "convergence after healing", || {
+            let lc = &lc;
+            async move { lc.lookup_key("vol1", "bkt1", "majority").await.ok() }
+        })
+        .await;
+        let gone = lc.lookup_key("vol1", "bkt1", "minority").await;
+        assert!(
+            gone.is_err(),
+            "the uncommitted minority write survived on {}",
+            a.id
+        );
+    }
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_follower_catches_up_from_a_snapshot() {
+    let addrs = cluster_addrs(3);
+    let tweak = |a: &mut om::config::Args| {
+        a.snapshot_every = Some(20);
+        a.snapshot_keep_logs = Some(5);
+    };
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, &addrs, None, tweak).await,
+        ));
+    }
+    let leader = leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for i in 0..40 {
+        c.put_key("vol1", "bkt1", &format!("a{i:03}"), i)
+            .await
+            .unwrap();
+    }
+    let victim = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    nodes[victim].take().unwrap().node.shutdown().await;
+    for i in 0..40 {
+        c.put_key("vol1", "bkt1", &format!("b{i:03}"), i)
+            .await
+            .unwrap();
+    }
+    // The leader has purged the log the wiped node would need.
+    let lm = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+    assert!(
+        lm.purged.is_some_and(|p| p.index > 10),
+        "log not purged: {:?}",
+        lm.purged
+    );
+
+    // Same id and addresses, empty data directory.
+    nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
+    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+    wait_for(
+        Duration::from_secs(30),
+        "the wiped node to catch up",
+        || {
+            let lc = &lc;
+            async move { lc.lookup_key("vol1", "bkt1", "b039").await.ok() }
+        },
+    )
+    .await;
+    let vm = metrics_of(nodes[victim].as_ref().unwrap());
+    assert!(vm.snapshot.is_some(), "caught up without a snapshot");
+    assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
+    assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 80);
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_across_a_failover_is_applied_once() {
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    let leader = leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let req = om_client::v1::PutKeyRequest {
+        header: Some(c.next_header()),
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        key: "once".into(),
+        size: 7,
+        ..Default::default()
+    };
+    let send = |addr: String, req: om_client::v1::PutKeyRequest| async move {
+        let mut raw = om_client::v1::ozone_manager_client::OzoneManagerClient::connect(format!(
+            "http://{addr}"
+        ))
+        .await
+        .unwrap();
+        raw.put_key(req).await.map(|r| r.into_inner())
+    };
+    let first = send(addrs[(leader - 1) as usize].grpc.clone(), req.clone())
+        .await
+        .unwrap();
+    // The reply may have been lost: the client retries on the next leader.
+    nodes[(leader - 1) as usize]
+        .take()
+        .unwrap()
+        .node
+        .shutdown()
+        .await;
+    let new = leader_of(&nodes, Some(leader)).await;
+    let again = send(addrs[(new - 1) as usize].grpc.clone(), req)
+        .await
+        .unwrap();
+    assert_eq!(
+        first, again,
+        "the retry is answered from the replicated retry cache"
+    );
+    let k = c.lookup_key("vol1", "bkt1", "once").await.unwrap();
+    assert_eq!(
+        Some(k.update_id),
+        first.key.map(|k| k.update_id),
+        "applied exactly once"
+    );
+    assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 1);
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_and_leader_transfer_while_writes_continue() {
+    let mut addrs = cluster_addrs(4);
+    let joiner = addrs.pop().unwrap();
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let writer = {
+        let stop = stop.clone();
+        let acked = acked.clone();
+        let eps: Vec<String> = addrs
+            .iter()
+            .chain([&joiner])
+            .map(|a| a.grpc.clone())
+            .collect();
+        tokio::spawn(async move {
+            let c = OmClient::new(&eps, ClientOptions::default()).unwrap();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let k = format!("k{i:05}");
+                c.put_key("vol1", "bkt1", &k, 1)
+                    .await
+                    .expect("write during membership change");
+                acked.lock().unwrap().push(k);
+                i += 1;
+            }
+        })
+    };
+
+    // A fourth node starts empty and joins.
+    let mut all = addrs.clone();
+    all.push(joiner.clone());
+    nodes.push(Some(
+        TestNode::start_member_with(&joiner, &all, None, |a| {
+            a.initial_cluster = None;
+            a.join = true;
+        })
+        .await,
+    ));
+    let s = c
+        .add_node(joiner.id, &joiner.raft, &joiner.grpc, false)
+        .await
+        .unwrap();
+    assert_eq!(s.members.iter().filter(|m| m.voter).count(), 4);
+
+    let s = c.transfer_leader(joiner.id).await.unwrap();
+    assert_eq!(s.leader_id, joiner.id);
+    let s = c.remove_node(1).await.unwrap();
+    assert_eq!(s.members.len(), 3);
+    assert!(s.members.iter().all(|m| m.node_id != 1));
+
+    // Refusals are clear.
+    let e = c.remove_node(1).await.unwrap_err();
+    assert_eq!(e.reason(), "NODE_NOT_FOUND");
+    let e = c.transfer_leader(99).await.unwrap_err();
+    assert_eq!(e.reason(), "NODE_NOT_FOUND");
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(!acked.is_empty());
+    for k in &acked {
+        c.lookup_key("vol1", "bkt1", k).await.unwrap();
+    }
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
