@@ -171,6 +171,8 @@ pub struct OmProcess {
     pub grpc: String,
     pub http: String,
     pub raft: String,
+    /// Flags beyond the addresses, kept for restarts.
+    pub extra: Vec<String>,
 }
 
 impl OmProcess {
@@ -184,29 +186,67 @@ impl OmProcess {
 
     /// Starts `om` on `data_dir` with the given addresses.
     pub fn spawn_on(data_dir: &Path, grpc: String, http: String, raft: String) -> OmProcess {
-        let child = start_child(data_dir, &grpc, &http, &raft);
+        Self::spawn_with(data_dir, grpc, http, raft, Vec::new())
+    }
+
+    /// Starts member `me` of the static cluster `all` as a real process.
+    pub fn spawn_member(data_dir: &Path, me: &MemberAddrs, all: &[MemberAddrs]) -> OmProcess {
+        let extra = vec![
+            "--node-id".to_string(),
+            me.id.to_string(),
+            "--initial-cluster".to_string(),
+            initial_cluster(all),
+            "--heartbeat-ms".to_string(),
+            "50".to_string(),
+            "--election-timeout-ms".to_string(),
+            "300".to_string(),
+        ];
+        Self::spawn_with(
+            data_dir,
+            me.grpc.clone(),
+            me.http.clone(),
+            me.raft.clone(),
+            extra,
+        )
+    }
+
+    fn spawn_with(
+        data_dir: &Path,
+        grpc: String,
+        http: String,
+        raft: String,
+        extra: Vec<String>,
+    ) -> OmProcess {
+        let child = start_child(data_dir, &grpc, &http, &raft, &extra);
         OmProcess {
             child: Some(child),
             data_dir: data_dir.to_path_buf(),
             grpc,
             http,
             raft,
+            extra,
         }
     }
 
-    /// Starts again on the same directory and addresses.
+    /// Starts again on the same directory, addresses and flags.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "still running");
-        self.child = Some(start_child(
+        let child = start_child(
             &self.data_dir,
             &self.grpc,
             &self.http,
             &self.raft,
-        ));
+            &self.extra,
+        );
+        self.child = Some(child);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 }
 
-fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str) -> Child {
+fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str, extra: &[String]) -> Child {
     Command::new(binary("om"))
         .arg("--data-dir")
         .arg(data_dir)
@@ -216,6 +256,7 @@ fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str) -> Child {
         .arg(http)
         .arg("--raft-addr")
         .arg(raft)
+        .args(extra)
         .env("OM_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
