@@ -2,6 +2,8 @@
 //! real `om` processes that can be killed with SIGKILL, and condition waits
 //! with deadlines (never fixed sleeps).
 
+pub mod linearizability;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -59,6 +61,12 @@ impl TestNode {
             .await
             .expect("leader elected");
         TestNode { node, dir }
+    }
+
+    /// Shuts the node down and hands back its data directory for a restart.
+    pub async fn stop(self) -> tempfile::TempDir {
+        self.node.shutdown().await;
+        self.dir
     }
 
     pub fn endpoint(&self) -> String {
@@ -119,6 +127,17 @@ impl TestNode {
         tweak: impl FnOnce(&mut Args),
     ) -> TestNode {
         let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_member_in(dir, me, all, faults, tweak).await
+    }
+
+    /// Starts member `me` on an existing data directory (a restart).
+    pub async fn start_member_in(
+        dir: tempfile::TempDir,
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        faults: Option<Arc<Faults>>,
+        tweak: impl FnOnce(&mut Args),
+    ) -> TestNode {
         let mut args = Args {
             data_dir: Some(dir.path().to_path_buf()),
             grpc_addr: Some(me.grpc.parse().unwrap()),
