@@ -39,6 +39,9 @@ pub struct Node {
     pub http_addr: std::net::SocketAddr,
     pub raft_addr: std::net::SocketAddr,
     stop: watch::Sender<bool>,
+    /// The Raft RPC server: stopped at once on shutdown, since peers' replication
+    /// streams never end on their own.
+    raft_server: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -113,15 +116,15 @@ impl Node {
 
         let raft_svc = RaftGrpcService::new(raft.clone(), &cfg.data_dir).into_server();
         let rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
+        let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
                 .add_service(raft_svc)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(raft_listener), stopped(rx))
+                .serve_with_incoming_shutdown(nodelay(raft_listener), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "raft server failed");
             }
-        }));
+        });
 
         let om = om_proto::v1::ozone_manager_server::OzoneManagerServer::new(OmGrpc::new(
             service.clone(),
@@ -133,7 +136,7 @@ impl Node {
             let r = tonic::transport::Server::builder()
                 .add_service(om)
                 .add_service(cluster)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), stopped(rx))
+                .serve_with_incoming_shutdown(nodelay(grpc_listener), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "gRPC server failed");
@@ -177,6 +180,7 @@ impl Node {
             http_addr,
             raft_addr,
             stop,
+            raft_server,
             tasks,
         })
     }
@@ -194,8 +198,17 @@ impl Node {
     /// Stops the servers and Raft. Everything acknowledged is already durable.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        self.raft_server.abort();
+        let _ = self.raft_server.await;
+        // The public servers finish in-flight requests, within a grace period.
+        for mut t in self.tasks {
+            if tokio::time::timeout(Duration::from_secs(2), &mut t)
+                .await
+                .is_err()
+            {
+                t.abort();
+                let _ = t.await;
+            }
         }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
@@ -208,6 +221,21 @@ impl Node {
         tracing::info!("shutting down");
         self.shutdown().await;
     }
+}
+
+/// Accepted connections with Nagle's algorithm off: Raft and client RPCs are
+/// small messages whose latency matters more than packet count.
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|r| {
+        r.inspect(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                tracing::debug!(error = %e, "set_nodelay");
+            }
+        })
+    })
 }
 
 async fn bootstrap(

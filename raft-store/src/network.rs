@@ -5,7 +5,7 @@
 //! a CRC32 of all data bytes, which the receiver checks before installing.
 //! Message sizes are capped explicitly on both ends.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -18,8 +18,10 @@ use om_proto::raft as pb;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_proto::raft::raft_service_server::RaftService;
 use openraft::Snapshot;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
+use openraft::raft::StreamAppendResult;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
@@ -29,7 +31,7 @@ use openraft::{OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::{NodeId, OmNode, Raft, TypeConfig, Vote, codec};
+use crate::{LogId, NodeId, OmNode, Raft, TypeConfig, Vote, codec};
 
 /// Largest gRPC message either side accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -37,6 +39,9 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
 type RpcErr = RPCError<TypeConfig>;
+
+/// The (prev, last] log-id range of a request in flight on a replication stream.
+type InFlight = (Option<LogId>, Option<LogId>);
 
 /// Fault injection for tests: links that are cut. A cut link (from, to) makes
 /// every RPC `from` sends to `to` fail as unreachable; cutting both directions
@@ -180,6 +185,82 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .map_err(status_to_rpc)?
             .into_inner();
         append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+    }
+
+    /// Pipelined replication on one bidirectional gRPC stream: requests go out
+    /// as openraft produces them, responses come back in order and are matched
+    /// with the log-id range of the request they answer. The stream ends after
+    /// the first conflict, higher vote, partial success or transport error,
+    /// as openraft expects.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        _option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcErr>>, RpcErr>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            let ranges: Arc<Mutex<VecDeque<InFlight>>> = Arc::default();
+            let sent = ranges.clone();
+            // Injected faults apply to every message, not just to opening the stream.
+            let link = (self.me, self.target, self.faults.clone());
+            let cut = move || link.2.as_ref().is_some_and(|f| f.is_cut(link.0, link.1));
+            let cut_out = cut.clone();
+            let outbound = input
+                .take_while(move |_| futures::future::ready(!cut_out()))
+                .map(move |req| {
+                    let last = req.entries.last().map(|e| e.log_id).or(req.prev_log_id);
+                    sent.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back((req.prev_log_id, last));
+                    append_to_pb(&req)
+                });
+            let responses = client
+                .stream_append(Request::new(outbound))
+                .await
+                .map_err(status_to_rpc)?
+                .into_inner();
+            let results = responses.scan(false, move |ended, r| {
+                if *ended {
+                    return futures::future::ready(None);
+                }
+                let item = (|| {
+                    if cut() {
+                        return Err(RPCError::Unreachable(Unreachable::from_string(
+                            "link is cut",
+                        )));
+                    }
+                    let r = r.map_err(status_to_rpc)?;
+                    let (prev, last) = ranges
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pop_front()
+                        .ok_or_else(|| {
+                            RPCError::Network(NetworkError::from_string(
+                                "response without a request",
+                            ))
+                        })?;
+                    let resp = append_resp_from_pb(&r)
+                        .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+                    let partial =
+                        matches!(&resp, AppendEntriesResponse::PartialSuccess(p) if *p != last);
+                    let result = resp.into_stream_result(prev, last);
+                    if partial {
+                        *ended = true;
+                    }
+                    Ok(result)
+                })();
+                if !matches!(item, Ok(Ok(_))) {
+                    *ended = true;
+                }
+                futures::future::ready(Some(item))
+            });
+            let boxed: BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcErr>> =
+                Box::pin(results);
+            Ok(boxed)
+        })
     }
 
     async fn vote(

@@ -85,7 +85,19 @@ async fn omctl_walkthrough_survives_sigkill() {
     let list = ok(&ep, &["key", "list", "vol1/bkt1"]);
     assert!(list.lines().any(|l| l.starts_with("b ")), "{list}");
     let status = ok(&ep, &["cluster", "status"]);
-    assert!(status.contains("is leader"), "{status}");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("1 ") && l.contains("voter") && l.contains("leader")),
+        "{status}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&ep, &["--output", "json", "cluster", "status"])).unwrap();
+    assert_eq!(json["members"][0]["role"], "leader");
+    // Membership commands refuse clearly.
+    let bad = omctl(&ep, &["cluster", "remove-node", "7"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NODE_NOT_FOUND"));
     let vols = ok(&ep, &["volume", "list"]);
     assert!(vols.contains("vol1"), "{vols}");
 }
