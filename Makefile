@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench fmt lint
+.PHONY: setup run test build bench-cluster fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -28,3 +28,7 @@ fmt:
 
 lint:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
+bench-cluster: build
+	bash scripts/bench-cluster.sh

@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/om/v1/om.proto",
         "proto/om/v1/store.proto",
         "proto/om/raft/v1/raft.proto",
+        "proto/etcd/kv.proto",
     ];
     tonic_prost_build::configure()
         .build_client(true)

@@ -8,8 +8,12 @@ need=()
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 have_libclang() {
-  if [ -n "${LIBCLANG_PATH:-}" ] && ls "$LIBCLANG_PATH"/libclang*.so* >/dev/null 2>&1; then return 0; fi
-  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1
+  local f
+  for f in "${LIBCLANG_PATH:-/nonexistent}"/libclang*.so* /usr/lib/llvm-*/lib/libclang*.so* \
+           /usr/lib/*-linux-gnu/libclang*.so*; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
 }
 have_libclang || need+=(libclang-dev)
 

@@ -10,6 +10,8 @@ use om_client::v1::*;
 use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
+mod bench;
+
 #[derive(Parser)]
 #[command(
     name = "omctl",
@@ -58,9 +60,11 @@ enum Cmd {
     /// Keys: put, info, list, delete.
     #[command(subcommand)]
     Key(KeyCmd),
-    /// Cluster introspection.
+    /// Cluster introspection and membership.
     #[command(subcommand)]
     Cluster(ClusterCmd),
+    /// Measure write and read throughput (and, side by side, etcd's).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -512,6 +516,21 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         },
+        Cmd::Bench(args) => {
+            let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
+            let rows = bench::run(&endpoints, &args).await?;
+            if out == Output::Json {
+                let v: Vec<Value> = rows
+                    .iter()
+                    .map(|r| json!({"system": r.system, "op": r.op, "clients": r.concurrency,
+                        "ops_per_sec": r.ops_per_sec, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
+                        "fsyncs_per_sec": r.fsyncs_per_sec, "errors": r.errors}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", bench::markdown(&rows));
+            }
+        }
         Cmd::Cluster(ClusterCmd::Status) => print_status(out, c.cluster_status_all().await?)?,
         Cmd::Cluster(ClusterCmd::AddNode {
             node_id,

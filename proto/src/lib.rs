@@ -17,6 +17,11 @@ pub mod raft {
     tonic::include_proto!("om.raft.v1");
 }
 
+/// A wire-compatible subset of etcd's KV API, for side-by-side benchmarks.
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
 /// Names the operation only: user keys never reach logs at info level.
 impl std::fmt::Display for store::Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,0 +1,287 @@
+//! `omctl bench`: write (CommitKey) and read (LookupKey) throughput of an om
+//! cluster at several client concurrencies, and, in the same run, the same
+//! load on an etcd cluster through etcd's KV API (Put and linearizable Range).
+//! Reports ops/s, p50, p99 and WAL fsyncs per second scraped from each
+//! server's Prometheus endpoint.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use om_client::v1::{BucketLayout, PutKeyRequest};
+use om_client::{ClientOptions, OmClient};
+use om_proto::etcd::kv_client::KvClient;
+use om_proto::etcd::{PutRequest, RangeRequest};
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Client concurrencies to measure, comma-separated.
+    #[arg(long, default_value = "1,16,64,256", value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// om HTTP addresses (for `om_raft_log_fsyncs_total`), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub om_metrics: Vec<String>,
+    /// etcd client endpoints (host:port), comma-separated; omit to skip etcd.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Size in bytes of each key's value written to etcd (om stores its own record).
+    #[arg(long, default_value_t = 256)]
+    pub etcd_value_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub system: &'static str,
+    pub op: &'static str,
+    pub concurrency: usize,
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub fsyncs_per_sec: Option<f64>,
+    pub errors: u64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+/// Sums a counter over Prometheus text from every address.
+async fn scrape(addrs: &[String], path: &str, metric: &str) -> Option<f64> {
+    if addrs.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    for a in addrs {
+        let body = http_get(a, path).await.ok()?;
+        for line in body.lines() {
+            if let Some(rest) = line.strip_prefix(metric)
+                && (rest.starts_with(' ') || rest.starts_with('{'))
+                && let Some(v) = rest.rsplit(' ').next()
+                && let Ok(v) = v.parse::<f64>()
+            {
+                total += v;
+            }
+        }
+    }
+    Some(total)
+}
+
+async fn http_get(addr: &str, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = addr.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await?;
+    let text = String::from_utf8_lossy(&out).to_string();
+    Ok(text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(text))
+}
+
+/// Runs `op` from `concurrency` tasks for `seconds`; returns sorted latencies (µs) and errors.
+async fn drive<F, Fut>(concurrency: usize, seconds: u64, op: F) -> (Vec<u64>, u64, Duration)
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let op = Arc::new(op);
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let (op, stop) = (op.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if op(w, n).await {
+                    lat.push(t.elapsed().as_micros() as u64);
+                } else {
+                    errors += 1;
+                }
+                n += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        if let Ok((l, e)) = t.await {
+            all.extend(l);
+            errors += e;
+        }
+    }
+    let elapsed = started.elapsed();
+    all.sort_unstable();
+    (all, errors, elapsed)
+}
+
+fn row(
+    system: &'static str,
+    op: &'static str,
+    concurrency: usize,
+    (lat, errors, elapsed): (Vec<u64>, u64, Duration),
+    fsyncs: Option<f64>,
+) -> Row {
+    let secs = elapsed.as_secs_f64();
+    Row {
+        system,
+        op,
+        concurrency,
+        ops_per_sec: lat.len() as f64 / secs,
+        p50_ms: percentile(&lat, 0.50),
+        p99_ms: percentile(&lat, 0.99),
+        fsyncs_per_sec: fsyncs.map(|f| f / secs),
+        errors,
+    }
+}
+
+pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let om = Arc::new(OmClient::new(endpoints, ClientOptions::default())?);
+    let run_id = format!("{:08x}", rand::random::<u32>());
+    let volume = format!("bench-{run_id}");
+    om.create_volume(&volume, "bench").await.context("creating the bench volume")?;
+    om.create_bucket(&volume, "keys", BucketLayout::ObjectStore).await?;
+    // Keys for the read phase.
+    for i in 0..1000 {
+        om.put_key(&volume, "keys", &format!("r/{i:04}"), 1024).await?;
+    }
+    let etcd: Option<Vec<KvClient<Channel>>> = if args.etcd.is_empty() {
+        None
+    } else {
+        let mut v = Vec::new();
+        for e in &args.etcd {
+            let ch = Endpoint::from_shared(format!("http://{}", e.trim_start_matches("http://")))?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("connecting to etcd at {e}"))?;
+            v.push(KvClient::new(ch));
+        }
+        let value = vec![b'x'; args.etcd_value_bytes];
+        for i in 0..1000 {
+            v[0].clone()
+                .put(PutRequest {
+                    key: format!("{run_id}/r/{i:04}").into_bytes(),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .await?;
+        }
+        Some(v)
+    };
+
+    for &c in &args.concurrency {
+        // om: CommitKey (create + commit of a new key) through Raft.
+        let before = scrape(&args.om_metrics, "/metrics", "om_raft_log_fsyncs_total").await;
+        let (o, v) = (om.clone(), volume.clone());
+        let r = drive(c, args.seconds, move |w, n| {
+            let (o, v) = (o.clone(), v.clone());
+            async move {
+                o.put_key_with(PutKeyRequest {
+                    volume: v,
+                    bucket: "keys".into(),
+                    key: format!("w/{c}/{w}/{n}"),
+                    size: 1024,
+                    ..Default::default()
+                })
+                .await
+                .is_ok()
+            }
+        })
+        .await;
+        let after = scrape(&args.om_metrics, "/metrics", "om_raft_log_fsyncs_total").await;
+        rows.push(row("om", "CommitKey", c, r, before.zip(after).map(|(b, a)| a - b)));
+
+        // om: linearizable LookupKey.
+        let (o, v) = (om.clone(), volume.clone());
+        let r = drive(c, args.seconds, move |w, n| {
+            let (o, v) = (o.clone(), v.clone());
+            async move {
+                o.lookup_key(&v, "keys", &format!("r/{:04}", (w as u64 * 7919 + n) % 1000))
+                    .await
+                    .is_ok()
+            }
+        })
+        .await;
+        rows.push(row("om", "LookupKey", c, r, None));
+
+        if let Some(clients) = &etcd {
+            let metrics: Vec<String> = args.etcd.clone();
+            let before = scrape(&metrics, "/metrics", "etcd_disk_wal_fsync_duration_seconds_count").await;
+            let (cl, rid, value) = (clients.clone(), run_id.clone(), vec![b'x'; args.etcd_value_bytes]);
+            let r = drive(c, args.seconds, move |w, n| {
+                // Round-robin over members, as etcd's own client balances.
+                let mut kv = cl[w % cl.len()].clone();
+                let key = format!("{rid}/w/{c}/{w}/{n}").into_bytes();
+                let value = value.clone();
+                async move {
+                    kv.put(PutRequest {
+                        key,
+                        value,
+                        ..Default::default()
+                    })
+                    .await
+                    .is_ok()
+                }
+            })
+            .await;
+            let after = scrape(&metrics, "/metrics", "etcd_disk_wal_fsync_duration_seconds_count").await;
+            rows.push(row("etcd", "Put", c, r, before.zip(after).map(|(b, a)| a - b)));
+
+            let (cl, rid) = (clients.clone(), run_id.clone());
+            let r = drive(c, args.seconds, move |w, n| {
+                let mut kv = cl[w % cl.len()].clone();
+                let key = format!("{rid}/r/{:04}", (w as u64 * 7919 + n) % 1000).into_bytes();
+                async move {
+                    kv.range(RangeRequest {
+                        key,
+                        serializable: false,
+                        ..Default::default()
+                    })
+                    .await
+                    .is_ok_and(|r| r.get_ref().kvs.len() == 1)
+                }
+            })
+            .await;
+            rows.push(row("etcd", "Range", c, r, None));
+        }
+    }
+    Ok(rows)
+}
+
+/// Renders rows as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| system | operation | clients | ops/s | p50 ms | p99 ms | WAL fsyncs/s | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} |\n",
+            r.system,
+            r.op,
+            r.concurrency,
+            r.ops_per_sec,
+            r.p50_ms,
+            r.p99_ms,
+            r.fsyncs_per_sec.map_or("-".to_string(), |f| format!("{f:.0}")),
+            r.errors
+        ));
+    }
+    s
+}

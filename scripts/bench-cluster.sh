@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Side-by-side write/read benchmark of a 3-node om cluster and a 3-member etcd
+# cluster on this machine (loopback, fsync on for both), with `omctl bench`.
+# Installs etcd-server (Debian) when missing. Prints a Markdown table.
+#   scripts/bench-cluster.sh [extra omctl bench flags, e.g. --seconds 5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+
+if ! command -v etcd >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq etcd-server >/dev/null
+fi
+make -s build >/dev/null
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+base=${BENCH_PORT_BASE:-21000}
+cluster=""
+for i in 1 2 3; do
+  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
+done
+for i in 1 2 3; do
+  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
+    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
+    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
+    >"$work/om$i.log" 2>&1 &
+  pids+=($!)
+done
+
+ecluster=""
+for i in 1 2 3; do
+  ecluster+="${ecluster:+,}e$i=http://127.0.0.1:$((base + 40 + i))"
+done
+for i in 1 2 3; do
+  etcd --name "e$i" --data-dir "$work/etcd$i" \
+    --listen-client-urls "http://127.0.0.1:$((base + 30 + i))" \
+    --advertise-client-urls "http://127.0.0.1:$((base + 30 + i))" \
+    --listen-peer-urls "http://127.0.0.1:$((base + 40 + i))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((base + 40 + i))" \
+    --initial-cluster "$ecluster" --initial-cluster-state new \
+    --initial-cluster-token om-bench --log-level error \
+    >"$work/etcd$i.log" 2>&1 &
+  pids+=($!)
+done
+
+om_eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+om_http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
+etcd_eps="127.0.0.1:$((base + 31)),127.0.0.1:$((base + 32)),127.0.0.1:$((base + 33))"
+
+for _ in $(seq 1 100); do
+  "$target/release/omctl" --endpoint "$om_eps" --timeout 1 volume list >/dev/null 2>&1 && break
+  sleep 0.2
+done
+for _ in $(seq 1 100); do
+  ETCDCTL_API=3 etcdctl --endpoints "$etcd_eps" endpoint health >/dev/null 2>&1 && break
+  sleep 0.2
+done
+
+echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(etcd --version | head -1), $(nproc) cores, $(date -u +%Y-%m-%d)"
+"$target/release/omctl" --endpoint "$om_eps" --timeout 60 bench \
+  --om-metrics "$om_http" --etcd "$etcd_eps" "$@"
