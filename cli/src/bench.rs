@@ -79,12 +79,17 @@ async fn http_get(addr: &str, path: &str) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = addr.trim_start_matches("http://");
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).await?;
     let text = String::from_utf8_lossy(&out).to_string();
-    Ok(text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(text))
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(text))
 }
 
 /// Runs `op` from `concurrency` tasks for `seconds`; returns sorted latencies (µs) and errors.
@@ -155,11 +160,15 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
     let om = Arc::new(OmClient::new(endpoints, ClientOptions::default())?);
     let run_id = format!("{:08x}", rand::random::<u32>());
     let volume = format!("bench-{run_id}");
-    om.create_volume(&volume, "bench").await.context("creating the bench volume")?;
-    om.create_bucket(&volume, "keys", BucketLayout::ObjectStore).await?;
+    om.create_volume(&volume, "bench")
+        .await
+        .context("creating the bench volume")?;
+    om.create_bucket(&volume, "keys", BucketLayout::ObjectStore)
+        .await?;
     // Keys for the read phase.
     for i in 0..1000 {
-        om.put_key(&volume, "keys", &format!("r/{i:04}"), 1024).await?;
+        om.put_key(&volume, "keys", &format!("r/{i:04}"), 1024)
+            .await?;
     }
     let etcd: Option<Vec<KvClient<Channel>>> = if args.etcd.is_empty() {
         None
@@ -206,16 +215,26 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
         })
         .await;
         let after = scrape(&args.om_metrics, "/metrics", "om_raft_log_fsyncs_total").await;
-        rows.push(row("om", "CommitKey", c, r, before.zip(after).map(|(b, a)| a - b)));
+        rows.push(row(
+            "om",
+            "CommitKey",
+            c,
+            r,
+            before.zip(after).map(|(b, a)| a - b),
+        ));
 
         // om: linearizable LookupKey.
         let (o, v) = (om.clone(), volume.clone());
         let r = drive(c, args.seconds, move |w, n| {
             let (o, v) = (o.clone(), v.clone());
             async move {
-                o.lookup_key(&v, "keys", &format!("r/{:04}", (w as u64 * 7919 + n) % 1000))
-                    .await
-                    .is_ok()
+                o.lookup_key(
+                    &v,
+                    "keys",
+                    &format!("r/{:04}", (w as u64 * 7919 + n) % 1000),
+                )
+                .await
+                .is_ok()
             }
         })
         .await;
@@ -223,8 +242,17 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
 
         if let Some(clients) = &etcd {
             let metrics: Vec<String> = args.etcd.clone();
-            let before = scrape(&metrics, "/metrics", "etcd_disk_wal_fsync_duration_seconds_count").await;
-            let (cl, rid, value) = (clients.clone(), run_id.clone(), vec![b'x'; args.etcd_value_bytes]);
+            let before = scrape(
+                &metrics,
+                "/metrics",
+                "etcd_disk_wal_fsync_duration_seconds_count",
+            )
+            .await;
+            let (cl, rid, value) = (
+                clients.clone(),
+                run_id.clone(),
+                vec![b'x'; args.etcd_value_bytes],
+            );
             let r = drive(c, args.seconds, move |w, n| {
                 // Round-robin over members, as etcd's own client balances.
                 let mut kv = cl[w % cl.len()].clone();
@@ -241,8 +269,19 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
                 }
             })
             .await;
-            let after = scrape(&metrics, "/metrics", "etcd_disk_wal_fsync_duration_seconds_count").await;
-            rows.push(row("etcd", "Put", c, r, before.zip(after).map(|(b, a)| a - b)));
+            let after = scrape(
+                &metrics,
+                "/metrics",
+                "etcd_disk_wal_fsync_duration_seconds_count",
+            )
+            .await;
+            rows.push(row(
+                "etcd",
+                "Put",
+                c,
+                r,
+                before.zip(after).map(|(b, a)| a - b),
+            ));
 
             let (cl, rid) = (clients.clone(), run_id.clone());
             let r = drive(c, args.seconds, move |w, n| {
@@ -279,7 +318,8 @@ pub fn markdown(rows: &[Row]) -> String {
             r.ops_per_sec,
             r.p50_ms,
             r.p99_ms,
-            r.fsyncs_per_sec.map_or("-".to_string(), |f| format!("{f:.0}")),
+            r.fsyncs_per_sec
+                .map_or("-".to_string(), |f| format!("{f:.0}")),
             r.errors
         ));
     }

@@ -157,6 +157,12 @@ enum KeyCmd {
         path: String,
         #[command(flatten)]
         list: ListArgs,
+        /// Roll keys up into common prefixes at this delimiter (S3 semantics).
+        #[arg(long, default_value = "")]
+        delimiter: String,
+        /// Continue from a previous page's token.
+        #[arg(long, default_value = "")]
+        token: String,
     },
     Delete {
         path: String,
@@ -476,35 +482,72 @@ async fn run(cli: Cli) -> Result<()> {
                 let (v, b, key) = split3(&path)?;
                 print_kv(out, key_json(&c.lookup_key(v, b, key).await?));
             }
-            KeyCmd::List { path, list: l } => {
+            KeyCmd::List {
+                path,
+                list: l,
+                delimiter,
+                token,
+            } => {
                 let (v, b) = split2(&path)?;
-                let (items, next, truncated) = collect_pages(l.all, &l.start_after, |m| {
-                    let c = &c;
-                    let req = ListKeysRequest {
-                        volume: v.to_string(),
-                        bucket: b.to_string(),
-                        prefix: l.prefix.clone(),
-                        start_after: m,
-                        max_keys: l.max,
-                        ..Default::default()
-                    };
-                    async move {
-                        let r = c.list_keys(req).await?;
-                        Ok((
-                            r.keys.iter().map(key_json).collect(),
-                            r.next_start_after,
-                            r.truncated,
-                        ))
+                let mut items = Vec::new();
+                let mut token = token;
+                let (next, next_token) = loop {
+                    let r = c
+                        .list_keys(ListKeysRequest {
+                            volume: v.to_string(),
+                            bucket: b.to_string(),
+                            prefix: l.prefix.clone(),
+                            start_after: l.start_after.clone(),
+                            max_keys: l.max,
+                            delimiter: delimiter.clone(),
+                            continuation_token: token.clone(),
+                            ..Default::default()
+                        })
+                        .await?;
+                    // Keys and common prefixes in name order, as S3 interleaves them.
+                    let mut page: Vec<Value> = r.keys.iter().map(key_json).collect();
+                    page.extend(
+                        r.common_prefixes
+                            .iter()
+                            .map(|p| json!({"name": p, "prefix": true})),
+                    );
+                    page.sort_by(|x, y| x["name"].as_str().cmp(&y["name"].as_str()));
+                    items.extend(page);
+                    if !(l.all && r.truncated) {
+                        break (r.next_start_after, r.next_continuation_token);
                     }
-                })
-                .await?;
-                print_list(
-                    out,
-                    items,
-                    &["name", "size", "etag", "modified_ms"],
-                    &next,
-                    truncated,
-                );
+                    token = r.next_continuation_token;
+                };
+                if out == Output::Json {
+                    let v = json!({"items": items, "truncated": !next_token.is_empty(),
+                        "next_start_after": next, "next_token": next_token});
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let rows = items
+                        .iter()
+                        .map(|i| {
+                            if i["prefix"] == true {
+                                vec![
+                                    i["name"].as_str().unwrap_or("").to_string(),
+                                    "PRE".into(),
+                                    String::new(),
+                                    String::new(),
+                                ]
+                            } else {
+                                vec![
+                                    i["name"].as_str().unwrap_or("").to_string(),
+                                    i["size"].to_string(),
+                                    i["etag"].as_str().unwrap_or("").to_string(),
+                                    i["modified_ms"].to_string(),
+                                ]
+                            }
+                        })
+                        .collect();
+                    table(&["NAME", "SIZE", "ETAG", "MODIFIED_MS"], rows);
+                    if !next_token.is_empty() {
+                        println!("-- more: --token {next_token}");
+                    }
+                }
             }
             KeyCmd::Delete { path } => {
                 let (v, b, key) = split3(&path)?;
@@ -522,9 +565,11 @@ async fn run(cli: Cli) -> Result<()> {
             if out == Output::Json {
                 let v: Vec<Value> = rows
                     .iter()
-                    .map(|r| json!({"system": r.system, "op": r.op, "clients": r.concurrency,
+                    .map(|r| {
+                        json!({"system": r.system, "op": r.op, "clients": r.concurrency,
                         "ops_per_sec": r.ops_per_sec, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
-                        "fsyncs_per_sec": r.fsyncs_per_sec, "errors": r.errors}))
+                        "fsyncs_per_sec": r.fsyncs_per_sec, "errors": r.errors})
+                    })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {

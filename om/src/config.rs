@@ -57,6 +57,10 @@ pub struct Args {
     /// How long a write's result stays in the retry cache, in seconds [default: 600].
     #[arg(long, env = "OM_RETRY_CACHE_TTL_S")]
     pub retry_cache_ttl_s: Option<u64>,
+    /// In delimiter listings, seek past a common prefix at its N-th contiguous
+    /// key instead of stepping over the rest [default: 3].
+    #[arg(long, env = "OM_LIST_SEEK_AFTER")]
+    pub list_seek_after: Option<usize>,
     /// Log entries kept behind the latest snapshot for slow followers [default: 1000].
     #[arg(long, env = "OM_SNAPSHOT_KEEP_LOGS")]
     pub snapshot_keep_logs: Option<u64>,
@@ -84,6 +88,7 @@ struct FileConfig {
     retry_cache_ttl_s: Option<u64>,
     snapshot_keep_logs: Option<u64>,
     request_timeout_ms: Option<u64>,
+    list_seek_after: Option<usize>,
 }
 
 /// A member of the static initial cluster.
@@ -111,6 +116,7 @@ pub struct Config {
     pub retry_cache_ttl: Duration,
     pub snapshot_keep_logs: u64,
     pub request_timeout: Duration,
+    pub list_seek_after: usize,
 }
 
 impl Config {
@@ -189,6 +195,11 @@ impl Config {
                 .snapshot_keep_logs
                 .or(file.snapshot_keep_logs)
                 .unwrap_or(1000),
+            list_seek_after: args
+                .list_seek_after
+                .or(file.list_seek_after)
+                .unwrap_or(crate::listing::DEFAULT_SEEK_AFTER)
+                .max(2),
             request_timeout: Duration::from_millis(
                 args.request_timeout_ms
                     .or(file.request_timeout_ms)

@@ -15,7 +15,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use crate::error::{ErrorKind, OmError};
-use crate::service::{Consistency, OmService, WriteId};
+use crate::service::{Consistency, KeyListing, OmService, WriteId};
 use crate::validate;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
@@ -152,6 +152,14 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
         modification_time_ms: k.modification_time_ms,
         object_id: k.object_id,
         update_id: k.update_id,
+    }
+}
+
+fn scan_stats(s: crate::store::iter::IterStats) -> ScanStats {
+    ScanStats {
+        seeks: s.seeks,
+        nexts: s.nexts,
+        tombstones_skipped: s.tombstones,
     }
 }
 
@@ -524,25 +532,40 @@ impl OzoneManager for OmGrpc {
             validate::resource_name("bucket", &r.bucket)?;
             validate::optional_key("prefix", &r.prefix)?;
             validate::optional_key("start_after", &r.start_after)?;
+            validate::delimiter("delimiter", &r.delimiter)?;
+            if r.continuation_token.len() > 8192 {
+                return Err(OmError::invalid(
+                    "INVALID_CONTINUATION_TOKEN",
+                    "continuation_token",
+                    "continuation token is too long",
+                ));
+            }
             let page = self
                 .svc
                 .list_keys(
                     consistency(&r.read),
-                    &r.volume,
-                    &r.bucket,
-                    &r.prefix,
-                    &r.start_after,
-                    r.max_keys,
+                    KeyListing {
+                        volume: r.volume.clone(),
+                        bucket: r.bucket.clone(),
+                        prefix: r.prefix,
+                        delimiter: r.delimiter,
+                        start_after: r.start_after,
+                        continuation_token: r.continuation_token,
+                        max_keys: r.max_keys,
+                    },
                 )
                 .await?;
             Ok(ListKeysResponse {
                 keys: page
-                    .items
+                    .keys
                     .into_iter()
                     .map(|(n, k)| key_info(&r.volume, &r.bucket, n, k))
                     .collect(),
-                truncated: page.truncated,
+                truncated: !page.next_continuation_token.is_empty(),
                 next_start_after: page.next_start_after,
+                common_prefixes: page.common_prefixes,
+                next_continuation_token: page.next_continuation_token,
+                scan: Some(scan_stats(page.stats)),
             })
         })
         .await

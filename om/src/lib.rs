@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod listing;
 pub mod metrics;
 pub mod server;
 pub mod service;

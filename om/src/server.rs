@@ -106,6 +106,7 @@ impl Node {
             cfg.node_id,
             cfg.max_page,
             cfg.request_timeout,
+            cfg.list_seek_after,
         ));
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();

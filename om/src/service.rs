@@ -18,7 +18,8 @@ use rocksdb::DB;
 
 use crate::apply::into_outcome;
 use crate::error::OmError;
-use crate::store::iter::{DeferredSeekIter, IterStats};
+use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page};
+use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, KeyTable, TableSchema, VolumeTable};
 
@@ -40,6 +41,29 @@ pub struct WriteId {
     pub seq: u64,
 }
 
+/// A ListKeys request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct KeyListing {
+    pub volume: String,
+    pub bucket: String,
+    pub prefix: String,
+    pub delimiter: String,
+    pub start_after: String,
+    pub continuation_token: String,
+    pub max_keys: u32,
+}
+
+/// One page of ListKeys.
+#[derive(Debug, Clone)]
+pub struct KeyPage {
+    pub keys: Vec<(String, KeyRecord)>,
+    pub common_prefixes: Vec<String>,
+    pub next_start_after: String,
+    /// Empty when the listing is complete.
+    pub next_continuation_token: String,
+    pub stats: IterStats,
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone)]
 pub struct Page<T> {
@@ -56,6 +80,7 @@ pub struct OmService {
     node_id: u64,
     max_page: u32,
     request_timeout: Duration,
+    seek_after: usize,
 }
 
 pub fn now_ms() -> u64 {
@@ -96,6 +121,7 @@ impl OmService {
         node_id: u64,
         max_page: u32,
         request_timeout: Duration,
+        seek_after: usize,
     ) -> Self {
         OmService {
             raft,
@@ -103,6 +129,7 @@ impl OmService {
             node_id,
             max_page,
             request_timeout,
+            seek_after,
         }
     }
 
@@ -354,36 +381,72 @@ impl OmService {
         )
     }
 
-    pub async fn list_keys(
-        &self,
-        c: Consistency,
-        volume: &str,
-        bucket: &str,
-        prefix: &str,
-        start_after: &str,
-        max: u32,
-    ) -> Result<Page<KeyRecord>, OmError> {
+    /// One page of keys, with S3 delimiter roll-up and continuation tokens.
+    pub async fn list_keys(&self, c: Consistency, q: KeyListing) -> Result<KeyPage, OmError> {
         self.read_barrier(c).await?;
-        self.bucket_now(volume, bucket)?;
-        list_page::<KeyTable>(
+        let bucket = self.bucket_now(&q.volume, &q.bucket)?;
+        let expect = ContinuationToken {
+            version: 1,
+            listing: "keys".to_string(),
+            volume: q.volume.clone(),
+            bucket: q.bucket.clone(),
+            bucket_object_id: bucket.object_id,
+            prefix: q.prefix.as_bytes().to_vec(),
+            delimiter: q.delimiter.as_bytes().to_vec(),
+            resume: Vec::new(),
+        };
+        let start = if !q.continuation_token.is_empty() {
+            Start::At(ContinuationToken::decode_token(&q.continuation_token, &expect)?.resume)
+        } else if q.start_after.is_empty() {
+            Start::Beginning
+        } else {
+            Start::After(q.start_after.as_bytes().to_vec())
+        };
+        let parent = keys::object_prefix(&q.volume, &q.bucket);
+        let page = scan_page(
             &self.db,
-            &keys::object_prefix(volume, bucket),
-            prefix,
-            start_after,
-            self.page_size(max),
-        )
+            &ScanSpec {
+                table: keys::KEYS_CF,
+                parent: &parent,
+                prefix: q.prefix.as_bytes(),
+                delimiter: q.delimiter.as_bytes(),
+                start,
+                max: self.page_size(q.max_keys),
+                seek_after: self.seek_after,
+            },
+        )?;
+        let mut out = KeyPage {
+            keys: Vec::new(),
+            common_prefixes: Vec::new(),
+            next_start_after: String::new(),
+            next_continuation_token: String::new(),
+            stats: page.stats,
+        };
+        let mut last = String::new();
+        for item in page.items {
+            match item {
+                Item::Entry { name, value } => {
+                    let name = utf8(name)?;
+                    last.clone_from(&name);
+                    out.keys.push((name, table::decode::<KeyTable>(&value)?));
+                }
+                Item::CommonPrefix(p) => {
+                    let p = utf8(p)?;
+                    last.clone_from(&p);
+                    out.common_prefixes.push(p);
+                }
+            }
+        }
+        if let Some(resume) = page.resume {
+            out.next_start_after = last;
+            out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
+        }
+        Ok(out)
     }
 }
 
-/// Where a listing starts: the first name `> start_after` that has `prefix`.
-/// Returns the seek target relative to the parent prefix, or `None` when the
-/// listing must start at the beginning of the prefix range.
-pub fn start_position(prefix: &str, start_after: &str) -> Option<Vec<u8>> {
-    if start_after.is_empty() || start_after.as_bytes() < prefix.as_bytes() {
-        None
-    } else {
-        Some(keys::key_successor(start_after.as_bytes()))
-    }
+fn utf8(b: Vec<u8>) -> Result<String, OmError> {
+    String::from_utf8(b).map_err(|_| OmError::Internal("non-UTF-8 name in a table".to_string()))
 }
 
 /// Reads one page of `T` under `parent` + `prefix`, after `start_after`, with
@@ -395,33 +458,30 @@ pub fn list_page<T: TableSchema>(
     start_after: &str,
     max: usize,
 ) -> Result<Page<T::Value>, OmError> {
-    let mut lower = parent.to_vec();
-    lower.extend_from_slice(prefix.as_bytes());
-    let upper = keys::prefix_end(&lower);
-    let mut it =
-        DeferredSeekIter::new(db, T::CF, (!lower.is_empty()).then(|| lower.clone()), upper)?;
-    match start_position(prefix, start_after) {
-        Some(rel) => {
-            let mut target = parent.to_vec();
-            target.extend_from_slice(&rel);
-            it.seek(&target);
+    let start = if start_after.is_empty() {
+        Start::Beginning
+    } else {
+        Start::After(start_after.as_bytes().to_vec())
+    };
+    let page = scan_page(
+        db,
+        &ScanSpec {
+            table: T::CF,
+            parent,
+            prefix: prefix.as_bytes(),
+            delimiter: b"",
+            start,
+            max,
+            seek_after: usize::MAX,
+        },
+    )?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for item in page.items {
+        if let Item::Entry { name, value } = item {
+            items.push((utf8(name)?, table::decode::<T>(&value)?));
         }
-        None => it.seek(&lower),
     }
-    let mut items = Vec::new();
-    let mut truncated = false;
-    while let Some((k, v)) = it.current() {
-        if items.len() == max {
-            truncated = true;
-            break;
-        }
-        let name = std::str::from_utf8(&k[parent.len()..])
-            .map_err(|_| OmError::Internal(format!("non-UTF-8 name in {}", T::CF)))?
-            .to_string();
-        items.push((name, table::decode::<T>(v)?));
-        it.advance();
-    }
-    it.status()?;
+    let truncated = page.resume.is_some();
     let next_start_after = if truncated {
         items.last().map(|(n, _)| n.clone()).unwrap_or_default()
     } else {
@@ -431,19 +491,6 @@ pub fn list_page<T: TableSchema>(
         items,
         truncated,
         next_start_after,
-        stats: it.stats(),
+        stats: page.stats,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn start_position_rules() {
-        assert_eq!(start_position("", ""), None);
-        assert_eq!(start_position("b", "a"), None);
-        assert_eq!(start_position("a", "ab"), Some(b"ab\0".to_vec()));
-        assert_eq!(start_position("", "x"), Some(b"x\0".to_vec()));
-    }
 }

@@ -93,6 +93,18 @@ pub fn optional_key(field: &'static str, key: &str) -> Result<(), OmError> {
     }
 }
 
+/// A listing delimiter: empty, or up to 16 bytes without NUL.
+pub fn delimiter(field: &'static str, d: &str) -> Result<(), OmError> {
+    if d.len() > 16 || d.contains('\0') {
+        return Err(OmError::invalid(
+            "INVALID_DELIMITER",
+            field,
+            format!("{field} must be at most 16 bytes without NUL"),
+        ));
+    }
+    Ok(())
+}
+
 /// Metadata maps are bounded so one request cannot bloat a record (S3 allows 2 KiB).
 pub fn metadata(
     field: &'static str,

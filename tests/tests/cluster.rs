@@ -297,7 +297,18 @@ async fn a_retry_across_a_failover_is_applied_once() {
         .shutdown()
         .await;
     let new = leader_of(&nodes, Some(leader)).await;
-    let again = send(addrs[(new - 1) as usize].grpc.clone(), req)
+    assert_ne!(new, leader);
+    // The client library resends the same request (same client id and seq),
+    // following leader hints until the new leader answers.
+    let again = c
+        .call(|ch| {
+            let req = req.clone();
+            async move {
+                om_client::v1::ozone_manager_client::OzoneManagerClient::new(ch)
+                    .put_key(req)
+                    .await
+            }
+        })
         .await
         .unwrap();
     assert_eq!(

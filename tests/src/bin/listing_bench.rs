@@ -1,0 +1,352 @@
+//! Listing benchmarks (BENCHMARKS.md, "Listings"): every arm measured side by
+//! side in one run on this machine.
+//!
+//! 1. Seed HDDS-16250's experiment: a band of N consecutive point tombstones
+//!    before a live continuation target, automatic compaction off, warm cache;
+//!    positioning and reading a page with om's iterator (one seek) versus the
+//!    old double positioning (seek to the prefix start, then to the marker).
+//! 2. Delimiter listing of 1M keys under 1,000 common prefixes: native
+//!    operations per listed prefix with the seek-past rule versus stepping.
+//! 3. One key per prefix: the rule versus plain stepping (no regression).
+//! 4. End to end over gRPC on loopback: a 1000-key ListKeys page and a
+//!    continuation page, with and without a 100k-tombstone band before the marker.
+//!
+//! `cargo run --release -p om-tests --bin listing_bench [-- --quick]`
+
+use std::time::{Duration, Instant};
+
+use om::listing::{Item, ScanSpec, Start, scan_page};
+use om::store::iter::DeferredSeekIter;
+use om::store::keys::{KEYS_CF, TABLE_CFS};
+use rocksdb::{DB, Options, WriteBatch};
+
+fn open(dir: &std::path::Path) -> DB {
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    o.create_missing_column_families(true);
+    o.set_disable_auto_compactions(true);
+    DB::open_cf(&o, dir, TABLE_CFS).expect("open")
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn write_batches(db: &DB, keys: impl Iterator<Item = (Vec<u8>, bool)>) {
+    let cf = db.cf_handle(KEYS_CF).unwrap();
+    let mut b = WriteBatch::default();
+    for (k, live) in keys {
+        if live {
+            b.put_cf(cf, &k, b"v");
+        } else {
+            b.put_cf(cf, &k, b"v");
+            b.delete_cf(cf, &k);
+        }
+        if b.len() >= 20_000 {
+            db.write(std::mem::take(&mut b)).unwrap();
+        }
+    }
+    db.write(b).unwrap();
+}
+
+fn read_page(it: &mut DeferredSeekIter<'_>, n: usize) -> usize {
+    let mut got = 0;
+    while got < n && it.current().is_some() {
+        got += 1;
+        it.advance();
+    }
+    got
+}
+
+fn tombstone_arm(quick: bool) {
+    println!(
+        "\n### 1. Continuation past a band of tombstones (page of 100, median of repetitions)\n"
+    );
+    println!(
+        "| tombstones | om: one seek (µs) | double positioning (µs) | ratio | om tombstones skipped | baseline tombstones skipped |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let bands: &[usize] = if quick {
+        &[0, 10_000]
+    } else {
+        &[0, 10_000, 100_000, 500_000]
+    };
+    let mut base_om = None;
+    for &n in bands {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        write_batches(&db, std::iter::once((b"p/0".to_vec(), true)));
+        write_batches(
+            &db,
+            (0..n).map(|i| (format!("p/t{i:07}").into_bytes(), false)),
+        );
+        write_batches(
+            &db,
+            (0..200).map(|i| (format!("p/z{i:05}").into_bytes(), true)),
+        );
+        db.flush_cf(db.cf_handle(KEYS_CF).unwrap()).unwrap();
+        let marker = b"p/z00000".to_vec();
+        let reps = if n >= 100_000 { 15 } else { 200 };
+        let (mut om_t, mut base_t) = (Vec::new(), Vec::new());
+        let (mut om_skip, mut base_skip) = (0, 0);
+        for r in 0..reps + 2 {
+            let t = Instant::now();
+            let mut it = DeferredSeekIter::with_prefix(&db, KEYS_CF, b"p/").unwrap();
+            it.seek(&marker);
+            assert_eq!(read_page(&mut it, 100), 100);
+            let d = t.elapsed();
+            om_skip = it.stats().tombstones;
+            let t = Instant::now();
+            let mut it = DeferredSeekIter::with_prefix(&db, KEYS_CF, b"p/").unwrap();
+            it.seek_to_first();
+            it.seek(&marker);
+            assert_eq!(read_page(&mut it, 100), 100);
+            let b = t.elapsed();
+            base_skip = it.stats().tombstones;
+            if r >= 2 {
+                om_t.push(d);
+                base_t.push(b);
+            }
+        }
+        let (o, b) = (median(om_t), median(base_t));
+        base_om.get_or_insert(o);
+        println!(
+            "| {n} | {:.1} | {:.1} | {:.0}× | {om_skip} | {base_skip} |",
+            us(o),
+            us(b),
+            us(b) / us(o)
+        );
+    }
+    if let Some(b) = base_om {
+        println!(
+            "\n(om with no tombstones: {:.1} µs; the rows above show om's time stays flat.)",
+            us(b)
+        );
+    }
+}
+
+fn list_all_prefixes(db: &DB, seek_after: usize, page: usize) -> (usize, u64, u64, Duration) {
+    let t = Instant::now();
+    let (mut n, mut seeks, mut nexts) = (0, 0, 0);
+    let mut start = Start::Beginning;
+    loop {
+        let p = scan_page(
+            db,
+            &ScanSpec {
+                table: KEYS_CF,
+                parent: b"",
+                prefix: b"",
+                delimiter: b"/",
+                start: start.clone(),
+                max: page,
+                seek_after,
+            },
+        )
+        .unwrap();
+        n += p
+            .items
+            .iter()
+            .filter(|i| matches!(i, Item::CommonPrefix(_)))
+            .count();
+        seeks += p.stats.seeks;
+        nexts += p.stats.nexts;
+        match p.resume {
+            Some(r) => start = Start::At(r),
+            None => break,
+        }
+    }
+    (n, seeks, nexts, t.elapsed())
+}
+
+fn delimiter_arms(quick: bool) {
+    let (prefixes, per) = if quick { (100, 1000) } else { (1000, 1000) };
+    println!(
+        "\n### 2. Delimiter listing: {} keys under {prefixes} common prefixes\n",
+        prefixes * per
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    write_batches(
+        &db,
+        (0..prefixes)
+            .flat_map(|p| (0..per).map(move |i| (format!("d{p:04}/{i:04}").into_bytes(), true))),
+    );
+    db.flush_cf(db.cf_handle(KEYS_CF).unwrap()).unwrap();
+    println!("| strategy | prefixes listed | seeks | nexts | native ops per prefix | time (ms) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut times = Vec::new();
+    for (name, n) in [
+        ("seek past at the 3rd key (om)", 3),
+        ("step every key", usize::MAX),
+    ] {
+        let (cnt, s, x, t) = list_all_prefixes(&db, n, 1000);
+        assert_eq!(cnt, prefixes);
+        times.push(t);
+        println!(
+            "| {name} | {cnt} | {s} | {x} | {:.2} | {:.1} |",
+            (s + x) as f64 / cnt as f64,
+            t.as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "\nstepping / om time: {:.0}×",
+        times[1].as_secs_f64() / times[0].as_secs_f64()
+    );
+
+    let singles = if quick { 10_000 } else { 100_000 };
+    println!(
+        "\n### 3. One key per prefix: {singles} prefixes of one key each (median of 7 runs)\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    write_batches(
+        &db,
+        (0..singles).map(|i| (format!("o{i:06}/x").into_bytes(), true)),
+    );
+    db.flush_cf(db.cf_handle(KEYS_CF).unwrap()).unwrap();
+    println!("| strategy | seeks | nexts | time (ms) |");
+    println!("|---|---:|---:|---:|");
+    let mut med = Vec::new();
+    for (name, n) in [("om rule (N = 3)", 3), ("plain stepping", usize::MAX)] {
+        let mut ts = Vec::new();
+        let mut last = (0, 0);
+        for _ in 0..7 {
+            let (cnt, s, x, t) = list_all_prefixes(&db, n, 1000);
+            assert_eq!(cnt, singles);
+            ts.push(t);
+            last = (s, x);
+        }
+        let m = median(ts);
+        med.push(m);
+        println!(
+            "| {name} | {} | {} | {:.1} |",
+            last.0,
+            last.1,
+            m.as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "\nom / stepping time: {:.3}",
+        med[0].as_secs_f64() / med[1].as_secs_f64()
+    );
+}
+
+async fn grpc_arm(quick: bool) {
+    use om_client::v1::{BucketLayout, ListKeysRequest};
+    println!(
+        "\n### 4. End to end over gRPC (loopback, single node): ListKeys pages of 1000 keys\n"
+    );
+    let node = om_tests::TestNode::start().await;
+    let c = std::sync::Arc::new(node.client());
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let band = if quick { 10_000 } else { 100_000 };
+    // Live keys a*, the band b* (put then deleted later), live keys c*.
+    let put_many = |names: Vec<String>| {
+        let c = c.clone();
+        async move {
+            let mut tasks = Vec::new();
+            for chunk in names.chunks(names.len().div_ceil(64).max(1)) {
+                let (c, chunk) = (c.clone(), chunk.to_vec());
+                tasks.push(tokio::spawn(async move {
+                    for n in chunk {
+                        c.put_key("vol1", "bkt1", &n, 1).await.unwrap();
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    put_many((0..2000).map(|i| format!("a{i:06}")).collect()).await;
+    put_many((0..2000).map(|i| format!("c{i:06}")).collect()).await;
+    let page = |start_after: &str| ListKeysRequest {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        start_after: start_after.into(),
+        max_keys: 1000,
+        ..Default::default()
+    };
+    let measure = |start_after: &'static str| {
+        let c = c.clone();
+        async move {
+            let mut ts = Vec::new();
+            let mut skipped = 0;
+            for r in 0..105 {
+                let t = Instant::now();
+                let resp = c.list_keys(page(start_after)).await.unwrap();
+                if r >= 5 {
+                    ts.push(t.elapsed());
+                }
+                assert_eq!(resp.keys.len(), 1000);
+                skipped = resp.scan.unwrap().tombstones_skipped;
+            }
+            (pct(ts.clone(), 0.5), pct(ts, 0.99), skipped)
+        }
+    };
+    println!("| page | band before marker | p50 (ms) | p99 (ms) | tombstones skipped |");
+    println!("|---|---|---:|---:|---:|");
+    let (p50, p99, s) = measure("").await;
+    println!(
+        "| first page | none | {:.2} | {:.2} | {s} |",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+    let (p50, p99, s) = measure("a001999").await;
+    println!(
+        "| continuation | none | {:.2} | {:.2} | {s} |",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+    let names: Vec<String> = (0..band).map(|i| format!("b{i:06}")).collect();
+    put_many(names.clone()).await;
+    let c2 = c.clone();
+    let mut tasks = Vec::new();
+    for chunk in names.chunks(names.len().div_ceil(64)) {
+        let (c, chunk) = (c2.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for n in chunk {
+                c.delete_key("vol1", "bkt1", &n).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (p50, p99, s) = measure("a001999").await;
+    println!(
+        "| continuation | {band} tombstones | {:.2} | {:.2} | {s} |",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+    node.node.shutdown().await;
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    println!(
+        "listing benchmarks, {} cores, {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if quick { "quick sizes" } else { "full sizes" }
+    );
+    tombstone_arm(quick);
+    delimiter_arms(quick);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(grpc_arm(quick));
+}
