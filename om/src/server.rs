@@ -46,12 +46,36 @@ pub struct Node {
 }
 
 /// Options of the metadata tables' column families.
+///
+/// Tables that see bulk deletions get RocksDB's deletion-triggered compaction:
+/// an SST file is marked for compaction when any window of
+/// `DELETION_WINDOW` consecutive entries holds `DELETION_TRIGGER` or more
+/// tombstones, or when tombstones make up `DELETION_RATIO` of the file. That
+/// compacts tombstone bands away soon after they land, instead of waiting for
+/// size-based compaction, so scans do not keep paying for deleted keys.
 fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
     keys::TABLE_CFS
         .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()))
+        .map(|name| {
+            let mut o = Options::default();
+            if keys::DELETION_HEAVY_CFS.contains(name) {
+                o.add_compact_on_deletion_collector_factory(
+                    DELETION_WINDOW,
+                    DELETION_TRIGGER,
+                    DELETION_RATIO,
+                );
+            }
+            ColumnFamilyDescriptor::new(*name, o)
+        })
         .collect()
 }
+
+/// Entries per sliding window of the deletion-triggered compaction collector.
+pub const DELETION_WINDOW: usize = 32 * 1024;
+/// Tombstones within one window that mark the file for compaction.
+pub const DELETION_TRIGGER: usize = 8 * 1024;
+/// Fraction of tombstones in a whole file that marks it for compaction.
+pub const DELETION_RATIO: f64 = 0.5;
 
 fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
     let election = cfg.election_timeout.as_millis() as u64;

@@ -32,6 +32,10 @@ pub const TABLE_CFS: &[&str] = &[
     COUNTERS_CF,
 ];
 
+/// Tables whose deletions come in bulk (keys deleted by clients, expired
+/// retry-cache entries, reclaimed blocks): deletion-triggered compaction is on.
+pub const DELETION_HEAVY_CFS: &[&str] = &[KEYS_CF, DELETED_BLOCKS_CF, RETRY_CACHE_CF];
+
 pub const VOLUMES_CF: &str = "volumes";
 pub const BUCKETS_CF: &str = "buckets";
 pub const KEYS_CF: &str = "keys";

@@ -68,24 +68,35 @@ fn read_page(it: &mut DeferredSeekIter<'_>, n: usize) -> usize {
     got
 }
 
+/// Times `f` `reps` times after two warm-up runs; returns the median.
+fn timed(reps: usize, mut f: impl FnMut()) -> Duration {
+    let mut ts = Vec::with_capacity(reps);
+    for r in 0..reps + 2 {
+        let t = Instant::now();
+        f();
+        if r >= 2 {
+            ts.push(t.elapsed());
+        }
+    }
+    median(ts)
+}
+
 fn tombstone_arm(quick: bool) {
+    println!("\n### 1. Continuation past a band of tombstones (medians of repeated runs)\n");
+    println!("Positioning = create the iterator, position it at the marker, read the first entry;");
+    println!("page = positioning plus reading 100 entries.\n");
     println!(
-        "\n### 1. Continuation past a band of tombstones (page of 100, median of repetitions)\n"
+        "| tombstones | om positioning (µs) | double positioning (µs) | ratio | om page (µs) | double page (µs) | ratio | tombstones skipped om / double |"
     );
-    println!(
-        "| tombstones | om: one seek (µs) | double positioning (µs) | ratio | om tombstones skipped | baseline tombstones skipped |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---|");
     let bands: &[usize] = if quick {
         &[0, 10_000]
     } else {
         &[0, 10_000, 100_000, 500_000]
     };
-    let mut base_om = None;
     for &n in bands {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path());
-        write_batches(&db, std::iter::once((b"p/0".to_vec(), true)));
         write_batches(
             &db,
             (0..n).map(|i| (format!("p/t{i:07}").into_bytes(), false)),
@@ -96,41 +107,29 @@ fn tombstone_arm(quick: bool) {
         );
         db.flush_cf(db.cf_handle(KEYS_CF).unwrap()).unwrap();
         let marker = b"p/z00000".to_vec();
-        let reps = if n >= 100_000 { 15 } else { 200 };
-        let (mut om_t, mut base_t) = (Vec::new(), Vec::new());
+        let reps = if n >= 100_000 { 21 } else { 201 };
         let (mut om_skip, mut base_skip) = (0, 0);
-        for r in 0..reps + 2 {
-            let t = Instant::now();
+        let run = |double: bool, page: usize, skipped: &mut u64| {
             let mut it = DeferredSeekIter::with_prefix(&db, KEYS_CF, b"p/").unwrap();
-            it.seek(&marker);
-            assert_eq!(read_page(&mut it, 100), 100);
-            let d = t.elapsed();
-            om_skip = it.stats().tombstones;
-            let t = Instant::now();
-            let mut it = DeferredSeekIter::with_prefix(&db, KEYS_CF, b"p/").unwrap();
-            it.seek_to_first();
-            it.seek(&marker);
-            assert_eq!(read_page(&mut it, 100), 100);
-            let b = t.elapsed();
-            base_skip = it.stats().tombstones;
-            if r >= 2 {
-                om_t.push(d);
-                base_t.push(b);
+            if double {
+                it.seek_to_first();
             }
-        }
-        let (o, b) = (median(om_t), median(base_t));
-        base_om.get_or_insert(o);
+            it.seek(&marker);
+            assert_eq!(read_page(&mut it, page), page);
+            *skipped = it.stats().tombstones;
+        };
+        let op = timed(reps, || run(false, 1, &mut om_skip));
+        let bp = timed(reps, || run(true, 1, &mut base_skip));
+        let og = timed(reps, || run(false, 100, &mut om_skip));
+        let bg = timed(reps, || run(true, 100, &mut base_skip));
         println!(
-            "| {n} | {:.1} | {:.1} | {:.0}× | {om_skip} | {base_skip} |",
-            us(o),
-            us(b),
-            us(b) / us(o)
-        );
-    }
-    if let Some(b) = base_om {
-        println!(
-            "\n(om with no tombstones: {:.1} µs; the rows above show om's time stays flat.)",
-            us(b)
+            "| {n} | {:.2} | {:.1} | {:.0}× | {:.1} | {:.1} | {:.0}× | {om_skip} / {base_skip} |",
+            us(op),
+            us(bp),
+            us(bp) / us(op),
+            us(og),
+            us(bg),
+            us(bg) / us(og)
         );
     }
 }
@@ -205,7 +204,7 @@ fn delimiter_arms(quick: bool) {
 
     let singles = if quick { 10_000 } else { 100_000 };
     println!(
-        "\n### 3. One key per prefix: {singles} prefixes of one key each (median of 7 runs)\n"
+        "\n### 3. One key per prefix: {singles} prefixes of one key each (median of 11 interleaved runs)\n"
     );
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
@@ -216,23 +215,25 @@ fn delimiter_arms(quick: bool) {
     db.flush_cf(db.cf_handle(KEYS_CF).unwrap()).unwrap();
     println!("| strategy | seeks | nexts | time (ms) |");
     println!("|---|---:|---:|---:|");
-    let mut med = Vec::new();
-    for (name, n) in [("om rule (N = 3)", 3), ("plain stepping", usize::MAX)] {
-        let mut ts = Vec::new();
-        let mut last = (0, 0);
-        for _ in 0..7 {
-            let (cnt, s, x, t) = list_all_prefixes(&db, n, 1000);
+    // Interleaved runs, so neither strategy gets the warmer cache.
+    let strategies = [("om rule (N = 3)", 3), ("plain stepping", usize::MAX)];
+    let mut runs: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
+    let mut ops = [(0, 0); 2];
+    for _ in 0..11 {
+        for (i, (_, n)) in strategies.iter().enumerate() {
+            let (cnt, s, x, t) = list_all_prefixes(&db, *n, 1000);
             assert_eq!(cnt, singles);
-            ts.push(t);
-            last = (s, x);
+            runs[i].push(t);
+            ops[i] = (s, x);
         }
-        let m = median(ts);
-        med.push(m);
+    }
+    let med: Vec<Duration> = runs.into_iter().map(median).collect();
+    for (i, (name, _)) in strategies.iter().enumerate() {
         println!(
             "| {name} | {} | {} | {:.1} |",
-            last.0,
-            last.1,
-            m.as_secs_f64() * 1e3
+            ops[i].0,
+            ops[i].1,
+            med[i].as_secs_f64() * 1e3
         );
     }
     println!(
@@ -326,7 +327,7 @@ async fn grpc_arm(quick: bool) {
     for t in tasks {
         t.await.unwrap();
     }
-    let (p50, p99, s) = measure("a001999").await;
+    let (p50, p99, s) = measure("c000999").await;
     println!(
         "| continuation | {band} tombstones | {:.2} | {:.2} | {s} |",
         p50.as_secs_f64() * 1e3,
