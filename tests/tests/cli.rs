@@ -66,6 +66,42 @@ async fn omctl_walkthrough_survives_sigkill() {
     .unwrap();
     assert_eq!(all["items"].as_array().unwrap().len(), 2);
 
+    // Delimiter roll-up and continuation tokens from the command line.
+    ok(&ep, &["key", "put", "vol1/bkt1/docs/x", "--size", "1"]);
+    ok(&ep, &["key", "put", "vol1/bkt1/docs/y", "--size", "1"]);
+    let rolled = ok(&ep, &["key", "list", "vol1/bkt1", "--delimiter", "/"]);
+    assert!(
+        rolled
+            .lines()
+            .any(|l| l.starts_with("docs/") && l.contains("PRE")),
+        "{rolled}"
+    );
+    assert!(!rolled.contains("docs/x"), "{rolled}");
+    let page: serde_json::Value = serde_json::from_str(&ok(
+        &ep,
+        &["--output", "json", "key", "list", "vol1/bkt1", "--max", "2"],
+    ))
+    .unwrap();
+    let token = page["next_token"].as_str().unwrap().to_string();
+    let rest: serde_json::Value = serde_json::from_str(&ok(
+        &ep,
+        &[
+            "--output",
+            "json",
+            "key",
+            "list",
+            "vol1/bkt1",
+            "--max",
+            "10",
+            "--token",
+            &token,
+        ],
+    ))
+    .unwrap();
+    assert_eq!(rest["items"][0]["name"], "docs/x");
+    ok(&ep, &["key", "delete", "vol1/bkt1/docs/x"]);
+    ok(&ep, &["key", "delete", "vol1/bkt1/docs/y"]);
+
     // Errors exit non-zero with the stable reason.
     let bad = omctl(&ep, &["volume", "create", "BAD"]);
     assert!(!bad.status.success());
