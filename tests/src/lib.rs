@@ -158,12 +158,28 @@ impl TestNode {
     }
 }
 
-/// A port that was free a moment ago.
+/// A loopback port for a test server, taken from below the kernel's ephemeral
+/// range (which starts at 32768 on Linux), so no outgoing connection of this or
+/// another test can grab it between the choice and the bind. Each test process
+/// starts at its own offset and hands out each port once.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 12_000;
+    const HIGH: u32 = 32_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        LOW + (std::process::id() % 200) * 100,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = (LOW + (n - LOW) % (HIGH - LOW)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Path of a workspace binary built next to the test executable

@@ -416,6 +416,49 @@ async fn a_retried_write_is_applied_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_cache_entries_expire_after_their_ttl() {
+    let node = TestNode::start_with(|a| a.retry_cache_ttl_s = Some(1)).await;
+    let c = node.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let req = PutKeyRequest {
+        header: Some(c.next_header()),
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        key: "k".into(),
+        size: 1,
+        ..Default::default()
+    };
+    let mut raw = om_client::v1::ozone_manager_client::OzoneManagerClient::connect(format!(
+        "http://{}",
+        node.endpoint()
+    ))
+    .await
+    .unwrap();
+    let first = raw.put_key(req.clone()).await.unwrap().into_inner();
+    // Within the TTL the same request is answered from the cache...
+    assert_eq!(raw.put_key(req.clone()).await.unwrap().into_inner(), first);
+    // ...and once the leader has expired it, the same request is a new write.
+    let again = om_tests::wait_for(
+        std::time::Duration::from_secs(15),
+        "retry-cache expiry",
+        || {
+            let (mut raw, req, first) = (raw.clone(), req.clone(), first.clone());
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                let r = raw.put_key(req).await.ok()?.into_inner();
+                (r != first).then_some(r)
+            }
+        },
+    )
+    .await;
+    assert!(again.key.unwrap().update_id > first.key.unwrap().update_id);
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_linearizable_by_default_and_stale_on_request() {
     let node = TestNode::start().await;
     let c = node.client();
@@ -429,6 +472,15 @@ async fn reads_are_linearizable_by_default_and_stale_on_request() {
     )
     .unwrap();
     assert_eq!(stale.get_volume("vol1").await.unwrap().name, "vol1");
+    let lease = OmClient::new(
+        &[node.endpoint()],
+        om_client::ClientOptions {
+            lease_reads: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(lease.get_volume("vol1").await.unwrap().name, "vol1");
     let status = c.cluster_status().await.unwrap();
     assert_eq!(status.role, "leader");
     assert!(status.applied_index >= 2);
