@@ -107,6 +107,7 @@ impl Node {
         let prom = crate::metrics::recorder();
         let store = om_raft_store::open(&cfg.data_dir, table_descriptors(), Arc::new(OmApplier))?;
         let db = store.db.clone();
+        crate::store::tune_tables(&db)?;
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),

@@ -7,6 +7,27 @@ pub mod table;
 
 use std::collections::BTreeMap;
 
+/// Consecutive tombstones an iterator must step over before RocksDB replaces
+/// them with one range tombstone (`min_tombstones_for_range_conversion`), so
+/// the next scan through the same band skips it at once. The conversion only
+/// covers keys that are already deleted, so the logical state every replica
+/// holds is unchanged; measured in BENCHMARKS.md (a first page across 100k
+/// tombstones: 6.6 ms per scan without, 16 µs after the first scan with it).
+pub const RANGE_CONVERSION_MIN_TOMBSTONES: u32 = 1000;
+
+/// Runtime options of the metadata tables, set once the database is open.
+pub fn tune_tables(db: &rocksdb::DB) -> Result<(), crate::error::OmError> {
+    let value = RANGE_CONVERSION_MIN_TOMBSTONES.to_string();
+    for name in keys::DELETION_HEAVY_CFS {
+        let cf = table::cf(db, name)?;
+        db.set_options_cf(
+            cf,
+            &[("min_tombstones_for_range_conversion", value.as_str())],
+        )?;
+    }
+    Ok(())
+}
+
 /// Table entries by (table, key).
 pub type TableDump = BTreeMap<(&'static str, Vec<u8>), Vec<u8>>;
 
