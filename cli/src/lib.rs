@@ -502,6 +502,52 @@ impl OmClient {
         Ok(())
     }
 
+    /// Deletes several keys of one bucket; one outcome per key.
+    pub async fn delete_keys(
+        &self,
+        volume: &str,
+        bucket: &str,
+        keys: &[String],
+    ) -> Result<Vec<KeyOutcome>, ClientError> {
+        let req = DeleteKeysRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            keys: keys.to_vec(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).delete_keys(req).await }
+            })
+            .await?;
+        Ok(r.results)
+    }
+
+    pub async fn rename_key(
+        &self,
+        volume: &str,
+        bucket: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<KeyInfo, ClientError> {
+        let req = RenameKeyRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            from: from.to_string(),
+            to: to.to_string(),
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).rename_key(req).await }
+            })
+            .await?;
+        r.key
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
     pub async fn list_keys(
         &self,
         mut req: ListKeysRequest,

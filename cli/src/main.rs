@@ -167,6 +167,16 @@ enum KeyCmd {
     Delete {
         path: String,
     },
+    /// Delete several keys of VOLUME/BUCKET in one request.
+    DeleteMany {
+        path: String,
+        keys: Vec<String>,
+    },
+    /// Rename VOLUME/BUCKET/KEY to NEW_KEY in the same bucket.
+    Rename {
+        path: String,
+        new_key: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -548,6 +558,41 @@ async fn run(cli: Cli) -> Result<()> {
                         println!("-- more: --token {next_token}");
                     }
                 }
+            }
+            KeyCmd::DeleteMany { path, keys } => {
+                let (v, b) = split2(&path)?;
+                let results = c.delete_keys(v, b, &keys).await?;
+                let mut failed = false;
+                let rows: Vec<Vec<String>> = results
+                    .iter()
+                    .map(|r| {
+                        failed |= !r.reason.is_empty();
+                        vec![
+                            r.key.clone(),
+                            if r.reason.is_empty() {
+                                "deleted".to_string()
+                            } else {
+                                r.reason.clone()
+                            },
+                        ]
+                    })
+                    .collect();
+                if out == Output::Json {
+                    let v: Vec<Value> = results
+                        .iter()
+                        .map(|r| json!({"key": r.key, "deleted": r.reason.is_empty(), "reason": r.reason}))
+                        .collect();
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    table(&["KEY", "RESULT"], rows);
+                }
+                if failed {
+                    bail!("some keys were not deleted");
+                }
+            }
+            KeyCmd::Rename { path, new_key } => {
+                let (v, b, key) = split3(&path)?;
+                print_kv(out, key_json(&c.rename_key(v, b, key, &new_key).await?));
             }
             KeyCmd::Delete { path } => {
                 let (v, b, key) = split3(&path)?;

@@ -9,8 +9,9 @@
 //! stages its writes.
 
 use om_proto::store::{
-    BlockRecord, BucketRecord, Command, CommandResult, DeletedBlocksRecord, Empty, KeyRecord,
-    KeyResult, Rejection, RetryCacheRecord, VolumeRecord, command::Op, command_result,
+    BlockRecord, BucketRecord, Command, CommandResult, DeleteKeysResult, DeletedBlocksRecord,
+    Empty, KeyOutcome, KeyRecord, KeyResult, Rejection, RetryCacheRecord, VolumeRecord,
+    command::Op, command_result,
 };
 use rocksdb::{DB, WriteBatch};
 
@@ -90,6 +91,8 @@ pub fn apply_command(
         Some(Op::PutKey(c)) => ctx.put_key(batch, c),
         Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
         Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c.before_ms),
+        Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
+        Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
         None => Err(OmError::invalid(
             "EMPTY_COMMAND",
             "op",
@@ -452,6 +455,105 @@ impl Ctx<'_> {
             &mut bucket,
         )?;
         ok(command_result::Result::Empty(Empty {}))
+    }
+
+    /// Deletes each listed key that exists; the others get their own outcome.
+    /// A key listed twice is deleted once and reported deleted both times.
+    fn delete_keys(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::DeleteKeys,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let mut done = std::collections::HashSet::new();
+        let mut outcomes = Vec::with_capacity(c.keys.len());
+        let mut seq = 0u32;
+        for name in &c.keys {
+            if !done.insert(name.as_str()) {
+                outcomes.push(KeyOutcome {
+                    key: name.clone(),
+                    ..Default::default()
+                });
+                continue;
+            }
+            let key = keys::object_key(&c.volume, &c.bucket, name);
+            let Some(old) = table::get::<KeyTable>(self.db, &key)? else {
+                outcomes.push(KeyOutcome {
+                    key: name.clone(),
+                    reason: "KEY_NOT_FOUND".to_string(),
+                    message: format!("key {}/{}/{name} does not exist", c.volume, c.bucket),
+                });
+                continue;
+            };
+            bucket.key_count = bucket.key_count.saturating_sub(1);
+            bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
+            self.release_blocks(
+                b,
+                seq,
+                old.blocks,
+                format!("delete {}/{}/{name}", c.volume, c.bucket),
+            )?;
+            seq += 1;
+            table::delete::<KeyTable>(self.db, b, &key)?;
+            outcomes.push(KeyOutcome {
+                key: name.clone(),
+                ..Default::default()
+            });
+        }
+        if seq > 0 {
+            bucket.update_id = self.index;
+            table::put::<BucketTable>(
+                self.db,
+                b,
+                &keys::bucket_key(&c.volume, &c.bucket),
+                &mut bucket,
+            )?;
+        }
+        ok(command_result::Result::DeleteKeys(DeleteKeysResult {
+            outcomes,
+        }))
+    }
+
+    /// Moves a key to a new name in the same bucket, keeping its object id and blocks.
+    fn rename_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::RenameKey,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let from = keys::object_key(&c.volume, &c.bucket, &c.from);
+        let to = keys::object_key(&c.volume, &c.bucket, &c.to);
+        let mut rec = table::get::<KeyTable>(self.db, &from)?.ok_or_else(|| {
+            OmError::not_found(
+                "KEY_NOT_FOUND",
+                "from",
+                format!("key {}/{}/{} does not exist", c.volume, c.bucket, c.from),
+            )
+        })?;
+        if table::get::<KeyTable>(self.db, &to)?.is_some() {
+            return Err(OmError::exists(
+                "KEY_ALREADY_EXISTS",
+                "to",
+                format!("key {}/{}/{} already exists", c.volume, c.bucket, c.to),
+            ));
+        }
+        rec.modification_time_ms = self.now;
+        rec.update_id = self.index;
+        bucket.update_id = self.index;
+        table::delete::<KeyTable>(self.db, b, &from)?;
+        table::put::<KeyTable>(self.db, b, &to, &mut rec)?;
+        table::put::<BucketTable>(
+            self.db,
+            b,
+            &keys::bucket_key(&c.volume, &c.bucket),
+            &mut bucket,
+        )?;
+        ok(command_result::Result::Key(KeyResult {
+            volume: c.volume.clone(),
+            bucket: c.bucket.clone(),
+            name: c.to.clone(),
+            key: Some(rec),
+        }))
     }
 
     fn expire_retry_cache(

@@ -522,6 +522,99 @@ impl OzoneManager for OmGrpc {
         .await
     }
 
+    async fn delete_keys(
+        &self,
+        req: Request<DeleteKeysRequest>,
+    ) -> Result<Response<DeleteKeysResponse>, Status> {
+        let r = req.into_inner();
+        observe("DeleteKeys", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            if r.keys.is_empty() || r.keys.len() > 1000 {
+                return Err(OmError::invalid(
+                    "INVALID_KEY_COUNT",
+                    "keys",
+                    format!("between 1 and 1000 keys per request, got {}", r.keys.len()),
+                ));
+            }
+            for k in &r.keys {
+                validate::key_name("keys", k)?;
+            }
+            let id = write_id(&r.header)?;
+            match self
+                .svc
+                .propose(
+                    id,
+                    Op::DeleteKeys(st::DeleteKeys {
+                        volume: r.volume,
+                        bucket: r.bucket,
+                        keys: r.keys,
+                    }),
+                )
+                .await?
+            {
+                command_result::Result::DeleteKeys(d) => Ok(DeleteKeysResponse {
+                    results: d
+                        .outcomes
+                        .into_iter()
+                        .map(|o| KeyOutcome {
+                            key: o.key,
+                            reason: o.reason,
+                            message: o.message,
+                        })
+                        .collect(),
+                }),
+                other => Err(unexpected(other)),
+            }
+        })
+        .await
+    }
+
+    async fn rename_key(
+        &self,
+        req: Request<RenameKeyRequest>,
+    ) -> Result<Response<RenameKeyResponse>, Status> {
+        let r = req.into_inner();
+        observe("RenameKey", async {
+            validate::resource_name("volume", &r.volume)?;
+            validate::resource_name("bucket", &r.bucket)?;
+            validate::key_name("from", &r.from)?;
+            validate::key_name("to", &r.to)?;
+            if r.from == r.to {
+                return Err(OmError::invalid(
+                    "SAME_NAME",
+                    "to",
+                    "the new name equals the old one",
+                ));
+            }
+            let id = write_id(&r.header)?;
+            match self
+                .svc
+                .propose(
+                    id,
+                    Op::RenameKey(st::RenameKey {
+                        volume: r.volume,
+                        bucket: r.bucket,
+                        from: r.from,
+                        to: r.to,
+                    }),
+                )
+                .await?
+            {
+                command_result::Result::Key(k) => Ok(RenameKeyResponse {
+                    key: Some(key_info(
+                        &k.volume,
+                        &k.bucket,
+                        k.name,
+                        k.key.unwrap_or_default(),
+                    )),
+                }),
+                other => Err(unexpected(other)),
+            }
+        })
+        .await
+    }
+
     async fn list_keys(
         &self,
         req: Request<ListKeysRequest>,

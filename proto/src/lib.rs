@@ -34,6 +34,8 @@ impl std::fmt::Display for store::Command {
             Some(Op::PutKey(_)) => "PutKey",
             Some(Op::DeleteKey(_)) => "DeleteKey",
             Some(Op::ExpireRetryCache(_)) => "ExpireRetryCache",
+            Some(Op::DeleteKeys(_)) => "DeleteKeys",
+            Some(Op::RenameKey(_)) => "RenameKey",
             None => "Empty",
         };
         write!(f, "{op}")

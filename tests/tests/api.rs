@@ -523,3 +523,135 @@ async fn metrics_and_health_are_served() {
     assert!(m.contains("om_raft_term"), "{m}");
     node.node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_keys_reports_each_key() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for k in ["a", "b", "c"] {
+        c.put_key("vol1", "bkt1", k, 10).await.unwrap();
+    }
+    let keys: Vec<String> = ["a", "missing", "c", "a"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let r = c.delete_keys("vol1", "bkt1", &keys).await.unwrap();
+    let got: Vec<(&str, &str)> = r
+        .iter()
+        .map(|o| (o.key.as_str(), o.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a", ""),
+            ("missing", "KEY_NOT_FOUND"),
+            ("c", ""),
+            ("a", "")
+        ]
+    );
+    let left = c
+        .list_keys(ListKeysRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(left.keys.len(), 1);
+    assert_eq!(left.keys[0].name, "b");
+    let b = c.get_bucket("vol1", "bkt1").await.unwrap();
+    assert_eq!((b.key_count, b.used_bytes), (1, 10));
+
+    rejected(
+        &node,
+        c.delete_keys("vol1", "bkt1", &[]),
+        Code::InvalidArgument,
+        "INVALID_KEY_COUNT",
+        "keys",
+    )
+    .await;
+    let too_many: Vec<String> = (0..1001).map(|i| format!("k{i}")).collect();
+    rejected(
+        &node,
+        c.delete_keys("vol1", "bkt1", &too_many),
+        Code::InvalidArgument,
+        "INVALID_KEY_COUNT",
+        "keys",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_keys("vol1", "bkt1", &["ok".to_string(), String::new()]),
+        Code::InvalidArgument,
+        "INVALID_KEY",
+        "keys",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_keys("vol1", "nope", &["b".to_string()]),
+        Code::NotFound,
+        "BUCKET_NOT_FOUND",
+        "bucket",
+    )
+    .await;
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_moves_a_key_and_refuses_conflicts() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let a = c.put_key("vol1", "bkt1", "a", 10).await.unwrap();
+    c.put_key("vol1", "bkt1", "taken", 1).await.unwrap();
+    let moved = c.rename_key("vol1", "bkt1", "a", "dir/a2").await.unwrap();
+    assert_eq!(moved.name, "dir/a2");
+    assert_eq!(moved.object_id, a.object_id, "same object, new name");
+    assert_eq!(moved.blocks, a.blocks);
+    assert!(moved.update_id > a.update_id);
+    assert_eq!(c.lookup_key("vol1", "bkt1", "dir/a2").await.unwrap(), moved);
+    assert!(c.lookup_key("vol1", "bkt1", "a").await.is_err());
+    assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 2);
+
+    rejected(
+        &node,
+        c.rename_key("vol1", "bkt1", "dir/a2", "taken"),
+        Code::AlreadyExists,
+        "KEY_ALREADY_EXISTS",
+        "to",
+    )
+    .await;
+    rejected(
+        &node,
+        c.rename_key("vol1", "bkt1", "nope", "x"),
+        Code::NotFound,
+        "KEY_NOT_FOUND",
+        "from",
+    )
+    .await;
+    rejected(
+        &node,
+        c.rename_key("vol1", "bkt1", "taken", "taken"),
+        Code::InvalidArgument,
+        "SAME_NAME",
+        "to",
+    )
+    .await;
+    rejected(
+        &node,
+        c.rename_key("vol1", "bkt1", "taken", ""),
+        Code::InvalidArgument,
+        "INVALID_KEY",
+        "to",
+    )
+    .await;
+    node.node.shutdown().await;
+}

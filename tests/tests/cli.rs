@@ -99,8 +99,39 @@ async fn omctl_walkthrough_survives_sigkill() {
     ))
     .unwrap();
     assert_eq!(rest["items"][0]["name"], "docs/x");
-    ok(&ep, &["key", "delete", "vol1/bkt1/docs/x"]);
-    ok(&ep, &["key", "delete", "vol1/bkt1/docs/y"]);
+    let renamed = ok(
+        &ep,
+        &[
+            "--output",
+            "json",
+            "key",
+            "rename",
+            "vol1/bkt1/docs/x",
+            "docs/z",
+        ],
+    );
+    assert!(renamed.contains("\"docs/z\""), "{renamed}");
+    let many = omctl(
+        &ep,
+        &[
+            "key",
+            "delete-many",
+            "vol1/bkt1",
+            "docs/y",
+            "docs/z",
+            "docs/missing",
+        ],
+    );
+    assert!(
+        !many.status.success(),
+        "a missing key makes delete-many fail"
+    );
+    let table = String::from_utf8_lossy(&many.stdout);
+    assert!(
+        table.contains("docs/z") && table.contains("deleted"),
+        "{table}"
+    );
+    assert!(table.contains("KEY_NOT_FOUND"), "{table}");
 
     // Errors exit non-zero with the stable reason.
     let bad = omctl(&ep, &["volume", "create", "BAD"]);
