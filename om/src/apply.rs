@@ -424,90 +424,88 @@ impl Ctx<'_> {
         }))
     }
 
+    /// Stages the deletion of `name` if it exists: the key goes, its blocks go
+    /// to the deleted-blocks table under sequence `seq`, and `bucket`'s counters
+    /// drop. Returns whether the key existed; stages nothing when it did not.
+    fn remove_key(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &mut BucketRecord,
+        name: &str,
+        seq: u32,
+    ) -> Result<bool, OmError> {
+        let key = keys::object_key(&bucket.volume, &bucket.name, name);
+        let Some(old) = table::get::<KeyTable>(self.db, &key)? else {
+            return Ok(false);
+        };
+        bucket.key_count = bucket.key_count.saturating_sub(1);
+        bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
+        bucket.update_id = self.index;
+        let origin = format!("delete {}/{}/{name}", bucket.volume, bucket.name);
+        self.release_blocks(b, seq, old.blocks, origin)?;
+        table::delete::<KeyTable>(self.db, b, &key)?;
+        Ok(true)
+    }
+
+    fn put_bucket(&self, b: &mut WriteBatch, bucket: &mut BucketRecord) -> Result<(), OmError> {
+        let key = keys::bucket_key(&bucket.volume, &bucket.name);
+        table::put::<BucketTable>(self.db, b, &key, bucket)
+    }
+
     fn delete_key(
         &self,
         b: &mut WriteBatch,
         c: &om_proto::store::DeleteKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        let key = keys::object_key(&c.volume, &c.bucket, &c.key);
-        let old = table::get::<KeyTable>(self.db, &key)?.ok_or_else(|| {
-            OmError::not_found(
+        if !self.remove_key(b, &mut bucket, &c.key, 0)? {
+            return Err(OmError::not_found(
                 "KEY_NOT_FOUND",
                 "key",
                 format!("key {}/{}/{} does not exist", c.volume, c.bucket, c.key),
-            )
-        })?;
-        bucket.key_count = bucket.key_count.saturating_sub(1);
-        bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
-        bucket.update_id = self.index;
-        self.release_blocks(
-            b,
-            0,
-            old.blocks,
-            format!("delete {}/{}/{}", c.volume, c.bucket, c.key),
-        )?;
-        table::delete::<KeyTable>(self.db, b, &key)?;
-        table::put::<BucketTable>(
-            self.db,
-            b,
-            &keys::bucket_key(&c.volume, &c.bucket),
-            &mut bucket,
-        )?;
+            ));
+        }
+        self.put_bucket(b, &mut bucket)?;
         ok(command_result::Result::Empty(Empty {}))
     }
 
     /// Deletes each listed key that exists; the others get their own outcome.
-    /// A key listed twice is deleted once and reported deleted both times.
+    /// A key listed twice is deleted once and reported the same way both times.
     fn delete_keys(
         &self,
         b: &mut WriteBatch,
         c: &om_proto::store::DeleteKeys,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        let mut done = std::collections::HashSet::new();
+        // A key listed twice gets the outcome of its first occurrence.
+        let mut seen: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
         let mut outcomes = Vec::with_capacity(c.keys.len());
         let mut seq = 0u32;
         for name in &c.keys {
-            if !done.insert(name.as_str()) {
-                outcomes.push(KeyOutcome {
+            let deleted = match seen.get(name.as_str()) {
+                Some(d) => *d,
+                None => {
+                    let removed = self.remove_key(b, &mut bucket, name, seq)?;
+                    seq += u32::from(removed);
+                    seen.insert(name, removed);
+                    removed
+                }
+            };
+            outcomes.push(if deleted {
+                KeyOutcome {
                     key: name.clone(),
                     ..Default::default()
-                });
-                continue;
-            }
-            let key = keys::object_key(&c.volume, &c.bucket, name);
-            let Some(old) = table::get::<KeyTable>(self.db, &key)? else {
-                outcomes.push(KeyOutcome {
+                }
+            } else {
+                KeyOutcome {
                     key: name.clone(),
                     reason: "KEY_NOT_FOUND".to_string(),
                     message: format!("key {}/{}/{name} does not exist", c.volume, c.bucket),
-                });
-                continue;
-            };
-            bucket.key_count = bucket.key_count.saturating_sub(1);
-            bucket.used_bytes = bucket.used_bytes.saturating_sub(old.size);
-            self.release_blocks(
-                b,
-                seq,
-                old.blocks,
-                format!("delete {}/{}/{name}", c.volume, c.bucket),
-            )?;
-            seq += 1;
-            table::delete::<KeyTable>(self.db, b, &key)?;
-            outcomes.push(KeyOutcome {
-                key: name.clone(),
-                ..Default::default()
+                }
             });
         }
         if seq > 0 {
-            bucket.update_id = self.index;
-            table::put::<BucketTable>(
-                self.db,
-                b,
-                &keys::bucket_key(&c.volume, &c.bucket),
-                &mut bucket,
-            )?;
+            self.put_bucket(b, &mut bucket)?;
         }
         ok(command_result::Result::DeleteKeys(DeleteKeysResult {
             outcomes,
