@@ -291,7 +291,7 @@ impl Ctx<'_> {
         };
         vol.bucket_count += 1;
         vol.update_id = self.index;
-        table::put::<BucketTable>(self.db, b, &key, &mut bucket)?;
+        self.put_bucket(b, &mut bucket)?;
         table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
         ok(command_result::Result::Bucket(bucket))
     }
@@ -410,12 +410,7 @@ impl Ctx<'_> {
         };
         table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, next_block)?;
         table::put::<KeyTable>(self.db, b, &key, &mut rec)?;
-        table::put::<BucketTable>(
-            self.db,
-            b,
-            &keys::bucket_key(&c.volume, &c.bucket),
-            &mut bucket,
-        )?;
+        self.put_bucket(b, &mut bucket)?;
         ok(command_result::Result::Key(KeyResult {
             volume: c.volume.clone(),
             bucket: c.bucket.clone(),
@@ -540,12 +535,7 @@ impl Ctx<'_> {
         bucket.update_id = self.index;
         table::delete::<KeyTable>(self.db, b, &from)?;
         table::put::<KeyTable>(self.db, b, &to, &mut rec)?;
-        table::put::<BucketTable>(
-            self.db,
-            b,
-            &keys::bucket_key(&c.volume, &c.bucket),
-            &mut bucket,
-        )?;
+        self.put_bucket(b, &mut bucket)?;
         ok(command_result::Result::Key(KeyResult {
             volume: c.volume.clone(),
             bucket: c.bucket.clone(),
