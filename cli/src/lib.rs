@@ -646,3 +646,61 @@ impl OmClient {
             .map_err(|s| ClientError::from_status(&s))
     }
 }
+
+/// A write RPC taking its full request: the header is stamped once, so every
+/// retry of the call carries the same client id and sequence number.
+macro_rules! write_rpcs {
+    ($($(#[$doc:meta])* $name:ident($req:ty) -> $resp:ty;)*) => {$(
+        $(#[$doc])*
+        pub async fn $name(&self, mut req: $req) -> Result<$resp, ClientError> {
+            req.header = Some(self.next_header());
+            self.call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).$name(req).await }
+            })
+            .await
+        }
+    )*};
+}
+
+/// A read RPC taking its full request; the client's read consistency is applied.
+macro_rules! read_rpcs {
+    ($($(#[$doc:meta])* $name:ident($req:ty) -> $resp:ty;)*) => {$(
+        $(#[$doc])*
+        pub async fn $name(&self, mut req: $req) -> Result<$resp, ClientError> {
+            req.read = self.read_options();
+            self.call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).$name(req).await }
+            })
+            .await
+        }
+    )*};
+}
+
+impl OmClient {
+    write_rpcs! {
+        /// Opens a write session for a key (optionally with blocks).
+        open_key(OpenKeyRequest) -> OpenKeyResponse;
+        /// Allocates more blocks to an open session.
+        allocate_block(AllocateBlockRequest) -> AllocateBlockResponse;
+        /// Commits an open session as the key's new version.
+        commit_key(CommitKeyRequest) -> CommitKeyResponse;
+        /// Copies a key server-side, sharing its blocks.
+        copy_key(CopyKeyRequest) -> CopyKeyResponse;
+        initiate_multipart_upload(InitiateMultipartUploadRequest) -> InitiateMultipartUploadResponse;
+        commit_part(CommitPartRequest) -> CommitPartResponse;
+        complete_multipart_upload(CompleteMultipartUploadRequest) -> CompleteMultipartUploadResponse;
+        abort_multipart_upload(AbortMultipartUploadRequest) -> AbortMultipartUploadResponse;
+        /// Acknowledges deleted-blocks entries whose blocks were freed.
+        ack_deleted_blocks(AckDeletedBlocksRequest) -> AckDeletedBlocksResponse;
+    }
+
+    read_rpcs! {
+        list_open_keys(ListOpenKeysRequest) -> ListOpenKeysResponse;
+        list_parts(ListPartsRequest) -> ListPartsResponse;
+        list_multipart_uploads(ListMultipartUploadsRequest) -> ListMultipartUploadsResponse;
+        /// A page of blocks awaiting reclamation, oldest first.
+        list_deleted_blocks(ListDeletedBlocksRequest) -> ListDeletedBlocksResponse;
+    }
+}

@@ -8,12 +8,21 @@
 //! Reads here see the state before this entry; a handler reads first, then
 //! stages its writes.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use om_proto::store::{
     BlockRecord, BucketRecord, Command, CommandResult, DeleteKeysResult, DeletedBlocksRecord,
-    Empty, KeyOutcome, KeyRecord, KeyResult, Rejection, RetryCacheRecord, VolumeRecord,
-    command::Op, command_result,
+    Empty, KeyConditions, KeyOutcome, KeyRecord, KeyResult, Rejection, RetryCacheRecord,
+    VolumeRecord, command::Op, command_result,
 };
 use rocksdb::{DB, WriteBatch};
+
+mod multipart;
+mod write;
+
+pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
+pub use write::{MAX_ACK_IDS, MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH};
 
 use crate::error::{ErrorKind, OmError};
 use crate::store::iter::DeferredSeekIter;
@@ -79,6 +88,7 @@ pub fn apply_command(
         db,
         index: log_index,
         now: cmd.now_ms,
+        holders: RefCell::new(HashMap::new()),
     };
     // Handlers check everything before they stage their first write, so a
     // rejected command leaves the batch as it was; the length check enforces it.
@@ -93,6 +103,16 @@ pub fn apply_command(
         Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c.before_ms),
         Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
         Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
+        Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
+        Some(Op::AllocateBlock(c)) => ctx.allocate_block(batch, c),
+        Some(Op::CommitKey(c)) => ctx.commit_key(batch, c),
+        Some(Op::CopyKey(c)) => ctx.copy_key(batch, c),
+        Some(Op::ExpireOpenKeys(c)) => ctx.expire_open_keys(batch, c.before_ms),
+        Some(Op::AckDeletedBlocks(c)) => ctx.ack_deleted_blocks(batch, c),
+        Some(Op::InitiateMultipart(c)) => ctx.initiate_multipart(batch, c),
+        Some(Op::CommitPart(c)) => ctx.commit_part(batch, c),
+        Some(Op::CompleteMultipart(c)) => ctx.complete_multipart(batch, c),
+        Some(Op::AbortMultipart(c)) => ctx.abort_multipart(batch, c),
         None => Err(OmError::invalid(
             "EMPTY_COMMAND",
             "op",
@@ -158,6 +178,11 @@ struct Ctx<'a> {
     db: &'a DB,
     index: u64,
     now: u64,
+    /// Holder counts of blocks changed by this command so far: reads inside
+    /// one apply see the state before the entry, so a command that touches a
+    /// shared block twice (deleting a key and its copy at once) must see its
+    /// own first change.
+    holders: RefCell<HashMap<u64, u32>>,
 }
 
 fn ok(r: command_result::Result) -> Result<CommandResult, OmError> {
@@ -288,6 +313,7 @@ impl Ctx<'_> {
             metadata: c.metadata.clone(),
             key_count: 0,
             used_bytes: 0,
+            open_key_count: 0,
         };
         vol.bucket_count += 1;
         vol.update_id = self.index;
@@ -315,6 +341,23 @@ impl Ctx<'_> {
             ));
         }
         it.status()?;
+        // Keys being written and uploads in progress hold blocks; the bucket
+        // goes only once they are committed, aborted or expired.
+        let prefix = keys::object_prefix(&c.volume, &c.name);
+        for (cf, what) in [
+            (keys::OPEN_KEYS_CF, "keys being written"),
+            (keys::UPLOADS_CF, "multipart uploads in progress"),
+        ] {
+            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
+            if it.has_current() {
+                return Err(OmError::precondition(
+                    "BUCKET_NOT_EMPTY",
+                    "name",
+                    format!("bucket {}/{} still has {what}", c.volume, c.name),
+                ));
+            }
+            it.status()?;
+        }
         let mut vol = self.volume(&c.volume, "volume")?;
         vol.bucket_count = vol.bucket_count.saturating_sub(1);
         vol.update_id = self.index;
@@ -337,7 +380,42 @@ impl Ctx<'_> {
         Ok(rec)
     }
 
-    /// Moves `blocks` to the deleted-blocks table under this entry's index.
+    /// How many keys hold block `id`: 1 unless `block_refs` says otherwise.
+    fn block_holders(&self, id: u64) -> Result<u32, OmError> {
+        if let Some(n) = self.holders.borrow().get(&id) {
+            return Ok(*n);
+        }
+        let cf = table::cf(self.db, keys::BLOCK_REFS_CF)?;
+        match self.db.get_pinned_cf(cf, keys::block_ref_key(id))? {
+            Some(v) => Ok(u32::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+                OmError::Internal(format!("corrupt holder count of block {id}"))
+            })?)),
+            None => Ok(1),
+        }
+    }
+
+    fn set_block_holders(&self, b: &mut WriteBatch, id: u64, n: u32) -> Result<(), OmError> {
+        let cf = table::cf(self.db, keys::BLOCK_REFS_CF)?;
+        if n <= 1 {
+            b.delete_cf(cf, keys::block_ref_key(id));
+        } else {
+            b.put_cf(cf, keys::block_ref_key(id), n.to_be_bytes());
+        }
+        self.holders.borrow_mut().insert(id, n);
+        Ok(())
+    }
+
+    /// Adds one holder to each block (a copy now shares them).
+    fn share_blocks(&self, b: &mut WriteBatch, blocks: &[BlockRecord]) -> Result<(), OmError> {
+        for blk in blocks {
+            let n = self.block_holders(blk.block_id)?;
+            self.set_block_holders(b, blk.block_id, n + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Drops one holder of each block; blocks whose last holder this was go
+    /// to the deleted-blocks table under this entry's index and `seq`.
     fn release_blocks(
         &self,
         b: &mut WriteBatch,
@@ -345,12 +423,21 @@ impl Ctx<'_> {
         blocks: Vec<BlockRecord>,
         origin: String,
     ) -> Result<(), OmError> {
-        if blocks.is_empty() {
+        let mut freed = Vec::with_capacity(blocks.len());
+        for blk in blocks {
+            let n = self.block_holders(blk.block_id)?;
+            if n > 1 {
+                self.set_block_holders(b, blk.block_id, n - 1)?;
+            } else {
+                freed.push(blk);
+            }
+        }
+        if freed.is_empty() {
             return Ok(());
         }
         let mut rec = DeletedBlocksRecord {
             format: 0,
-            blocks,
+            blocks: freed,
             origin,
         };
         table::put::<DeletedBlocksTable>(
@@ -367,54 +454,81 @@ impl Ctx<'_> {
         c: &om_proto::store::PutKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        let key = keys::object_key(&c.volume, &c.bucket, &c.key);
-        let old = table::get::<KeyTable>(self.db, &key)?;
-        let mut next_block = table::get_counter(self.db, keys::NEXT_BLOCK_ID, 1)?;
-        let mut blocks = Vec::new();
-        let mut offset = 0;
-        while offset < c.size {
-            let length = BLOCK_SIZE.min(c.size - offset);
-            blocks.push(BlockRecord {
-                block_id: next_block,
-                offset,
-                length,
-            });
-            next_block += 1;
-            offset += length;
-        }
-        let creation = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
-        if let Some(o) = &old {
-            bucket.used_bytes = bucket.used_bytes.saturating_sub(o.size);
-            self.release_blocks(
-                b,
-                0,
-                o.blocks.clone(),
-                format!("overwrite {}/{}/{}", c.volume, c.bucket, c.key),
-            )?;
-        } else {
-            bucket.key_count += 1;
-        }
-        bucket.used_bytes += c.size;
-        bucket.update_id = self.index;
-        let mut rec = KeyRecord {
-            format: 0,
+        let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
+        let blocks = self.allocate(b, c.size.div_ceil(BLOCK_SIZE))?;
+        let blocks = lay_out(blocks, c.size);
+        let rec = KeyRecord {
             size: c.size,
             blocks,
             etag: c.etag.clone(),
             metadata: c.metadata.clone(),
             content_type: c.content_type.clone(),
-            creation_time_ms: creation,
-            modification_time_ms: self.now,
-            object_id: object_id(self.index, 0),
-            update_id: self.index,
+            ..Default::default()
         };
-        table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, next_block)?;
+        self.write_key(b, &mut bucket, &c.key, old, rec)
+    }
+
+    /// Takes `n` fresh block ids from the replicated counter.
+    fn allocate(&self, b: &mut WriteBatch, n: u64) -> Result<Vec<u64>, OmError> {
+        let first = table::get_counter(self.db, keys::NEXT_BLOCK_ID, 1)?;
+        if n > 0 {
+            table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, first + n)?;
+        }
+        Ok((first..first + n).collect())
+    }
+
+    /// Reads the key a write would replace and checks the write's conditions
+    /// against it. Stages nothing.
+    fn replaced_key(
+        &self,
+        bucket: &BucketRecord,
+        name: &str,
+        cond: Option<&KeyConditions>,
+    ) -> Result<Option<KeyRecord>, OmError> {
+        let old = table::get::<KeyTable>(
+            self.db,
+            &keys::object_key(&bucket.volume, &bucket.name, name),
+        )?;
+        if let Some(cond) = cond {
+            check_conditions(
+                cond,
+                old.as_ref(),
+                &format!("{}/{}/{name}", bucket.volume, bucket.name),
+            )?;
+        }
+        Ok(old)
+    }
+
+    /// Stages `rec` as the new version of `name`: stamps times and ids, frees
+    /// the replaced version's blocks (seq 0), and updates `bucket`'s counters.
+    fn write_key(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &mut BucketRecord,
+        name: &str,
+        old: Option<KeyRecord>,
+        mut rec: KeyRecord,
+    ) -> Result<CommandResult, OmError> {
+        rec.creation_time_ms = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
+        rec.modification_time_ms = self.now;
+        rec.object_id = object_id(self.index, 0);
+        rec.update_id = self.index;
+        if let Some(o) = old {
+            bucket.used_bytes = bucket.used_bytes.saturating_sub(o.size);
+            let origin = format!("overwrite {}/{}/{name}", bucket.volume, bucket.name);
+            self.release_blocks(b, 0, o.blocks, origin)?;
+        } else {
+            bucket.key_count += 1;
+        }
+        bucket.used_bytes += rec.size;
+        bucket.update_id = self.index;
+        let key = keys::object_key(&bucket.volume, &bucket.name, name);
         table::put::<KeyTable>(self.db, b, &key, &mut rec)?;
-        self.put_bucket(b, &mut bucket)?;
+        self.put_bucket(b, bucket)?;
         ok(command_result::Result::Key(KeyResult {
-            volume: c.volume.clone(),
-            bucket: c.bucket.clone(),
-            name: c.key.clone(),
+            volume: bucket.volume.clone(),
+            bucket: bucket.name.clone(),
+            name: name.to_string(),
             key: Some(rec),
         }))
     }
@@ -571,6 +685,88 @@ impl Ctx<'_> {
         it.status()?;
         ok(command_result::Result::Empty(Empty {}))
     }
+}
+
+/// Block records for `ids` filled in order, each up to `BLOCK_SIZE`, covering `size` bytes.
+fn lay_out(ids: Vec<u64>, size: u64) -> Vec<BlockRecord> {
+    let mut offset = 0;
+    ids.into_iter()
+        .map(|block_id| {
+            let length = BLOCK_SIZE.min(size - offset);
+            let blk = BlockRecord {
+                block_id,
+                offset,
+                length,
+            };
+            offset += length;
+            blk
+        })
+        .collect()
+}
+
+/// Whether `etag` is a plain MD5: 32 lowercase hex digits.
+pub fn is_plain_md5(etag: &str) -> bool {
+    etag.len() == 32
+        && etag
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+/// Evaluates a write's conditions against the key it would replace.
+fn check_conditions(
+    cond: &KeyConditions,
+    current: Option<&KeyRecord>,
+    path: &str,
+) -> Result<(), OmError> {
+    if cond.if_none_match_any && current.is_some() {
+        return Err(OmError::precondition(
+            "IF_NONE_MATCH_FAILED",
+            "conditions.if_none_match_any",
+            format!("key {path} exists"),
+        ));
+    }
+    if !cond.if_match.is_empty() {
+        match current {
+            None => {
+                return Err(OmError::not_found(
+                    "KEY_NOT_FOUND",
+                    "conditions.if_match",
+                    format!("key {path} does not exist"),
+                ));
+            }
+            Some(k) if k.etag != cond.if_match => {
+                return Err(OmError::precondition(
+                    "IF_MATCH_FAILED",
+                    "conditions.if_match",
+                    format!("key {path} has ETag {:?}, not {:?}", k.etag, cond.if_match),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if cond.expected_update_id != 0 {
+        match current {
+            None => {
+                return Err(OmError::not_found(
+                    "KEY_NOT_FOUND",
+                    "conditions.expected_update_id",
+                    format!("key {path} does not exist"),
+                ));
+            }
+            Some(k) if k.update_id != cond.expected_update_id => {
+                return Err(OmError::precondition(
+                    "UPDATE_ID_MISMATCH",
+                    "conditions.expected_update_id",
+                    format!(
+                        "key {path} was last written at {}, not {}",
+                        k.update_id, cond.expected_update_id
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -68,6 +68,14 @@ pub struct Args {
     /// before the request fails as UNAVAILABLE, in milliseconds [default: 10000].
     #[arg(long, env = "OM_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// Open-key sessions older than this are expired and their blocks freed,
+    /// in seconds [default: 604800 (7 days)].
+    #[arg(long, env = "OM_OPEN_KEY_TTL_S")]
+    pub open_key_ttl_s: Option<u64>,
+    /// Smallest size of every part but the last when a multipart upload
+    /// completes, in bytes [default: 5242880 (5 MiB, as S3)].
+    #[arg(long, env = "OM_MIN_PART_SIZE")]
+    pub min_part_size: Option<u64>,
 }
 
 /// The same settings as read from a TOML file.
@@ -89,6 +97,8 @@ struct FileConfig {
     snapshot_keep_logs: Option<u64>,
     request_timeout_ms: Option<u64>,
     list_seek_after: Option<usize>,
+    open_key_ttl_s: Option<u64>,
+    min_part_size: Option<u64>,
 }
 
 /// A member of the static initial cluster.
@@ -117,6 +127,8 @@ pub struct Config {
     pub snapshot_keep_logs: u64,
     pub request_timeout: Duration,
     pub list_seek_after: usize,
+    pub open_key_ttl: Duration,
+    pub min_part_size: u64,
 }
 
 impl Config {
@@ -206,6 +218,16 @@ impl Config {
                     .unwrap_or(10_000)
                     .max(1),
             ),
+            open_key_ttl: Duration::from_secs(
+                args.open_key_ttl_s
+                    .or(file.open_key_ttl_s)
+                    .unwrap_or(7 * 24 * 3600)
+                    .max(1),
+            ),
+            min_part_size: args
+                .min_part_size
+                .or(file.min_part_size)
+                .unwrap_or(crate::apply::DEFAULT_MIN_PART_SIZE),
         })
     }
 }

@@ -18,6 +18,8 @@ use crate::error::{ErrorKind, OmError};
 use crate::service::{Consistency, KeyListing, OmService, WriteId};
 use crate::validate;
 
+mod objects;
+
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 pub fn to_status(e: &OmError) -> Status {
     let (code, field, leader_id, leader_addr) = match e {
@@ -127,6 +129,7 @@ pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
         metadata: b.metadata,
         key_count: b.key_count,
         used_bytes: b.used_bytes,
+        open_key_count: b.open_key_count,
     }
 }
 
@@ -136,15 +139,7 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
         bucket: bucket.to_string(),
         name,
         size: k.size,
-        blocks: k
-            .blocks
-            .into_iter()
-            .map(|b| BlockInfo {
-                block_id: b.block_id,
-                offset: b.offset,
-                length: b.length,
-            })
-            .collect(),
+        blocks: objects::block_infos(k.blocks),
         etag: k.etag,
         metadata: k.metadata,
         content_type: k.content_type,
@@ -430,7 +425,8 @@ impl OzoneManager for OmGrpc {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("bucket", &r.bucket)?;
             validate::key_name("key", &r.key)?;
-            validate::etag("etag", &r.etag)?;
+            let etag = validate::normalize_etag(&r.etag);
+            validate::etag("etag", &etag)?;
             validate::metadata("metadata", &r.metadata)?;
             if r.content_type.len() > 256 {
                 return Err(OmError::invalid(
@@ -456,9 +452,10 @@ impl OzoneManager for OmGrpc {
                         bucket: r.bucket,
                         key: r.key,
                         size: r.size,
-                        etag: r.etag.to_ascii_lowercase(),
+                        etag,
                         content_type: r.content_type,
                         metadata: r.metadata,
+                        conditions: objects::conditions(r.conditions)?,
                     }),
                 )
                 .await?
@@ -661,6 +658,140 @@ impl OzoneManager for OmGrpc {
                 scan: Some(scan_stats(page.stats)),
             })
         })
+        .await
+    }
+    async fn open_key(
+        &self,
+        req: Request<OpenKeyRequest>,
+    ) -> Result<Response<OpenKeyResponse>, Status> {
+        observe("OpenKey", objects::open_key(&self.svc, req.into_inner())).await
+    }
+
+    async fn allocate_block(
+        &self,
+        req: Request<AllocateBlockRequest>,
+    ) -> Result<Response<AllocateBlockResponse>, Status> {
+        observe(
+            "AllocateBlock",
+            objects::allocate_block(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn commit_key(
+        &self,
+        req: Request<CommitKeyRequest>,
+    ) -> Result<Response<CommitKeyResponse>, Status> {
+        observe(
+            "CommitKey",
+            objects::commit_key(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_open_keys(
+        &self,
+        req: Request<ListOpenKeysRequest>,
+    ) -> Result<Response<ListOpenKeysResponse>, Status> {
+        observe(
+            "ListOpenKeys",
+            objects::list_open_keys(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn copy_key(
+        &self,
+        req: Request<CopyKeyRequest>,
+    ) -> Result<Response<CopyKeyResponse>, Status> {
+        observe("CopyKey", objects::copy_key(&self.svc, req.into_inner())).await
+    }
+
+    async fn initiate_multipart_upload(
+        &self,
+        req: Request<InitiateMultipartUploadRequest>,
+    ) -> Result<Response<InitiateMultipartUploadResponse>, Status> {
+        observe(
+            "InitiateMultipartUpload",
+            objects::initiate_multipart(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn commit_part(
+        &self,
+        req: Request<CommitPartRequest>,
+    ) -> Result<Response<CommitPartResponse>, Status> {
+        observe(
+            "CommitPart",
+            objects::commit_part(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: Request<CompleteMultipartUploadRequest>,
+    ) -> Result<Response<CompleteMultipartUploadResponse>, Status> {
+        observe(
+            "CompleteMultipartUpload",
+            objects::complete_multipart(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: Request<AbortMultipartUploadRequest>,
+    ) -> Result<Response<AbortMultipartUploadResponse>, Status> {
+        observe(
+            "AbortMultipartUpload",
+            objects::abort_multipart(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_parts(
+        &self,
+        req: Request<ListPartsRequest>,
+    ) -> Result<Response<ListPartsResponse>, Status> {
+        observe(
+            "ListParts",
+            objects::list_parts(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: Request<ListMultipartUploadsRequest>,
+    ) -> Result<Response<ListMultipartUploadsResponse>, Status> {
+        observe(
+            "ListMultipartUploads",
+            objects::list_uploads(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_deleted_blocks(
+        &self,
+        req: Request<ListDeletedBlocksRequest>,
+    ) -> Result<Response<ListDeletedBlocksResponse>, Status> {
+        observe(
+            "ListDeletedBlocks",
+            objects::list_deleted_blocks(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn ack_deleted_blocks(
+        &self,
+        req: Request<AckDeletedBlocksRequest>,
+    ) -> Result<Response<AckDeletedBlocksResponse>, Status> {
+        observe(
+            "AckDeletedBlocks",
+            objects::ack_deleted_blocks(&self.svc, req.into_inner()),
+        )
         .await
     }
 }

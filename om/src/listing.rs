@@ -115,6 +115,10 @@ pub struct ScanSpec<'a> {
     pub max: usize,
     /// N of the seek-past rule; `usize::MAX` always steps.
     pub seek_after: usize,
+    /// Where the name part of an entry ends (for tables whose entries add a
+    /// suffix to a key name, e.g. `key \0 upload-id`): the delimiter is looked
+    /// for only before it.
+    pub terminator: Option<u8>,
 }
 
 /// Reads one page of `spec.table` under `parent` + `prefix`.
@@ -130,6 +134,7 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
         ref start,
         max,
         seek_after,
+        terminator,
     } = *spec;
     let mut lower = parent.to_vec();
     lower.extend_from_slice(prefix);
@@ -143,6 +148,14 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
     };
     match start {
         Start::Beginning => it.seek(&lower),
+        // A marker that is itself a common prefix (S3 returns one as the next
+        // marker) means after everything under it.
+        Start::After(name) if common_prefix(name, prefix, delimiter) == Some(&name[..]) => {
+            match keys::prefix_end(&abs(name)) {
+                Some(end) => it.seek(&end),
+                None => it.seek(&abs(&keys::key_successor(name))),
+            }
+        }
         Start::After(name) => it.seek(&abs(&keys::key_successor(name))),
         Start::At(target) => it.seek(&abs(target)),
     }
@@ -152,7 +165,11 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
     let mut resume = None;
     while let Some((k, v)) = it.current() {
         let name = &k[parent.len()..];
-        match common_prefix(name, prefix, delimiter) {
+        let key_part = match terminator.and_then(|t| name.iter().position(|&c| c == t)) {
+            Some(end) => &name[..end],
+            None => name,
+        };
+        match common_prefix(key_part, prefix, delimiter) {
             Some(cp) if last_prefix.as_deref() == Some(cp) => match run.step() {
                 RunStep::Next => it.advance(),
                 RunStep::SeekPast => {

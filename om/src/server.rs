@@ -125,14 +125,17 @@ impl Node {
         let raft_addr = raft_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
 
-        let service = Arc::new(OmService::new(
-            raft.clone(),
-            db,
-            cfg.node_id,
-            cfg.max_page,
-            cfg.request_timeout,
-            cfg.list_seek_after,
-        ));
+        let service = Arc::new(
+            OmService::new(
+                raft.clone(),
+                db,
+                cfg.node_id,
+                cfg.max_page,
+                cfg.request_timeout,
+                cfg.list_seek_after,
+            )
+            .with_min_part_size(cfg.min_part_size),
+        );
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -187,6 +190,11 @@ impl Node {
         tasks.push(tokio::spawn(expire_retry_cache(
             service.clone(),
             cfg.retry_cache_ttl,
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(expire_open_keys(
+            service.clone(),
+            cfg.open_key_ttl,
             stop_rx.clone(),
         )));
 
@@ -347,6 +355,31 @@ async fn expire_retry_cache(svc: Arc<OmService>, ttl: Duration, mut stop: watch:
             .await
         {
             tracing::debug!(error = %e, "retry cache expiry not proposed");
+        }
+    }
+}
+
+/// On the leader, periodically proposes expiring open-key sessions older than
+/// `ttl`; a full batch is followed at once by the next.
+async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::Receiver<bool>) {
+    let every = (ttl / 4).clamp(Duration::from_millis(500), Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        while svc.raft().is_leader() {
+            let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
+            let op = Op::ExpireOpenKeys(om_proto::store::ExpireOpenKeys { before_ms });
+            match svc.propose(WriteId::default(), op).await {
+                Ok(om_proto::store::command_result::Result::Count(c))
+                    if c.count as usize == crate::apply::OPEN_KEY_EXPIRY_BATCH => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "open-key expiry not proposed");
+                    break;
+                }
+            }
         }
     }
 }

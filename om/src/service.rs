@@ -21,7 +21,11 @@ use crate::error::OmError;
 use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page};
 use crate::store::iter::IterStats;
 use crate::store::keys;
-use crate::store::table::{self, BucketTable, KeyTable, TableSchema, VolumeTable};
+use crate::store::table::{
+    self, BucketTable, DeletedBlocksTable, KeyTable, OpenKeyTable, PartTable, TableSchema,
+    UploadTable, VolumeTable,
+};
+use om_proto::store::{DeletedBlocksRecord, OpenKeyRecord, PartRecord, UploadRecord};
 
 /// How a read is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +85,7 @@ pub struct OmService {
     max_page: u32,
     request_timeout: Duration,
     seek_after: usize,
+    min_part_size: u64,
 }
 
 pub fn now_ms() -> u64 {
@@ -130,7 +135,18 @@ impl OmService {
             max_page,
             request_timeout,
             seek_after,
+            min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
         }
+    }
+
+    /// Smallest part (all but the last) a multipart upload may complete with.
+    pub fn with_min_part_size(mut self, bytes: u64) -> Self {
+        self.min_part_size = bytes;
+        self
+    }
+
+    pub fn min_part_size(&self) -> u64 {
+        self.min_part_size
     }
 
     pub fn raft(&self) -> &Raft {
@@ -413,6 +429,7 @@ impl OmService {
                 start,
                 max: self.page_size(q.max_keys),
                 seek_after: self.seek_after,
+                terminator: None,
             },
         )?;
         let mut out = KeyPage {
@@ -445,6 +462,326 @@ impl OmService {
     }
 }
 
+/// One page of ListOpenKeys.
+#[derive(Debug, Clone)]
+pub struct OpenKeyPage {
+    pub keys: Vec<(String, OpenKeyRecord)>,
+    pub next_continuation_token: String,
+    /// Open keys in the whole bucket.
+    pub total: u64,
+    pub stats: IterStats,
+}
+
+/// One page of ListParts.
+#[derive(Debug, Clone)]
+pub struct PartPage {
+    pub parts: Vec<PartRecord>,
+    pub truncated: bool,
+    pub next_marker: u32,
+    pub stats: IterStats,
+}
+
+/// A ListMultipartUploads request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct UploadListing {
+    pub volume: String,
+    pub bucket: String,
+    pub prefix: String,
+    pub delimiter: String,
+    pub key_marker: String,
+    pub upload_id_marker: Option<u64>,
+    pub max_uploads: u32,
+}
+
+/// One page of ListMultipartUploads.
+#[derive(Debug, Clone)]
+pub struct UploadPage {
+    pub uploads: Vec<(String, UploadRecord)>,
+    pub common_prefixes: Vec<String>,
+    pub truncated: bool,
+    pub next_key_marker: String,
+    pub next_upload_id_marker: Option<u64>,
+    pub stats: IterStats,
+}
+
+/// An entry id of the deleted-blocks table: the releasing log index and the
+/// sequence within it.
+pub type DeletedId = (u64, u32);
+
+/// One page of ListDeletedBlocks.
+#[derive(Debug, Clone)]
+pub struct DeletedPage {
+    pub entries: Vec<(DeletedId, DeletedBlocksRecord)>,
+    pub truncated: bool,
+    pub stats: IterStats,
+}
+
+impl OmService {
+    fn object_store_bucket_now(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
+        let b = self.bucket_now(volume, bucket)?;
+        if b.layout != crate::apply::LAYOUT_OBJECT_STORE {
+            return Err(OmError::precondition(
+                "UNSUPPORTED_BUCKET_LAYOUT",
+                "bucket",
+                format!(
+                    "bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"
+                ),
+            ));
+        }
+        Ok(b)
+    }
+
+    /// Sessions of keys under `prefix` being written, in key order; stops at
+    /// the end of the prefix.
+    pub async fn list_open_keys(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        prefix: &str,
+        max: u32,
+        token: &str,
+    ) -> Result<OpenKeyPage, OmError> {
+        self.read_barrier(c).await?;
+        let b = self.object_store_bucket_now(volume, bucket)?;
+        let expect = ContinuationToken {
+            version: 1,
+            listing: "open_keys".to_string(),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            bucket_object_id: b.object_id,
+            prefix: prefix.as_bytes().to_vec(),
+            delimiter: Vec::new(),
+            resume: Vec::new(),
+        };
+        let start = if token.is_empty() {
+            Start::Beginning
+        } else {
+            Start::At(ContinuationToken::decode_token(token, &expect)?.resume)
+        };
+        let parent = keys::object_prefix(volume, bucket);
+        let page = scan_page(
+            &self.db,
+            &ScanSpec {
+                table: keys::OPEN_KEYS_CF,
+                parent: &parent,
+                prefix: prefix.as_bytes(),
+                delimiter: b"",
+                start,
+                max: self.page_size(max),
+                seek_after: usize::MAX,
+                terminator: None,
+            },
+        )?;
+        let mut out = OpenKeyPage {
+            keys: Vec::new(),
+            next_continuation_token: String::new(),
+            total: b.open_key_count,
+            stats: page.stats,
+        };
+        for item in page.items {
+            if let Item::Entry { name, value } = item {
+                let (key, _) = keys::split_key_run(&name)
+                    .ok_or_else(|| OmError::Internal("malformed open-key entry".to_string()))?;
+                out.keys
+                    .push((utf8(key.to_vec())?, table::decode::<OpenKeyTable>(&value)?));
+            }
+        }
+        if let Some(resume) = page.resume {
+            out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
+        }
+        Ok(out)
+    }
+
+    /// Parts of one upload after `marker`, in part-number order.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn list_parts(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        upload_id: u64,
+        marker: u32,
+        max: u32,
+    ) -> Result<PartPage, OmError> {
+        self.read_barrier(c).await?;
+        self.object_store_bucket_now(volume, bucket)?;
+        if table::get::<UploadTable>(&self.db, &keys::upload_key(volume, bucket, key, upload_id))?
+            .is_none()
+        {
+            return Err(OmError::not_found(
+                "UPLOAD_NOT_FOUND",
+                "upload_id",
+                format!("no upload {upload_id:016x} of key {volume}/{bucket}/{key}"),
+            ));
+        }
+        let parent = keys::parts_prefix(upload_id);
+        let start = if marker == 0 {
+            Start::Beginning
+        } else {
+            Start::At((marker + 1).to_be_bytes().to_vec())
+        };
+        let page = scan_page(
+            &self.db,
+            &ScanSpec {
+                table: keys::PARTS_CF,
+                parent: &parent,
+                prefix: b"",
+                delimiter: b"",
+                start,
+                max: self.page_size(max),
+                seek_after: usize::MAX,
+                terminator: None,
+            },
+        )?;
+        let mut parts = Vec::new();
+        for item in page.items {
+            if let Item::Entry { value, .. } = item {
+                parts.push(table::decode::<PartTable>(&value)?);
+            }
+        }
+        let truncated = page.resume.is_some();
+        Ok(PartPage {
+            next_marker: if truncated {
+                parts.last().map_or(0, |p| p.part_number)
+            } else {
+                0
+            },
+            parts,
+            truncated,
+            stats: page.stats,
+        })
+    }
+
+    /// In-progress uploads in key order (uploads of one key by initiation),
+    /// with S3's marker semantics and delimiter roll-up.
+    pub async fn list_uploads(
+        &self,
+        c: Consistency,
+        q: UploadListing,
+    ) -> Result<UploadPage, OmError> {
+        self.read_barrier(c).await?;
+        self.object_store_bucket_now(&q.volume, &q.bucket)?;
+        let start = match (q.key_marker.is_empty(), q.upload_id_marker) {
+            (true, _) => Start::Beginning,
+            // After that upload of that key.
+            (false, Some(id)) => {
+                let mut name = q.key_marker.as_bytes().to_vec();
+                name.push(0);
+                name.extend_from_slice(&id.to_be_bytes());
+                Start::After(name)
+            }
+            // After every upload of that key (or everything under it when it
+            // is a common prefix).
+            (false, None) => {
+                let name = q.key_marker.as_bytes();
+                if crate::listing::common_prefix(name, q.prefix.as_bytes(), q.delimiter.as_bytes())
+                    == Some(name)
+                {
+                    Start::After(name.to_vec())
+                } else {
+                    let mut at = name.to_vec();
+                    at.push(1);
+                    Start::At(at)
+                }
+            }
+        };
+        let parent = keys::object_prefix(&q.volume, &q.bucket);
+        let page = scan_page(
+            &self.db,
+            &ScanSpec {
+                table: keys::UPLOADS_CF,
+                parent: &parent,
+                prefix: q.prefix.as_bytes(),
+                delimiter: q.delimiter.as_bytes(),
+                start,
+                max: self.page_size(q.max_uploads),
+                seek_after: self.seek_after,
+                terminator: Some(0),
+            },
+        )?;
+        let mut out = UploadPage {
+            uploads: Vec::new(),
+            common_prefixes: Vec::new(),
+            truncated: page.resume.is_some(),
+            next_key_marker: String::new(),
+            next_upload_id_marker: None,
+            stats: page.stats,
+        };
+        for item in page.items {
+            match item {
+                Item::Entry { name, value } => {
+                    let (key, id) = keys::split_key_run(&name)
+                        .ok_or_else(|| OmError::Internal("malformed upload entry".to_string()))?;
+                    let key = utf8(key.to_vec())?;
+                    out.next_key_marker.clone_from(&key);
+                    out.next_upload_id_marker = Some(id);
+                    out.uploads
+                        .push((key, table::decode::<UploadTable>(&value)?));
+                }
+                Item::CommonPrefix(p) => {
+                    let p = utf8(p)?;
+                    out.next_key_marker.clone_from(&p);
+                    out.next_upload_id_marker = None;
+                    out.common_prefixes.push(p);
+                }
+            }
+        }
+        if !out.truncated {
+            out.next_key_marker.clear();
+            out.next_upload_id_marker = None;
+        }
+        Ok(out)
+    }
+
+    /// Entries of the deleted-blocks table after `after`, oldest first. An
+    /// entry stays (and is listed again) until acknowledged.
+    pub async fn list_deleted_blocks(
+        &self,
+        c: Consistency,
+        after: Option<DeletedId>,
+        max: u32,
+    ) -> Result<DeletedPage, OmError> {
+        self.read_barrier(c).await?;
+        let start = match after {
+            None => Start::Beginning,
+            Some((index, seq)) => Start::After(keys::deleted_blocks_key(index, seq)),
+        };
+        let page = scan_page(
+            &self.db,
+            &ScanSpec {
+                table: keys::DELETED_BLOCKS_CF,
+                parent: b"",
+                prefix: b"",
+                delimiter: b"",
+                start,
+                max: self.page_size(max),
+                seek_after: usize::MAX,
+                terminator: None,
+            },
+        )?;
+        let mut entries = Vec::new();
+        for item in page.items {
+            if let Item::Entry { name, value } = item {
+                if name.len() != 12 {
+                    return Err(OmError::Internal(
+                        "malformed deleted-blocks key".to_string(),
+                    ));
+                }
+                let index = u64::from_be_bytes(name[..8].try_into().unwrap_or_default());
+                let seq = u32::from_be_bytes(name[8..].try_into().unwrap_or_default());
+                entries.push(((index, seq), table::decode::<DeletedBlocksTable>(&value)?));
+            }
+        }
+        Ok(DeletedPage {
+            entries,
+            truncated: page.resume.is_some(),
+            stats: page.stats,
+        })
+    }
+}
+
 fn utf8(b: Vec<u8>) -> Result<String, OmError> {
     String::from_utf8(b).map_err(|_| OmError::Internal("non-UTF-8 name in a table".to_string()))
 }
@@ -473,6 +810,7 @@ pub fn list_page<T: TableSchema>(
             start,
             max,
             seek_after: usize::MAX,
+            terminator: None,
         },
     )?;
     let mut items = Vec::with_capacity(page.items.len());

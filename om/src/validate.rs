@@ -173,6 +173,79 @@ pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {
     }
 }
 
+/// An ETag as clients send it (S3 quotes them) in the stored form: no
+/// surrounding quotes, lowercase.
+pub fn normalize_etag(etag: &str) -> String {
+    etag.trim()
+        .trim_start_matches('"')
+        .trim_end_matches('"')
+        .to_ascii_lowercase()
+}
+
+/// A required plain MD5 (32 hex digits), e.g. a part's ETag or a content digest.
+pub fn md5_hex(field: &'static str, value: &str) -> Result<(), OmError> {
+    if value.len() == 32 && value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(OmError::invalid(
+            "INVALID_ETAG",
+            field,
+            format!("{field} {value:?} is not a hex MD5 (32 hex digits)"),
+        ))
+    }
+}
+
+/// A content type: at most 256 bytes.
+pub fn content_type(field: &'static str, ct: &str) -> Result<(), OmError> {
+    if ct.len() > 256 {
+        return Err(OmError::invalid(
+            "INVALID_CONTENT_TYPE",
+            field,
+            "content type is longer than 256 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// An upload id as om hands it out: 16 hex digits.
+pub fn upload_id(field: &'static str, id: &str) -> Result<u64, OmError> {
+    if id.len() == 16
+        && let Ok(v) = u64::from_str_radix(id, 16)
+    {
+        return Ok(v);
+    }
+    Err(OmError::invalid(
+        "INVALID_UPLOAD_ID",
+        field,
+        format!("{field} {id:?} is not an upload id (16 hex digits)"),
+    ))
+}
+
+pub fn format_upload_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// A deleted-blocks entry id: 16 hex digits of log index, 8 of sequence.
+pub fn deleted_id(field: &'static str, id: &str) -> Result<(u64, u32), OmError> {
+    if id.len() == 24
+        && let (Ok(i), Ok(s)) = (
+            u64::from_str_radix(&id[..16], 16),
+            u32::from_str_radix(&id[16..], 16),
+        )
+    {
+        return Ok((i, s));
+    }
+    Err(OmError::invalid(
+        "INVALID_ENTRY_ID",
+        field,
+        format!("{field} {id:?} is not a deleted-blocks entry id (24 hex digits)"),
+    ))
+}
+
+pub fn format_deleted_id(index: u64, seq: u32) -> String {
+    format!("{index:016x}{seq:08x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +283,16 @@ mod tests {
         assert!(key_name("key", "").is_err());
         assert!(key_name("key", &"a".repeat(1025)).is_err());
         assert!(key_name("key", "a\0b").is_err());
+    }
+
+    #[test]
+    fn ids_round_trip() {
+        assert_eq!(upload_id("u", &format_upload_id(42)).unwrap(), 42);
+        assert!(upload_id("u", "12").is_err());
+        assert!(upload_id("u", "zzzzzzzzzzzzzzzz").is_err());
+        assert_eq!(deleted_id("id", &format_deleted_id(7, 3)).unwrap(), (7, 3));
+        assert!(deleted_id("id", "00").is_err());
+        assert_eq!(normalize_etag("\"ABC\""), "abc");
     }
 
     #[test]

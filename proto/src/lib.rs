@@ -36,6 +36,16 @@ impl std::fmt::Display for store::Command {
             Some(Op::ExpireRetryCache(_)) => "ExpireRetryCache",
             Some(Op::DeleteKeys(_)) => "DeleteKeys",
             Some(Op::RenameKey(_)) => "RenameKey",
+            Some(Op::OpenKey(_)) => "OpenKey",
+            Some(Op::AllocateBlock(_)) => "AllocateBlock",
+            Some(Op::CommitKey(_)) => "CommitKey",
+            Some(Op::CopyKey(_)) => "CopyKey",
+            Some(Op::InitiateMultipart(_)) => "InitiateMultipart",
+            Some(Op::CommitPart(_)) => "CommitPart",
+            Some(Op::CompleteMultipart(_)) => "CompleteMultipart",
+            Some(Op::AbortMultipart(_)) => "AbortMultipart",
+            Some(Op::AckDeletedBlocks(_)) => "AckDeletedBlocks",
+            Some(Op::ExpireOpenKeys(_)) => "ExpireOpenKeys",
             None => "Empty",
         };
         write!(f, "{op}")

@@ -14,6 +14,21 @@
 //! | `retry_cache`    | `c` client-id `\0` u64 BE seq                     | `RetryCacheRecord`    |
 //! |                  | `t` u64 BE created-ms client-id `\0` u64 BE seq   | empty (expiry index)  |
 //! | `counters`       | counter name (e.g. `next_block_id`)              | u64 BE                |
+//! | `open_keys`      | `volume/bucket/key` `\0` u64 BE session id        | `OpenKeyRecord`       |
+//! |                  | `\0` u64 BE opened-ms, then the entry's key       | empty (expiry index)  |
+//! | `uploads`        | `volume/bucket/key` `\0` u64 BE upload id         | `UploadRecord`        |
+//! | `parts`          | u64 BE upload id, u32 BE part number              | `PartRecord`          |
+//! | `block_refs`     | u64 BE block id                                   | u32 BE holder count   |
+//!
+//! Open keys and uploads hang off the key name with a NUL (never part of a
+//! name), so every session or upload of one key is one contiguous run right
+//! after the key's position, and listing by prefix works as on `keys`. Upload
+//! ids are log-index-derived, so the uploads of one key sort by initiation, as
+//! S3's ListMultipartUploads orders them. The open-key expiry index starts with
+//! NUL, which no volume name does, so it never mixes with a listing's range.
+//! A block absent from `block_refs` has exactly one holder; CopyKey records
+//! the count once a block is shared, and releasing a shared block only
+//! decrements it, so a block reaches `deleted_blocks` when its last holder goes.
 //!
 //! Room left for what comes next: a versioned bucket's versions go in their own
 //! column family keyed `volume/bucket/key` `\0` inverted version id, so all
@@ -30,11 +45,22 @@ pub const TABLE_CFS: &[&str] = &[
     DELETED_BLOCKS_CF,
     RETRY_CACHE_CF,
     COUNTERS_CF,
+    OPEN_KEYS_CF,
+    UPLOADS_CF,
+    PARTS_CF,
+    BLOCK_REFS_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
 /// retry-cache entries, reclaimed blocks): deletion-triggered compaction is on.
-pub const DELETION_HEAVY_CFS: &[&str] = &[KEYS_CF, DELETED_BLOCKS_CF, RETRY_CACHE_CF];
+pub const DELETION_HEAVY_CFS: &[&str] = &[
+    KEYS_CF,
+    DELETED_BLOCKS_CF,
+    RETRY_CACHE_CF,
+    OPEN_KEYS_CF,
+    UPLOADS_CF,
+    PARTS_CF,
+];
 
 pub const VOLUMES_CF: &str = "volumes";
 pub const BUCKETS_CF: &str = "buckets";
@@ -42,6 +68,10 @@ pub const KEYS_CF: &str = "keys";
 pub const DELETED_BLOCKS_CF: &str = "deleted_blocks";
 pub const RETRY_CACHE_CF: &str = "retry_cache";
 pub const COUNTERS_CF: &str = "counters";
+pub const OPEN_KEYS_CF: &str = "open_keys";
+pub const UPLOADS_CF: &str = "uploads";
+pub const PARTS_CF: &str = "parts";
+pub const BLOCK_REFS_CF: &str = "block_refs";
 
 /// Separator between path components in table keys.
 pub const SEP: u8 = b'/';
@@ -75,6 +105,64 @@ pub fn object_key(volume: &str, bucket: &str, key: &str) -> Vec<u8> {
     let mut k = object_prefix(volume, bucket);
     k.extend_from_slice(key.as_bytes());
     k
+}
+
+/// `volume/bucket/key` `\0`: every session (or upload) of one key.
+pub fn key_run_prefix(volume: &str, bucket: &str, key: &str) -> Vec<u8> {
+    let mut k = object_key(volume, bucket, key);
+    k.push(0);
+    k
+}
+
+/// An open-key entry; also the layout of `uploads` with the upload id.
+pub fn open_key(volume: &str, bucket: &str, key: &str, session: u64) -> Vec<u8> {
+    let mut k = key_run_prefix(volume, bucket, key);
+    k.extend_from_slice(&session.to_be_bytes());
+    k
+}
+
+pub fn upload_key(volume: &str, bucket: &str, key: &str, upload_id: u64) -> Vec<u8> {
+    open_key(volume, bucket, key, upload_id)
+}
+
+/// Splits a name relative to `volume/bucket/` of `open_keys` or `uploads`
+/// into the key name and the session or upload id.
+pub fn split_key_run(name: &[u8]) -> Option<(&[u8], u64)> {
+    if name.len() < 9 || name[name.len() - 9] != 0 {
+        return None;
+    }
+    let (key, rest) = name.split_at(name.len() - 9);
+    Some((key, u64::from_be_bytes(rest[1..].try_into().ok()?)))
+}
+
+pub const OPEN_EXPIRY_PREFIX: &[u8] = &[0];
+
+pub fn open_expiry_key(opened_ms: u64, entry: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + entry.len());
+    k.push(0);
+    k.extend_from_slice(&opened_ms.to_be_bytes());
+    k.extend_from_slice(entry);
+    k
+}
+
+/// The open-key entry an expiry-index key points at.
+pub fn open_entry_from_expiry(expiry_key: &[u8]) -> Option<&[u8]> {
+    (expiry_key.len() > 9 && expiry_key[0] == 0).then(|| &expiry_key[9..])
+}
+
+/// Every part of one upload.
+pub fn parts_prefix(upload_id: u64) -> Vec<u8> {
+    upload_id.to_be_bytes().to_vec()
+}
+
+pub fn part_key(upload_id: u64, part: u32) -> Vec<u8> {
+    let mut k = parts_prefix(upload_id);
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+pub fn block_ref_key(block_id: u64) -> [u8; 8] {
+    block_id.to_be_bytes()
 }
 
 pub fn deleted_blocks_key(log_index: u64, seq: u32) -> Vec<u8> {
@@ -168,6 +256,20 @@ mod tests {
     fn retry_expiry_round_trip() {
         let e = retry_expiry_key(42, "cli", 7);
         assert_eq!(retry_key_from_expiry(&e), Some((42, retry_key("cli", 7))));
+    }
+
+    #[test]
+    fn key_runs_stay_next_to_their_key() {
+        let a = open_key("v", "b", "a", 7);
+        let a2 = open_key("v", "b", "a", 8);
+        let ab = open_key("v", "b", "a/b", 1);
+        assert!(a < a2 && a2 < ab);
+        let rel = &a[object_prefix("v", "b").len()..];
+        assert_eq!(split_key_run(rel), Some((&b"a"[..], 7)));
+        let e = open_expiry_key(5, &a);
+        assert_eq!(open_entry_from_expiry(&e), Some(&a[..]));
+        assert!(e < volume_key("a"));
+        assert!(part_key(1, 10000) < part_key(2, 1));
     }
 
     #[test]

@@ -8,7 +8,8 @@ use rocksdb::{ColumnFamily, DB, WriteBatch};
 use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
-    BucketRecord, DeletedBlocksRecord, KeyRecord, RetryCacheRecord, VolumeRecord,
+    BucketRecord, DeletedBlocksRecord, KeyRecord, OpenKeyRecord, PartRecord, RetryCacheRecord,
+    UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -30,7 +31,10 @@ record!(
     BucketRecord,
     KeyRecord,
     DeletedBlocksRecord,
-    RetryCacheRecord
+    RetryCacheRecord,
+    OpenKeyRecord,
+    UploadRecord,
+    PartRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -81,6 +85,25 @@ table!(
     keys::RETRY_CACHE_CF,
     RetryCacheRecord,
     "Results of recent writes by (client id, sequence number)."
+);
+
+table!(
+    OpenKeyTable,
+    keys::OPEN_KEYS_CF,
+    OpenKeyRecord,
+    "Keys being written, one entry per writer session."
+);
+table!(
+    UploadTable,
+    keys::UPLOADS_CF,
+    UploadRecord,
+    "In-progress multipart uploads by key and upload id."
+);
+table!(
+    PartTable,
+    keys::PARTS_CF,
+    PartRecord,
+    "Uploaded parts by upload id and part number."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {

@@ -149,6 +149,7 @@ fn list_all_prefixes(db: &DB, seek_after: usize, page: usize) -> (usize, u64, u6
                 start: start.clone(),
                 max: page,
                 seek_after,
+                terminator: None,
             },
         )
         .unwrap();

@@ -1,0 +1,417 @@
+//! Writing keys in steps (open, allocate, commit), server-side copies, and the
+//! housekeeping commands around them (open-key expiry, reclamation acks).
+
+use std::collections::{HashMap, HashSet};
+
+use om_proto::store::{
+    AckDeletedBlocks, AllocateBlock, BucketRecord, CommandResult, CommitKey, CopyKey, CountResult,
+    KeyRecord, OpenKey, OpenKeyRecord, OpenKeyResult, command_result,
+};
+use rocksdb::WriteBatch;
+
+use super::{BLOCK_SIZE, Ctx, MAX_KEY_SIZE, is_plain_md5, object_id, ok};
+use crate::error::OmError;
+use crate::store::iter::DeferredSeekIter;
+use crate::store::keys;
+use crate::store::table::{self, BucketTable, DeletedBlocksTable, KeyTable, OpenKeyTable};
+
+/// Most blocks one session may hold: a 5 TiB key in 256 MiB blocks.
+pub const MAX_SESSION_BLOCKS: usize = (MAX_KEY_SIZE / BLOCK_SIZE) as usize;
+
+/// Most open-key entries one `ExpireOpenKeys` command removes.
+pub const OPEN_KEY_EXPIRY_BATCH: usize = 1_000;
+
+/// Most entries one `AckDeletedBlocks` command removes.
+pub const MAX_ACK_IDS: usize = 1_000;
+
+fn session_not_found(c_key: &str, session: u64) -> OmError {
+    OmError::precondition(
+        "SESSION_NOT_FOUND",
+        "session_id",
+        format!("no open session {session} for key {c_key:?} (committed, expired or never opened)"),
+    )
+}
+
+impl Ctx<'_> {
+    pub(super) fn open_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &OpenKey,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let session_id = object_id(self.index, 0);
+        let ids = self.allocate(b, u64::from(c.blocks))?;
+        let mut rec = OpenKeyRecord {
+            format: 0,
+            session_id,
+            opened_ms: self.now,
+            allocated: ids.clone(),
+            content_type: c.content_type.clone(),
+            metadata: c.metadata.clone(),
+            client_id: String::new(),
+        };
+        let key = keys::open_key(&c.volume, &c.bucket, &c.key, session_id);
+        table::put::<OpenKeyTable>(self.db, b, &key, &mut rec)?;
+        b.put_cf(
+            table::cf(self.db, keys::OPEN_KEYS_CF)?,
+            keys::open_expiry_key(self.now, &key),
+            [],
+        );
+        bucket.open_key_count += 1;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::OpenKey(OpenKeyResult {
+            session_id,
+            opened_ms: self.now,
+            blocks: lay_out_unwritten(ids),
+        }))
+    }
+
+    fn open_entry(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        session: u64,
+    ) -> Result<(Vec<u8>, OpenKeyRecord), OmError> {
+        let k = keys::open_key(volume, bucket, key, session);
+        match table::get::<OpenKeyTable>(self.db, &k)? {
+            Some(rec) => Ok((k, rec)),
+            None => Err(session_not_found(key, session)),
+        }
+    }
+
+    pub(super) fn allocate_block(
+        &self,
+        b: &mut WriteBatch,
+        c: &AllocateBlock,
+    ) -> Result<CommandResult, OmError> {
+        self.object_store_bucket(&c.volume, &c.bucket)?;
+        let (k, mut rec) = self.open_entry(&c.volume, &c.bucket, &c.key, c.session_id)?;
+        let count = c.count.max(1) as usize;
+        if rec.allocated.len() + count > MAX_SESSION_BLOCKS {
+            return Err(OmError::precondition(
+                "TOO_MANY_BLOCKS",
+                "count",
+                format!(
+                    "a session holds at most {MAX_SESSION_BLOCKS} blocks (5 TiB); it has {}",
+                    rec.allocated.len()
+                ),
+            ));
+        }
+        let ids = self.allocate(b, count as u64)?;
+        rec.allocated.extend_from_slice(&ids);
+        table::put::<OpenKeyTable>(self.db, b, &k, &mut rec)?;
+        ok(command_result::Result::OpenKey(OpenKeyResult {
+            session_id: c.session_id,
+            opened_ms: rec.opened_ms,
+            blocks: lay_out_unwritten(ids),
+        }))
+    }
+
+    /// Moves an open session to the key table: the listed blocks become the
+    /// key's, unlisted allocated blocks and the replaced key's blocks are freed.
+    pub(super) fn commit_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &CommitKey,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        let (open_k, open) = self.open_entry(&c.volume, &c.bucket, &c.key, c.session_id)?;
+        check_committed_blocks(&open.allocated, c)?;
+        let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
+        // Checks are done; stage writes from here on.
+        let used: HashSet<u64> = c.blocks.iter().map(|blk| blk.block_id).collect();
+        let unused: Vec<_> = lay_out_unwritten(
+            open.allocated
+                .iter()
+                .copied()
+                .filter(|id| !used.contains(id))
+                .collect(),
+        );
+        let origin = format!("unused by commit of {}/{}/{}", c.volume, c.bucket, c.key);
+        self.release_blocks(b, 1, unused, origin)?;
+        self.close_session(b, &open_k, open.opened_ms)?;
+        bucket.open_key_count = bucket.open_key_count.saturating_sub(1);
+        let (metadata, content_type) = if c.replace_metadata {
+            (c.metadata.clone(), c.content_type.clone())
+        } else {
+            (open.metadata, open.content_type)
+        };
+        let rec = KeyRecord {
+            size: c.size,
+            blocks: c.blocks.clone(),
+            etag: c.etag.clone(),
+            metadata,
+            content_type,
+            ..Default::default()
+        };
+        self.write_key(b, &mut bucket, &c.key, old, rec)
+    }
+
+    fn close_session(&self, b: &mut WriteBatch, key: &[u8], opened_ms: u64) -> Result<(), OmError> {
+        table::delete::<OpenKeyTable>(self.db, b, key)?;
+        b.delete_cf(
+            table::cf(self.db, keys::OPEN_KEYS_CF)?,
+            keys::open_expiry_key(opened_ms, key),
+        );
+        Ok(())
+    }
+
+    /// A whole-object copy that shares the source's blocks (seed HDDS-16315:
+    /// a plain MD5 ETag is reused, never recomputed from the data).
+    pub(super) fn copy_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &CopyKey,
+    ) -> Result<CommandResult, OmError> {
+        let src_bucket = self.object_store_bucket(&c.src_volume, &c.src_bucket)?;
+        let src_path = format!("{}/{}/{}", c.src_volume, c.src_bucket, c.src_key);
+        let src = table::get::<KeyTable>(
+            self.db,
+            &keys::object_key(&c.src_volume, &c.src_bucket, &c.src_key),
+        )?
+        .ok_or_else(|| {
+            OmError::not_found(
+                "KEY_NOT_FOUND",
+                "src_key",
+                format!("key {src_path} does not exist"),
+            )
+        })?;
+        check_source_conditions(c, &src, &src_path)?;
+        let etag = if is_plain_md5(&src.etag) {
+            src.etag.clone()
+        } else if !c.content_md5.is_empty() {
+            c.content_md5.clone()
+        } else {
+            return Err(OmError::precondition(
+                "CONTENT_DIGEST_REQUIRED",
+                "content_md5",
+                format!(
+                    "source {src_path} has ETag {:?}, not a plain MD5; the copy needs content_md5",
+                    src.etag
+                ),
+            ));
+        };
+        let same_bucket = c.src_volume == c.volume && c.src_bucket == c.bucket;
+        let mut bucket = if same_bucket {
+            src_bucket
+        } else {
+            self.object_store_bucket(&c.volume, &c.bucket)?
+        };
+        let mut old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
+        let (metadata, content_type) = if c.metadata_directive == 1 {
+            (c.metadata.clone(), c.content_type.clone())
+        } else {
+            (src.metadata.clone(), src.content_type.clone())
+        };
+        if same_bucket && c.src_key == c.key {
+            // Copying onto itself (a metadata replace): the blocks stay where
+            // they are, with the same holders.
+            if let Some(o) = old.as_mut() {
+                o.blocks.clear();
+            }
+        } else {
+            self.share_blocks(b, &src.blocks)?;
+        }
+        let rec = KeyRecord {
+            size: src.size,
+            blocks: src.blocks,
+            etag,
+            metadata,
+            content_type,
+            ..Default::default()
+        };
+        self.write_key(b, &mut bucket, &c.key, old, rec)
+    }
+
+    /// Drops up to a batch of sessions opened before `before_ms`, freeing
+    /// their allocated blocks.
+    pub(super) fn expire_open_keys(
+        &self,
+        b: &mut WriteBatch,
+        before_ms: u64,
+    ) -> Result<CommandResult, OmError> {
+        let mut upper = keys::OPEN_EXPIRY_PREFIX.to_vec();
+        upper.extend_from_slice(&before_ms.to_be_bytes());
+        let mut it = DeferredSeekIter::new(
+            self.db,
+            keys::OPEN_KEYS_CF,
+            Some(keys::OPEN_EXPIRY_PREFIX.to_vec()),
+            Some(upper),
+        )?;
+        let cf = table::cf(self.db, keys::OPEN_KEYS_CF)?;
+        let mut buckets: HashMap<Vec<u8>, BucketRecord> = HashMap::new();
+        let mut n = 0u32;
+        while (n as usize) < OPEN_KEY_EXPIRY_BATCH {
+            let Some((k, _)) = it.current() else { break };
+            let index_key = k.to_vec();
+            it.advance();
+            b.delete_cf(cf, &index_key);
+            n += 1;
+            let Some(entry) = keys::open_entry_from_expiry(&index_key) else {
+                continue;
+            };
+            let Some(rec) = table::get::<OpenKeyTable>(self.db, entry)? else {
+                continue;
+            };
+            b.delete_cf(cf, entry);
+            let bucket_key = bucket_of(entry);
+            if !buckets.contains_key(&bucket_key)
+                && let Some(bk) = table::get::<BucketTable>(self.db, &bucket_key)?
+            {
+                buckets.insert(bucket_key.clone(), bk);
+            }
+            if let Some(bk) = buckets.get_mut(&bucket_key) {
+                bk.open_key_count = bk.open_key_count.saturating_sub(1);
+            }
+            let origin = format!(
+                "expired session {} of {}",
+                rec.session_id,
+                String::from_utf8_lossy(&entry[..entry.len().saturating_sub(9)])
+            );
+            self.release_blocks(b, n, lay_out_unwritten(rec.allocated), origin)?;
+        }
+        it.status()?;
+        for (k, mut bk) in buckets {
+            table::put::<BucketTable>(self.db, b, &k, &mut bk)?;
+        }
+        ok(command_result::Result::Count(CountResult {
+            count: u64::from(n),
+        }))
+    }
+
+    /// Removes acknowledged deleted-blocks entries; ids not present (already
+    /// acknowledged) are skipped, so a retried ack is harmless.
+    pub(super) fn ack_deleted_blocks(
+        &self,
+        b: &mut WriteBatch,
+        c: &AckDeletedBlocks,
+    ) -> Result<CommandResult, OmError> {
+        let mut seen = HashSet::new();
+        let mut count = 0;
+        for id in &c.ids {
+            let k = keys::deleted_blocks_key(id.log_index, id.seq);
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            if table::get::<DeletedBlocksTable>(self.db, &k)?.is_some() {
+                table::delete::<DeletedBlocksTable>(self.db, b, &k)?;
+                count += 1;
+            }
+        }
+        ok(command_result::Result::Count(CountResult { count }))
+    }
+}
+
+/// `volume/bucket` of an `open_keys` or `uploads` entry key.
+fn bucket_of(entry: &[u8]) -> Vec<u8> {
+    let mut slashes = 0;
+    for (i, &c) in entry.iter().enumerate() {
+        if c == keys::SEP {
+            slashes += 1;
+            if slashes == 2 {
+                return entry[..i].to_vec();
+            }
+        }
+    }
+    entry.to_vec()
+}
+
+/// Allocated but not yet written blocks: ids with a full block's capacity.
+fn lay_out_unwritten(ids: Vec<u64>) -> Vec<om_proto::store::BlockRecord> {
+    ids.into_iter()
+        .map(|block_id| om_proto::store::BlockRecord {
+            block_id,
+            offset: 0,
+            length: BLOCK_SIZE,
+        })
+        .collect()
+}
+
+/// The blocks a commit names must be allocated to its session, each once, in
+/// order: offsets contiguous from 0, lengths within a block, summing to size.
+fn check_committed_blocks(allocated: &[u64], c: &CommitKey) -> Result<(), OmError> {
+    let bad = |why: String| Err(OmError::invalid("INVALID_BLOCKS", "blocks", why));
+    let allocated: HashSet<u64> = allocated.iter().copied().collect();
+    let mut seen = HashSet::new();
+    let mut offset = 0u64;
+    for blk in &c.blocks {
+        if !allocated.contains(&blk.block_id) {
+            return bad(format!(
+                "block {} was not allocated to session {}",
+                blk.block_id, c.session_id
+            ));
+        }
+        if !seen.insert(blk.block_id) {
+            return bad(format!("block {} is listed twice", blk.block_id));
+        }
+        if blk.offset != offset {
+            return bad(format!(
+                "block {} starts at {}, expected {offset}",
+                blk.block_id, blk.offset
+            ));
+        }
+        if blk.length == 0 || blk.length > BLOCK_SIZE {
+            return bad(format!(
+                "block {} has length {}; 1..={BLOCK_SIZE} allowed",
+                blk.block_id, blk.length
+            ));
+        }
+        offset += blk.length;
+    }
+    if offset != c.size {
+        return Err(OmError::invalid(
+            "SIZE_MISMATCH",
+            "size",
+            format!("blocks cover {offset} bytes but size is {}", c.size),
+        ));
+    }
+    Ok(())
+}
+
+/// S3's copy-source conditions: a true if-match overrides a false
+/// if-unmodified-since, and a true if-none-match overrides a false
+/// if-modified-since.
+fn check_source_conditions(c: &CopyKey, src: &KeyRecord, path: &str) -> Result<(), OmError> {
+    let fail = |field: &str, why: String| {
+        Err(OmError::precondition(
+            "SOURCE_CONDITION_FAILED",
+            field,
+            format!("source {path}: {why}"),
+        ))
+    };
+    let modified = src.modification_time_ms;
+    if !c.src_if_match.is_empty() {
+        if c.src_if_match != src.etag {
+            return fail(
+                "src_if_match",
+                format!("ETag is {:?}, not {:?}", src.etag, c.src_if_match),
+            );
+        }
+    } else if c.src_if_unmodified_since_ms != 0 && modified > c.src_if_unmodified_since_ms {
+        return fail(
+            "src_if_unmodified_since_ms",
+            format!(
+                "modified at {modified}, after {}",
+                c.src_if_unmodified_since_ms
+            ),
+        );
+    }
+    if !c.src_if_none_match.is_empty() {
+        if c.src_if_none_match == "*" || c.src_if_none_match == src.etag {
+            return fail(
+                "src_if_none_match",
+                format!("ETag {:?} matches {:?}", src.etag, c.src_if_none_match),
+            );
+        }
+    } else if c.src_if_modified_since_ms != 0 && modified <= c.src_if_modified_since_ms {
+        return fail(
+            "src_if_modified_since_ms",
+            format!(
+                "not modified since {} (modified at {modified})",
+                c.src_if_modified_since_ms
+            ),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,571 @@
+//! Handlers of the object-writing RPCs: sessions, copies, multipart uploads,
+//! open-key listing and block reclamation. Each validates its request (every
+//! rule names the offending field), then proposes or reads through
+//! `OmService`.
+
+use om_proto::store::{self as st, command::Op, command_result};
+use om_proto::v1::*;
+
+use super::{consistency, key_info, scan_stats, unexpected, write_id};
+use crate::apply::{MAX_ACK_IDS, MAX_KEY_SIZE};
+use crate::error::OmError;
+use crate::service::{OmService, UploadListing};
+use crate::validate::{self, format_deleted_id, format_upload_id, normalize_etag};
+
+/// Most blocks one OpenKey or AllocateBlock call hands out.
+pub const MAX_BLOCKS_PER_CALL: u32 = 64;
+/// S3's largest part: 5 GiB.
+pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
+    blocks
+        .into_iter()
+        .map(|b| BlockInfo {
+            block_id: b.block_id,
+            offset: b.offset,
+            length: b.length,
+        })
+        .collect()
+}
+
+fn bucket_names(volume: &str, bucket: &str) -> Result<(), OmError> {
+    validate::resource_name("volume", volume)?;
+    validate::resource_name("bucket", bucket)
+}
+
+fn object_names(volume: &str, bucket: &str, key: &str) -> Result<(), OmError> {
+    bucket_names(volume, bucket)?;
+    validate::key_name("key", key)
+}
+
+/// Validates and normalizes write conditions.
+pub fn conditions(c: Option<KeyConditions>) -> Result<Option<st::KeyConditions>, OmError> {
+    let Some(c) = c else { return Ok(None) };
+    let if_match = normalize_etag(&c.if_match);
+    validate::etag("conditions.if_match", &if_match)?;
+    Ok(Some(st::KeyConditions {
+        if_match,
+        if_none_match_any: c.if_none_match_any,
+        expected_update_id: c.expected_update_id,
+    }))
+}
+
+fn block_count(field: &'static str, n: u32) -> Result<(), OmError> {
+    if n > MAX_BLOCKS_PER_CALL {
+        return Err(OmError::invalid(
+            "TOO_MANY_BLOCKS",
+            field,
+            format!("at most {MAX_BLOCKS_PER_CALL} blocks per call, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
+fn key_size(field: &'static str, size: u64) -> Result<(), OmError> {
+    if size > MAX_KEY_SIZE {
+        return Err(OmError::invalid(
+            "KEY_TOO_LARGE",
+            field,
+            format!("size {size} exceeds the 5 TiB object limit"),
+        ));
+    }
+    Ok(())
+}
+
+fn key_response(r: command_result::Result) -> Result<KeyInfo, OmError> {
+    match r {
+        command_result::Result::Key(k) => Ok(key_info(
+            &k.volume,
+            &k.bucket,
+            k.name,
+            k.key.unwrap_or_default(),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn upload_info(u: st::UploadResult) -> UploadInfo {
+    let rec = u.upload.unwrap_or_default();
+    UploadInfo {
+        volume: u.volume,
+        bucket: u.bucket,
+        key: u.key,
+        upload_id: format_upload_id(rec.upload_id),
+        initiated_ms: rec.initiated_ms,
+        content_type: rec.content_type,
+        metadata: rec.metadata,
+    }
+}
+
+fn part_info(p: st::PartRecord) -> PartInfo {
+    PartInfo {
+        part_number: p.part_number,
+        size: p.size,
+        etag: p.etag,
+        blocks: block_infos(p.blocks),
+        modification_time_ms: p.modification_time_ms,
+    }
+}
+
+pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    validate::metadata("metadata", &r.metadata)?;
+    validate::content_type("content_type", &r.content_type)?;
+    block_count("blocks", r.blocks)?;
+    let op = Op::OpenKey(st::OpenKey {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        content_type: r.content_type,
+        metadata: r.metadata,
+        blocks: r.blocks,
+    });
+    match svc.propose(write_id(&r.header)?, op).await? {
+        command_result::Result::OpenKey(o) => Ok(OpenKeyResponse {
+            session_id: o.session_id,
+            opened_ms: o.opened_ms,
+            blocks: block_infos(o.blocks),
+        }),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn allocate_block(
+    svc: &OmService,
+    r: AllocateBlockRequest,
+) -> Result<AllocateBlockResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    block_count("count", r.count)?;
+    let op = Op::AllocateBlock(st::AllocateBlock {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        session_id: r.session_id,
+        count: r.count.max(1),
+    });
+    match svc.propose(write_id(&r.header)?, op).await? {
+        command_result::Result::OpenKey(o) => Ok(AllocateBlockResponse {
+            blocks: block_infos(o.blocks),
+        }),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn commit_key(
+    svc: &OmService,
+    r: CommitKeyRequest,
+) -> Result<CommitKeyResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let etag = normalize_etag(&r.etag);
+    validate::etag("etag", &etag)?;
+    validate::metadata("metadata", &r.metadata)?;
+    validate::content_type("content_type", &r.content_type)?;
+    key_size("size", r.size)?;
+    if r.blocks.len() > crate::apply::MAX_SESSION_BLOCKS {
+        return Err(OmError::invalid(
+            "INVALID_BLOCKS",
+            "blocks",
+            format!(
+                "{} blocks listed; a key has at most {}",
+                r.blocks.len(),
+                crate::apply::MAX_SESSION_BLOCKS
+            ),
+        ));
+    }
+    let op = Op::CommitKey(st::CommitKey {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        session_id: r.session_id,
+        size: r.size,
+        blocks: r
+            .blocks
+            .into_iter()
+            .map(|b| st::BlockRecord {
+                block_id: b.block_id,
+                offset: b.offset,
+                length: b.length,
+            })
+            .collect(),
+        etag,
+        replace_metadata: r.replace_metadata,
+        metadata: r.metadata,
+        content_type: r.content_type,
+        conditions: conditions(r.conditions)?,
+    });
+    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    Ok(CommitKeyResponse { key: Some(key) })
+}
+
+pub async fn list_open_keys(
+    svc: &OmService,
+    r: ListOpenKeysRequest,
+) -> Result<ListOpenKeysResponse, OmError> {
+    bucket_names(&r.volume, &r.bucket)?;
+    validate::optional_key("prefix", &r.prefix)?;
+    let page = svc
+        .list_open_keys(
+            consistency(&r.read),
+            &r.volume,
+            &r.bucket,
+            &r.prefix,
+            r.max_keys,
+            &r.continuation_token,
+        )
+        .await?;
+    Ok(ListOpenKeysResponse {
+        truncated: !page.next_continuation_token.is_empty(),
+        keys: page
+            .keys
+            .into_iter()
+            .map(|(name, o)| OpenKeyInfo {
+                name,
+                session_id: o.session_id,
+                opened_ms: o.opened_ms,
+                allocated_blocks: o.allocated,
+                client_id: o.client_id,
+            })
+            .collect(),
+        next_continuation_token: page.next_continuation_token,
+        total: page.total,
+        scan: Some(scan_stats(page.stats)),
+    })
+}
+
+pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyResponse, OmError> {
+    validate::resource_name("src_volume", &r.src_volume)?;
+    validate::resource_name("src_bucket", &r.src_bucket)?;
+    validate::key_name("src_key", &r.src_key)?;
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let src_if_match = normalize_etag(&r.src_if_match);
+    validate::etag("src_if_match", &src_if_match)?;
+    let src_if_none_match = normalize_etag(&r.src_if_none_match);
+    if src_if_none_match != "*" {
+        validate::etag("src_if_none_match", &src_if_none_match)?;
+    }
+    let content_md5 = normalize_etag(&r.content_md5);
+    if !content_md5.is_empty() {
+        validate::md5_hex("content_md5", &content_md5)?;
+    }
+    let replace = r.metadata_directive() == MetadataDirective::Replace;
+    if replace {
+        validate::metadata("metadata", &r.metadata)?;
+        validate::content_type("content_type", &r.content_type)?;
+    }
+    if !replace && r.src_volume == r.volume && r.src_bucket == r.bucket && r.src_key == r.key {
+        return Err(OmError::invalid(
+            "COPY_TO_ITSELF",
+            "key",
+            "copying a key onto itself needs metadata_directive REPLACE",
+        ));
+    }
+    let op = Op::CopyKey(st::CopyKey {
+        src_volume: r.src_volume,
+        src_bucket: r.src_bucket,
+        src_key: r.src_key,
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        src_if_match,
+        src_if_none_match,
+        src_if_modified_since_ms: r.src_if_modified_since_ms,
+        src_if_unmodified_since_ms: r.src_if_unmodified_since_ms,
+        metadata_directive: u32::from(replace),
+        metadata: if replace {
+            r.metadata
+        } else {
+            Default::default()
+        },
+        content_type: if replace {
+            r.content_type
+        } else {
+            String::new()
+        },
+        content_md5,
+        conditions: conditions(r.conditions)?,
+    });
+    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    Ok(CopyKeyResponse { key: Some(key) })
+}
+
+pub async fn initiate_multipart(
+    svc: &OmService,
+    r: InitiateMultipartUploadRequest,
+) -> Result<InitiateMultipartUploadResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    validate::metadata("metadata", &r.metadata)?;
+    validate::content_type("content_type", &r.content_type)?;
+    let op = Op::InitiateMultipart(st::InitiateMultipart {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        content_type: r.content_type,
+        metadata: r.metadata,
+    });
+    match svc.propose(write_id(&r.header)?, op).await? {
+        command_result::Result::Upload(u) => Ok(InitiateMultipartUploadResponse {
+            upload: Some(upload_info(u)),
+        }),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn part_number(field: &'static str, n: u32) -> Result<(), OmError> {
+    if !(1..=MAX_PART_NUMBER).contains(&n) {
+        return Err(OmError::invalid(
+            "INVALID_PART_NUMBER",
+            field,
+            format!("part numbers are 1..={MAX_PART_NUMBER}, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn commit_part(
+    svc: &OmService,
+    r: CommitPartRequest,
+) -> Result<CommitPartResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
+    part_number("part_number", r.part_number)?;
+    if r.size > MAX_PART_SIZE {
+        return Err(OmError::invalid(
+            "ENTITY_TOO_LARGE",
+            "size",
+            format!("a part is at most 5 GiB, got {}", r.size),
+        ));
+    }
+    let etag = normalize_etag(&r.etag);
+    validate::md5_hex("etag", &etag)?;
+    let op = Op::CommitPart(st::CommitPart {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        upload_id,
+        part_number: r.part_number,
+        size: r.size,
+        etag,
+    });
+    match svc.propose(write_id(&r.header)?, op).await? {
+        command_result::Result::Part(p) => Ok(CommitPartResponse {
+            part: p.part.map(part_info),
+        }),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub async fn complete_multipart(
+    svc: &OmService,
+    r: CompleteMultipartUploadRequest,
+) -> Result<CompleteMultipartUploadResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
+    if r.parts.is_empty() || r.parts.len() > MAX_PART_NUMBER as usize {
+        return Err(OmError::invalid(
+            "INVALID_PARTS",
+            "parts",
+            format!(
+                "1..={MAX_PART_NUMBER} parts must be listed, got {}",
+                r.parts.len()
+            ),
+        ));
+    }
+    let mut parts = Vec::with_capacity(r.parts.len());
+    let mut prev = 0;
+    for p in r.parts {
+        part_number("parts", p.part_number)?;
+        if p.part_number <= prev {
+            return Err(OmError::invalid(
+                "INVALID_PART_ORDER",
+                "parts",
+                format!(
+                    "parts must be listed in ascending order; {} follows {prev}",
+                    p.part_number
+                ),
+            ));
+        }
+        prev = p.part_number;
+        let etag = normalize_etag(&p.etag);
+        validate::md5_hex("parts", &etag)?;
+        parts.push(st::PartRef {
+            part_number: p.part_number,
+            etag,
+        });
+    }
+    let op = Op::CompleteMultipart(st::CompleteMultipart {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        upload_id,
+        parts,
+        min_part_size: svc.min_part_size(),
+        conditions: conditions(r.conditions)?,
+    });
+    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    Ok(CompleteMultipartUploadResponse { key: Some(key) })
+}
+
+pub async fn abort_multipart(
+    svc: &OmService,
+    r: AbortMultipartUploadRequest,
+) -> Result<AbortMultipartUploadResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
+    let op = Op::AbortMultipart(st::AbortMultipart {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        upload_id,
+    });
+    svc.propose(write_id(&r.header)?, op).await?;
+    Ok(AbortMultipartUploadResponse {})
+}
+
+pub async fn list_parts(
+    svc: &OmService,
+    r: ListPartsRequest,
+) -> Result<ListPartsResponse, OmError> {
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
+    if r.part_number_marker > MAX_PART_NUMBER {
+        return Err(OmError::invalid(
+            "INVALID_PART_NUMBER",
+            "part_number_marker",
+            format!("part numbers are 1..={MAX_PART_NUMBER}"),
+        ));
+    }
+    let page = svc
+        .list_parts(
+            consistency(&r.read),
+            &r.volume,
+            &r.bucket,
+            &r.key,
+            upload_id,
+            r.part_number_marker,
+            r.max_parts,
+        )
+        .await?;
+    Ok(ListPartsResponse {
+        parts: page.parts.into_iter().map(part_info).collect(),
+        truncated: page.truncated,
+        next_part_number_marker: page.next_marker,
+        scan: Some(scan_stats(page.stats)),
+    })
+}
+
+pub async fn list_uploads(
+    svc: &OmService,
+    r: ListMultipartUploadsRequest,
+) -> Result<ListMultipartUploadsResponse, OmError> {
+    bucket_names(&r.volume, &r.bucket)?;
+    validate::optional_key("prefix", &r.prefix)?;
+    validate::delimiter("delimiter", &r.delimiter)?;
+    validate::optional_key("key_marker", &r.key_marker)?;
+    // As in S3, an upload-id marker without a key marker is ignored.
+    let upload_id_marker = if r.upload_id_marker.is_empty() || r.key_marker.is_empty() {
+        None
+    } else {
+        Some(validate::upload_id(
+            "upload_id_marker",
+            &r.upload_id_marker,
+        )?)
+    };
+    let page = svc
+        .list_uploads(
+            consistency(&r.read),
+            UploadListing {
+                volume: r.volume.clone(),
+                bucket: r.bucket.clone(),
+                prefix: r.prefix,
+                delimiter: r.delimiter,
+                key_marker: r.key_marker,
+                upload_id_marker,
+                max_uploads: r.max_uploads,
+            },
+        )
+        .await?;
+    Ok(ListMultipartUploadsResponse {
+        uploads: page
+            .uploads
+            .into_iter()
+            .map(|(key, u)| {
+                upload_info(st::UploadResult {
+                    volume: r.volume.clone(),
+                    bucket: r.bucket.clone(),
+                    key,
+                    upload: Some(u),
+                })
+            })
+            .collect(),
+        common_prefixes: page.common_prefixes,
+        truncated: page.truncated,
+        next_key_marker: page.next_key_marker,
+        next_upload_id_marker: page
+            .next_upload_id_marker
+            .map(format_upload_id)
+            .unwrap_or_default(),
+        scan: Some(scan_stats(page.stats)),
+    })
+}
+
+pub async fn list_deleted_blocks(
+    svc: &OmService,
+    r: ListDeletedBlocksRequest,
+) -> Result<ListDeletedBlocksResponse, OmError> {
+    let after = if r.after.is_empty() {
+        None
+    } else {
+        Some(validate::deleted_id("after", &r.after)?)
+    };
+    let page = svc
+        .list_deleted_blocks(consistency(&r.read), after, r.max_entries)
+        .await?;
+    let entries: Vec<DeletedBlocksEntry> = page
+        .entries
+        .into_iter()
+        .map(|((index, seq), rec)| DeletedBlocksEntry {
+            id: format_deleted_id(index, seq),
+            blocks: block_infos(rec.blocks),
+            origin: rec.origin,
+        })
+        .collect();
+    Ok(ListDeletedBlocksResponse {
+        next_after: if page.truncated {
+            entries.last().map(|e| e.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        },
+        entries,
+        truncated: page.truncated,
+        scan: Some(scan_stats(page.stats)),
+    })
+}
+
+pub async fn ack_deleted_blocks(
+    svc: &OmService,
+    r: AckDeletedBlocksRequest,
+) -> Result<AckDeletedBlocksResponse, OmError> {
+    if r.ids.is_empty() || r.ids.len() > MAX_ACK_IDS {
+        return Err(OmError::invalid(
+            "INVALID_ID_COUNT",
+            "ids",
+            format!("1..={MAX_ACK_IDS} ids per call, got {}", r.ids.len()),
+        ));
+    }
+    let ids = r
+        .ids
+        .iter()
+        .map(|id| {
+            validate::deleted_id("ids", id)
+                .map(|(log_index, seq)| st::DeletedBlocksId { log_index, seq })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let op = Op::AckDeletedBlocks(st::AckDeletedBlocks { ids });
+    match svc.propose(write_id(&r.header)?, op).await? {
+        command_result::Result::Count(c) => Ok(AckDeletedBlocksResponse {
+            acknowledged: c.count,
+        }),
+        other => Err(unexpected(other)),
+    }
+}
