@@ -45,7 +45,18 @@ impl TestNode {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut Args)) -> TestNode {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), tweak).await
+    }
+
+    /// Stops the node and starts it again on the same data directory (new
+    /// ports: take a fresh `client()`).
+    pub async fn restart(self, tweak: impl FnOnce(&mut Args)) -> TestNode {
+        let dir = self.stop().await;
+        Self::start_in(dir, tweak).await
+    }
+
+    /// A single-node cluster on `dir`, initialized on first use.
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Args)) -> TestNode {
         let mut args = Args {
             data_dir: Some(dir.path().to_path_buf()),
             grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
