@@ -11,6 +11,7 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
 mod bench;
+mod objects;
 
 #[derive(Parser)]
 #[command(
@@ -57,9 +58,18 @@ enum Cmd {
     /// Buckets: create, info, list, delete.
     #[command(subcommand)]
     Bucket(BucketCmd),
-    /// Keys: put, info, list, delete.
+    /// Keys: put, info, list, delete, rename, and writing in steps (open,
+    /// allocate, commit, list-open).
     #[command(subcommand)]
     Key(KeyCmd),
+    /// Server-side copy of a key, sharing its blocks.
+    Copy(objects::CopyArgs),
+    /// Multipart uploads: init, part, complete, abort, parts, list.
+    #[command(subcommand)]
+    Mpu(objects::MpuCmd),
+    /// Block reclamation: list released blocks, acknowledge freed ones.
+    #[command(subcommand)]
+    Blocks(objects::BlocksCmd),
     /// Cluster introspection and membership.
     #[command(subcommand)]
     Cluster(ClusterCmd),
@@ -148,9 +158,57 @@ enum KeyCmd {
         content_type: String,
         #[arg(long = "meta")]
         meta: Vec<String>,
+        #[command(flatten)]
+        cond: objects::CondArgs,
     },
     Info {
         path: String,
+    },
+    /// Open a write session for VOLUME/BUCKET/KEY; prints the session id.
+    Open {
+        path: String,
+        /// Blocks to allocate with the session.
+        #[arg(long, default_value_t = 1)]
+        blocks: u32,
+        #[arg(long, default_value = "")]
+        content_type: String,
+        #[arg(long = "meta")]
+        meta: Vec<String>,
+    },
+    /// Allocate more blocks to an open session.
+    Allocate {
+        path: String,
+        #[arg(long)]
+        session: u64,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Commit an open session: the data went to BLOCKS (comma-separated ids,
+    /// filled in order, 256 MiB each).
+    Commit {
+        path: String,
+        #[arg(long)]
+        session: u64,
+        #[arg(long)]
+        size: u64,
+        #[arg(long, default_value = "")]
+        blocks: String,
+        #[arg(long, default_value = "")]
+        etag: String,
+        #[command(flatten)]
+        cond: objects::CondArgs,
+    },
+    /// Keys being written in VOLUME/BUCKET.
+    ListOpen {
+        path: String,
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(long = "max", default_value_t = 0)]
+        max: u32,
+        #[arg(long, default_value = "")]
+        token: String,
+        #[arg(long)]
+        all: bool,
     },
     /// List the keys of VOLUME/BUCKET.
     List {
@@ -247,7 +305,7 @@ fn layout_name(l: i32) -> &'static str {
 fn bucket_json(b: &BucketInfo) -> Value {
     json!({
         "volume": b.volume, "name": b.name, "layout": layout_name(b.layout),
-        "keys": b.key_count, "used_bytes": b.used_bytes,
+        "keys": b.key_count, "used_bytes": b.used_bytes, "open_keys": b.open_key_count,
         "created_ms": b.creation_time_ms, "modified_ms": b.modification_time_ms,
         "object_id": b.object_id, "update_id": b.update_id, "metadata": b.metadata,
     })
@@ -472,6 +530,7 @@ async fn run(cli: Cli) -> Result<()> {
                 etag,
                 content_type,
                 meta,
+                cond,
             } => {
                 let (v, b, key) = split3(&path)?;
                 let k = c
@@ -483,11 +542,38 @@ async fn run(cli: Cli) -> Result<()> {
                         etag,
                         content_type,
                         metadata: parse_meta(&meta)?,
+                        conditions: cond.to_proto(),
                         ..Default::default()
                     })
                     .await?;
                 print_kv(out, key_json(&k));
             }
+            KeyCmd::Open {
+                path,
+                blocks,
+                content_type,
+                meta,
+            } => objects::open(&c, out, &path, blocks, content_type, &meta).await?,
+            KeyCmd::Allocate {
+                path,
+                session,
+                count,
+            } => objects::allocate(&c, out, &path, session, count).await?,
+            KeyCmd::Commit {
+                path,
+                session,
+                size,
+                blocks,
+                etag,
+                cond,
+            } => objects::commit(&c, out, &path, session, size, &blocks, etag, &cond).await?,
+            KeyCmd::ListOpen {
+                path,
+                prefix,
+                max,
+                token,
+                all,
+            } => objects::list_open(&c, out, &path, prefix, max, token, all).await?,
             KeyCmd::Info { path } => {
                 let (v, b, key) = split3(&path)?;
                 print_kv(out, key_json(&c.lookup_key(v, b, key).await?));
@@ -604,6 +690,9 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         },
+        Cmd::Copy(a) => objects::copy(&c, out, a).await?,
+        Cmd::Mpu(m) => objects::mpu(&c, out, m).await?,
+        Cmd::Blocks(b) => objects::blocks(&c, out, b).await?,
         Cmd::Bench(args) => {
             let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
             let rows = bench::run(&endpoints, &args).await?;

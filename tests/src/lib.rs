@@ -230,6 +230,15 @@ impl OmProcess {
         Self::spawn_on(data_dir, grpc, http, raft)
     }
 
+    /// Starts `om` on `data_dir` on fresh ports with extra flags.
+    pub fn spawn_args(data_dir: &Path, extra: &[&str]) -> OmProcess {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let http = format!("127.0.0.1:{}", free_port());
+        let raft = format!("127.0.0.1:{}", free_port());
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        Self::spawn_with(data_dir, grpc, http, raft, extra)
+    }
+
     /// Starts `om` on `data_dir` with the given addresses.
     pub fn spawn_on(data_dir: &Path, grpc: String, http: String, raft: String) -> OmProcess {
         Self::spawn_with(data_dir, grpc, http, raft, Vec::new())

@@ -168,3 +168,150 @@ async fn omctl_walkthrough_survives_sigkill() {
     let vols = ok(&ep, &["volume", "list"]);
     assert!(vols.contains("vol1"), "{vols}");
 }
+
+fn json_ok(endpoint: &str, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["--output", "json"];
+    full.extend_from_slice(args);
+    serde_json::from_str(&ok(endpoint, &full)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn omctl_writes_in_steps_copies_uploads_and_reclaims() {
+    let dir = tempfile::tempdir().unwrap();
+    let om = OmProcess::spawn_args(dir.path(), &["--min-part-size", "1"]);
+    om.wait_ready(Duration::from_secs(60)).await;
+    let ep = om.grpc.clone();
+    ok(&ep, &["volume", "create", "vol1"]);
+    ok(&ep, &["bucket", "create", "vol1/bkt1"]);
+
+    // open → allocate → list-open → commit
+    let s = json_ok(&ep, &["key", "open", "vol1/bkt1/obj", "--blocks", "1"]);
+    let session = s["session"].as_u64().unwrap().to_string();
+    let first = s["blocks"][0].as_u64().unwrap();
+    let more = json_ok(
+        &ep,
+        &["key", "allocate", "vol1/bkt1/obj", "--session", &session],
+    );
+    let second = more["blocks"][0].as_u64().unwrap();
+    let open = json_ok(&ep, &["key", "list-open", "vol1/bkt1"]);
+    assert_eq!(open["total"], 1);
+    assert_eq!(open["items"][0]["name"], "obj");
+    let etag = "0cc175b9c0f1b6a831c399e269772661";
+    let k = json_ok(
+        &ep,
+        &[
+            "key",
+            "commit",
+            "vol1/bkt1/obj",
+            "--session",
+            &session,
+            "--size",
+            "100",
+            "--blocks",
+            &first.to_string(),
+            "--etag",
+            etag,
+            "--if-none-match",
+        ],
+    );
+    assert_eq!(k["size"], 100);
+    assert_eq!(k["etag"], etag);
+    // The unused second block went to reclamation.
+    let blocks = json_ok(&ep, &["blocks", "list"]);
+    assert_eq!(blocks["items"][0]["blocks"][0], second);
+    // A failed condition is refused with its reason.
+    let bad = omctl(
+        &ep,
+        &[
+            "key",
+            "put",
+            "vol1/bkt1/obj",
+            "--size",
+            "1",
+            "--if-none-match",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("IF_NONE_MATCH_FAILED"));
+
+    // copy reuses the plain MD5 ETag and shares the blocks.
+    let cp = json_ok(&ep, &["copy", "vol1/bkt1/obj", "vol1/bkt1/obj2"]);
+    assert_eq!(cp["etag"], etag);
+    assert_eq!(cp["blocks"][0]["id"], first);
+
+    // multipart: init → part ×2 → parts → list → complete
+    let up = json_ok(&ep, &["mpu", "init", "vol1/bkt1/big"]);
+    let id = up["upload_id"].as_str().unwrap().to_string();
+    let e1 = "92eb5ffee6ae2fec3ad71c777531578f";
+    let e2 = "4a8a08f09d37b73795649038408b5f33";
+    ok(
+        &ep,
+        &[
+            "mpu",
+            "part",
+            "vol1/bkt1/big",
+            "--upload",
+            &id,
+            "--part",
+            "1",
+            "--size",
+            "10",
+            "--etag",
+            e1,
+        ],
+    );
+    ok(
+        &ep,
+        &[
+            "mpu",
+            "part",
+            "vol1/bkt1/big",
+            "--upload",
+            &id,
+            "--part",
+            "2",
+            "--size",
+            "5",
+            "--etag",
+            e2,
+        ],
+    );
+    let parts = json_ok(&ep, &["mpu", "parts", "vol1/bkt1/big", "--upload", &id]);
+    assert_eq!(parts["items"].as_array().unwrap().len(), 2);
+    let ups = json_ok(&ep, &["mpu", "list", "vol1/bkt1"]);
+    assert_eq!(ups["items"][0]["upload_id"], id.as_str());
+    let done = json_ok(
+        &ep,
+        &[
+            "mpu",
+            "complete",
+            "vol1/bkt1/big",
+            "--upload",
+            &id,
+            &format!("1={e1}"),
+            &format!("2={e2}"),
+        ],
+    );
+    assert_eq!(done["size"], 15);
+    assert!(done["etag"].as_str().unwrap().ends_with("-2"), "{done}");
+    // Copying a multipart key needs a digest.
+    let bad = omctl(&ep, &["copy", "vol1/bkt1/big", "vol1/bkt1/big2"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("CONTENT_DIGEST_REQUIRED"));
+    ok(
+        &ep,
+        &[
+            "copy",
+            "vol1/bkt1/big",
+            "vol1/bkt1/big2",
+            "--content-md5",
+            e1,
+        ],
+    );
+
+    // Acknowledge the released entry; the list is then empty.
+    let blk_id = blocks["items"][0]["id"].as_str().unwrap().to_string();
+    let acked = json_ok(&ep, &["blocks", "ack", &blk_id]);
+    assert_eq!(acked["acknowledged"], 1);
+    let blocks = json_ok(&ep, &["blocks", "list"]);
+    assert!(blocks["items"].as_array().unwrap().is_empty(), "{blocks}");
+}
