@@ -70,6 +70,21 @@ fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
         .collect()
 }
 
+/// Opens the store, waiting (up to 10 s) for a previous instance in this
+/// process to release the directory: the last handle of a stopped node may
+/// still be closing RocksDB on a background thread.
+async fn open_store(dir: &std::path::Path) -> std::io::Result<om_raft_store::OpenedStore> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match om_raft_store::open(dir, table_descriptors(), Arc::new(OmApplier)) {
+            Err(e) if e.to_string().contains("lock") && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Entries per sliding window of the deletion-triggered compaction collector.
 pub const DELETION_WINDOW: usize = 32 * 1024;
 /// Tombstones within one window that mark the file for compaction.
@@ -105,7 +120,7 @@ impl Node {
     /// `start` with test hooks.
     pub async fn start_with(cfg: Config, opts: NodeOptions) -> Result<Node, BoxError> {
         let prom = crate::metrics::recorder();
-        let store = om_raft_store::open(&cfg.data_dir, table_descriptors(), Arc::new(OmApplier))?;
+        let store = open_store(&cfg.data_dir).await?;
         let db = store.db.clone();
         crate::store::tune_tables(&db)?;
         let raft = Raft::new(
@@ -231,11 +246,21 @@ impl Node {
 
     /// Stops the servers and Raft. Everything acknowledged is already durable.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        self.raft_server.abort();
-        let _ = self.raft_server.await;
+        let Node {
+            raft,
+            service,
+            stop,
+            raft_server,
+            tasks,
+            ..
+        } = self;
+        let db = Arc::downgrade(service.db());
+        drop(service);
+        let _ = stop.send(true);
+        raft_server.abort();
+        let _ = raft_server.await;
         // The public servers finish in-flight requests, within a grace period.
-        for mut t in self.tasks {
+        for mut t in tasks {
             if tokio::time::timeout(Duration::from_secs(2), &mut t)
                 .await
                 .is_err()
@@ -244,8 +269,19 @@ impl Node {
                 let _ = t.await;
             }
         }
-        if let Err(e) = self.raft.shutdown().await {
+        if let Err(e) = raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
+        }
+        drop(raft);
+        // Connection tasks and Raft's workers release the database as they
+        // wind down; wait for that, so a restart in the same process can open
+        // (and lock) the directory again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while db.strong_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if db.strong_count() > 0 {
+            tracing::warn!("database still referenced after shutdown");
         }
     }
 

@@ -1,0 +1,1064 @@
+//! Differential test: random sequences of key, session, copy and multipart
+//! operations run against om and against an in-memory model of the same
+//! semantics, with restarts of om in between. Every response (result or error
+//! reason, block ids, ETags) and, at checkpoints, every table as seen through
+//! the listing APIs must agree.
+//!
+//! The model predicts block ids itself (om allocates them from one replicated
+//! counter in command order), tracks how many keys hold each block, and so
+//! knows exactly which blocks must be in the deleted-blocks table.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use md5::{Digest, Md5};
+use om_client::v1::*;
+use om_client::{ClientError, OmClient};
+use om_tests::TestNode;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+const BLOCK: u64 = 256 * 1024 * 1024;
+const MIN_PART: u64 = 100;
+const BUCKETS: [&str; 2] = ["bkt1", "bkt2"];
+const KEYS: [&str; 5] = ["a", "b", "c/d", "c/e", "z"];
+
+fn md5_hex(s: &str) -> String {
+    Md5::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn is_plain(etag: &str) -> bool {
+    etag.len() == 32 && !etag.contains('-')
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct MKey {
+    size: u64,
+    etag: String,
+    blocks: Vec<u64>,
+    update_id: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct MPart {
+    size: u64,
+    etag: String,
+    blocks: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct MUpload {
+    bucket: &'static str,
+    key: &'static str,
+    parts: BTreeMap<u32, MPart>,
+}
+
+#[derive(Debug, Clone)]
+struct MSession {
+    bucket: &'static str,
+    key: &'static str,
+    allocated: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Model {
+    keys: BTreeMap<(&'static str, &'static str), MKey>,
+    sessions: BTreeMap<u64, MSession>,
+    uploads: BTreeMap<u64, MUpload>,
+    holders: HashMap<u64, u32>,
+    /// Blocks in the deleted-blocks table (a block appears once).
+    freed: Vec<u64>,
+    next_block: u64,
+}
+
+/// What a request should do, per the model.
+type Expect = Result<(), &'static str>;
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            next_block: 1,
+            ..Default::default()
+        }
+    }
+
+    fn alloc(&mut self, n: u64) -> Vec<u64> {
+        let ids = (self.next_block..self.next_block + n).collect();
+        self.next_block += n;
+        ids
+    }
+
+    fn release(&mut self, blocks: &[u64]) {
+        for b in blocks {
+            let h = self.holders.get(b).copied().unwrap_or(1);
+            if h > 1 {
+                if h == 2 {
+                    self.holders.remove(b);
+                } else {
+                    self.holders.insert(*b, h - 1);
+                }
+            } else {
+                self.freed.push(*b);
+            }
+        }
+    }
+
+    fn share(&mut self, blocks: &[u64]) {
+        for b in blocks {
+            *self.holders.entry(*b).or_insert(1) += 1;
+        }
+    }
+
+    fn check_cond(&self, cur: Option<&MKey>, c: &Option<KeyConditions>) -> Expect {
+        let Some(c) = c else { return Ok(()) };
+        if c.if_none_match_any && cur.is_some() {
+            return Err("IF_NONE_MATCH_FAILED");
+        }
+        if !c.if_match.is_empty() {
+            match cur {
+                None => return Err("KEY_NOT_FOUND"),
+                Some(k) if k.etag != c.if_match => return Err("IF_MATCH_FAILED"),
+                _ => {}
+            }
+        }
+        if c.expected_update_id != 0 {
+            match cur {
+                None => return Err("KEY_NOT_FOUND"),
+                Some(k) if k.update_id != c.expected_update_id => {
+                    return Err("UPDATE_ID_MISMATCH");
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces (bucket, key) with `new`, releasing the old version's blocks.
+    fn write(&mut self, bucket: &'static str, key: &'static str, new: MKey) {
+        if let Some(old) = self.keys.insert((bucket, key), new) {
+            self.release(&old.blocks);
+        }
+    }
+}
+
+fn reason(r: &Result<impl std::fmt::Debug, ClientError>) -> Result<(), String> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(ClientError::Api { reason, .. }) => Err(reason.clone()),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+fn ids(b: &[BlockInfo]) -> Vec<u64> {
+    b.iter().map(|b| b.block_id).collect()
+}
+
+struct Run {
+    /// Successful and refused requests per operation, to prove the random
+    /// sequences reach both paths of every operation.
+    tally: BTreeMap<&'static str, (usize, usize)>,
+    rng: StdRng,
+    m: Model,
+    c: OmClient,
+    step: usize,
+    seed: u64,
+}
+
+impl Run {
+    fn ctx(&self) -> String {
+        format!("seed {} step {}", self.seed, self.step)
+    }
+
+    fn expect_same(&mut self, what: &'static str, got: Result<(), String>, want: Expect) {
+        let t = self.tally.entry(what).or_default();
+        if got.is_ok() {
+            t.0 += 1;
+        } else {
+            t.1 += 1;
+        }
+        assert_eq!(
+            got,
+            want.map_err(str::to_string),
+            "{}: {what}: om and the model disagree",
+            self.ctx()
+        );
+    }
+
+    fn conditions(&mut self, cur: Option<&MKey>) -> Option<KeyConditions> {
+        match self.rng.random_range(0..8) {
+            0 => Some(KeyConditions {
+                if_none_match_any: true,
+                ..Default::default()
+            }),
+            1 => Some(KeyConditions {
+                if_match: cur.map_or_else(|| md5_hex("nothing"), |k| k.etag.clone()),
+                ..Default::default()
+            }),
+            2 => Some(KeyConditions {
+                if_match: md5_hex("x"),
+                ..Default::default()
+            }),
+            3 => Some(KeyConditions {
+                expected_update_id: cur.map_or(1, |k| {
+                    if self.rng.random_bool(0.7) {
+                        k.update_id
+                    } else {
+                        k.update_id + 1
+                    }
+                }),
+                ..Default::default()
+            }),
+            _ => None,
+        }
+    }
+
+    fn size(&mut self) -> u64 {
+        *[0, 1, 10, BLOCK, BLOCK + 1, 2 * BLOCK]
+            .choose(&mut self.rng)
+            .unwrap()
+    }
+
+    fn etag(&mut self) -> String {
+        match self.rng.random_range(0..4) {
+            0 => String::new(),
+            1 => format!("{}-3", md5_hex("mp")),
+            n => md5_hex(&format!("e{n}")),
+        }
+    }
+
+    fn pick_key(&mut self) -> (&'static str, &'static str) {
+        (
+            *BUCKETS.choose(&mut self.rng).unwrap(),
+            *KEYS.choose(&mut self.rng).unwrap(),
+        )
+    }
+
+    fn learn(&mut self, bucket: &'static str, key: &'static str, got: &KeyInfo, want: &MKey) {
+        let ctx = self.ctx();
+        assert_eq!(
+            (got.size, &got.etag, ids(&got.blocks)),
+            (want.size, &want.etag, want.blocks.clone()),
+            "{ctx}: key {bucket}/{key}"
+        );
+        let mut k = want.clone();
+        k.update_id = got.update_id;
+        self.m.keys.insert((bucket, key), k);
+    }
+
+    async fn put(&mut self) {
+        let (b, k) = self.pick_key();
+        let size = self.size();
+        let etag = self.etag();
+        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cond = self.conditions(cur.as_ref());
+        let want = self.m.check_cond(cur.as_ref(), &cond);
+        let r = self
+            .c
+            .put_key_with(PutKeyRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                size,
+                etag: etag.clone(),
+                conditions: cond,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("put", reason(&r), want);
+        if let Ok(got) = r {
+            let blocks = self.m.alloc(size.div_ceil(BLOCK));
+            let new = MKey {
+                size,
+                etag,
+                blocks,
+                update_id: 0,
+            };
+            self.m.write(b, k, new.clone());
+            self.learn(b, k, &got, &new);
+        }
+    }
+
+    async fn delete(&mut self) {
+        let (b, k) = self.pick_key();
+        let want = if self.m.keys.contains_key(&(b, k)) {
+            Ok(())
+        } else {
+            Err("KEY_NOT_FOUND")
+        };
+        let r = self.c.delete_key("vol1", b, k).await;
+        self.expect_same("delete", reason(&r), want);
+        if let Some(old) = self.m.keys.remove(&(b, k)) {
+            self.m.release(&old.blocks);
+        }
+    }
+
+    async fn delete_many(&mut self) {
+        let b = *BUCKETS.choose(&mut self.rng).unwrap();
+        let n = self.rng.random_range(1..4);
+        let names: Vec<&'static str> = (0..n)
+            .map(|_| *KEYS.choose(&mut self.rng).unwrap())
+            .collect();
+        let r = self
+            .c
+            .delete_keys(
+                "vol1",
+                b,
+                &names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        let mut first: HashMap<&str, bool> = HashMap::new();
+        for (name, outcome) in names.iter().zip(&r) {
+            let deleted = *first.entry(name).or_insert_with(|| {
+                if let Some(old) = self.m.keys.remove(&(b, name)) {
+                    self.m.release(&old.blocks);
+                    true
+                } else {
+                    false
+                }
+            });
+            assert_eq!(
+                outcome.reason.is_empty(),
+                deleted,
+                "{}: delete-many {name}",
+                self.ctx()
+            );
+        }
+    }
+
+    async fn rename(&mut self) {
+        let b = *BUCKETS.choose(&mut self.rng).unwrap();
+        let present: Vec<&'static str> = KEYS
+            .iter()
+            .copied()
+            .filter(|k| self.m.keys.contains_key(&(b, *k)))
+            .collect();
+        let absent: Vec<&'static str> = KEYS
+            .iter()
+            .copied()
+            .filter(|k| !present.contains(k))
+            .collect();
+        let mut from = *KEYS.choose(&mut self.rng).unwrap();
+        if !present.is_empty() && self.rng.random_bool(0.8) {
+            from = *present.choose(&mut self.rng).unwrap();
+        }
+        let mut to = *KEYS.choose(&mut self.rng).unwrap();
+        if !absent.is_empty() && self.rng.random_bool(0.7) {
+            to = *absent.choose(&mut self.rng).unwrap();
+        }
+        let want = if from == to {
+            Err("SAME_NAME")
+        } else if !self.m.keys.contains_key(&(b, from)) {
+            Err("KEY_NOT_FOUND")
+        } else if self.m.keys.contains_key(&(b, to)) {
+            Err("KEY_ALREADY_EXISTS")
+        } else {
+            Ok(())
+        };
+        let r = self.c.rename_key("vol1", b, from, to).await;
+        self.expect_same("rename", reason(&r), want);
+        if let Ok(got) = r {
+            let k = self.m.keys.remove(&(b, from)).unwrap();
+            self.learn(b, to, &got, &k);
+        }
+    }
+
+    async fn open(&mut self) {
+        let (b, k) = self.pick_key();
+        let n = self.rng.random_range(0..3);
+        let r = self
+            .c
+            .open_key(OpenKeyRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                blocks: n,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let allocated = self.m.alloc(u64::from(n));
+        assert_eq!(ids(&r.blocks), allocated, "{}: open", self.ctx());
+        self.m.sessions.insert(
+            r.session_id,
+            MSession {
+                bucket: b,
+                key: k,
+                allocated,
+            },
+        );
+    }
+
+    /// An existing session (usually) or a made-up one.
+    fn pick_session(&mut self) -> (u64, &'static str, &'static str) {
+        let live: Vec<(u64, MSession)> = self
+            .m
+            .sessions
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        if live.is_empty() || self.rng.random_bool(0.1) {
+            let (b, k) = self.pick_key();
+            return (self.rng.random_range(1..1000), b, k);
+        }
+        let (id, s) = live.choose(&mut self.rng).unwrap().clone();
+        (id, s.bucket, s.key)
+    }
+
+    async fn allocate(&mut self) {
+        let (id, b, k) = self.pick_session();
+        let n = self.rng.random_range(1..3);
+        let r = self
+            .c
+            .allocate_block(AllocateBlockRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                session_id: id,
+                count: n,
+                ..Default::default()
+            })
+            .await;
+        let want = if self.m.sessions.contains_key(&id) {
+            Ok(())
+        } else {
+            Err("SESSION_NOT_FOUND")
+        };
+        self.expect_same("allocate", reason(&r), want);
+        if let Ok(r) = r {
+            let more = self.m.alloc(u64::from(n));
+            assert_eq!(ids(&r.blocks), more, "{}: allocate", self.ctx());
+            self.m.sessions.get_mut(&id).unwrap().allocated.extend(more);
+        }
+    }
+
+    async fn commit(&mut self) {
+        let (id, b, k) = self.pick_session();
+        let allocated = self
+            .m
+            .sessions
+            .get(&id)
+            .map(|s| s.allocated.clone())
+            .unwrap_or_default();
+        let used = self.rng.random_range(0..=allocated.len());
+        let mut size = match used {
+            0 => 0,
+            n => (n as u64 - 1) * BLOCK + self.rng.random_range(1..=BLOCK),
+        };
+        let bad_size = self.rng.random_bool(0.1);
+        if bad_size {
+            size += 1;
+        }
+        let mut blocks = Vec::new();
+        let mut off = 0;
+        for &bid in &allocated[..used] {
+            let len = BLOCK.min(size - off);
+            blocks.push(BlockInfo {
+                block_id: bid,
+                offset: off,
+                length: len,
+            });
+            off += len;
+        }
+        let etag = self.etag();
+        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cond = self.conditions(cur.as_ref());
+        let want = if !self.m.sessions.contains_key(&id) {
+            Err("SESSION_NOT_FOUND")
+        } else if off != size {
+            // The extra byte did not fit: the last block was full.
+            Err("SIZE_MISMATCH")
+        } else {
+            self.m.check_cond(cur.as_ref(), &cond)
+        };
+        let r = self
+            .c
+            .commit_key(CommitKeyRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                session_id: id,
+                size,
+                blocks: blocks.clone(),
+                etag: etag.clone(),
+                conditions: cond,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("commit", reason(&r), want);
+        if let Ok(r) = r {
+            let s = self.m.sessions.remove(&id).unwrap();
+            self.m.release(&s.allocated[used..]);
+            let new = MKey {
+                size,
+                etag,
+                blocks: ids(&blocks),
+                update_id: 0,
+            };
+            self.m.write(b, k, new.clone());
+            self.learn(b, k, &r.key.unwrap(), &new);
+        }
+    }
+
+    async fn copy(&mut self) {
+        let (sb, sk) = self.pick_key();
+        let (db, dk) = if self.rng.random_bool(0.1) {
+            (sb, sk)
+        } else {
+            self.pick_key()
+        };
+        let replace = self.rng.random_bool(0.3);
+        let md5 = if self.rng.random_bool(0.5) {
+            md5_hex("content")
+        } else {
+            String::new()
+        };
+        let src = self.m.keys.get(&(sb, sk)).cloned();
+        let cur = self.m.keys.get(&(db, dk)).cloned();
+        let cond = self.conditions(cur.as_ref());
+        let same = sb == db && sk == dk;
+        let want = if same && !replace {
+            Err("COPY_TO_ITSELF")
+        } else if src.is_none() {
+            Err("KEY_NOT_FOUND")
+        } else if !is_plain(&src.as_ref().unwrap().etag) && md5.is_empty() {
+            Err("CONTENT_DIGEST_REQUIRED")
+        } else {
+            self.m.check_cond(cur.as_ref(), &cond)
+        };
+        let r = self
+            .c
+            .copy_key(CopyKeyRequest {
+                src_volume: "vol1".into(),
+                src_bucket: sb.into(),
+                src_key: sk.into(),
+                volume: "vol1".into(),
+                bucket: db.into(),
+                key: dk.into(),
+                metadata_directive: if replace {
+                    MetadataDirective::Replace as i32
+                } else {
+                    MetadataDirective::Copy as i32
+                },
+                content_md5: md5.clone(),
+                conditions: cond,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("copy", reason(&r), want);
+        if let Ok(r) = r {
+            let src = src.unwrap();
+            let etag = if is_plain(&src.etag) {
+                src.etag.clone()
+            } else {
+                md5
+            };
+            let new = MKey {
+                size: src.size,
+                etag,
+                blocks: src.blocks.clone(),
+                update_id: 0,
+            };
+            if !same {
+                self.m.share(&src.blocks);
+                self.m.write(db, dk, new.clone());
+            }
+            self.learn(db, dk, &r.key.unwrap(), &new);
+        }
+    }
+
+    async fn initiate(&mut self) {
+        let (b, k) = self.pick_key();
+        let r = self
+            .c
+            .initiate_multipart_upload(InitiateMultipartUploadRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let id = u64::from_str_radix(&r.upload.unwrap().upload_id, 16).unwrap();
+        self.m.uploads.insert(
+            id,
+            MUpload {
+                bucket: b,
+                key: k,
+                parts: BTreeMap::new(),
+            },
+        );
+    }
+
+    fn pick_upload(&mut self) -> (u64, &'static str, &'static str) {
+        let live: Vec<(u64, &'static str, &'static str)> = self
+            .m
+            .uploads
+            .iter()
+            .map(|(id, u)| (*id, u.bucket, u.key))
+            .collect();
+        if live.is_empty() || self.rng.random_bool(0.1) {
+            let (b, k) = self.pick_key();
+            return (self.rng.random_range(1..1000), b, k);
+        }
+        *live.choose(&mut self.rng).unwrap()
+    }
+
+    async fn part(&mut self) {
+        let (id, b, k) = self.pick_upload();
+        let n = self.rng.random_range(1..5);
+        let size = *[1, MIN_PART, 2 * MIN_PART, BLOCK + 1]
+            .choose(&mut self.rng)
+            .unwrap();
+        let etag = md5_hex(&format!("part{}", self.rng.random_range(0..3)));
+        let r = self
+            .c
+            .commit_part(CommitPartRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                upload_id: format!("{id:016x}"),
+                part_number: n,
+                size,
+                etag: etag.clone(),
+                ..Default::default()
+            })
+            .await;
+        let want = if self.m.uploads.contains_key(&id) {
+            Ok(())
+        } else {
+            Err("UPLOAD_NOT_FOUND")
+        };
+        self.expect_same("commit part", reason(&r), want);
+        if let Ok(r) = r {
+            let blocks = self.m.alloc(size.div_ceil(BLOCK));
+            assert_eq!(ids(&r.part.unwrap().blocks), blocks, "{}", self.ctx());
+            let old = self
+                .m
+                .uploads
+                .get_mut(&id)
+                .unwrap()
+                .parts
+                .insert(n, MPart { size, etag, blocks });
+            if let Some(old) = old {
+                self.m.release(&old.blocks);
+            }
+        }
+    }
+
+    async fn complete(&mut self) {
+        let (id, b, k) = self.pick_upload();
+        let stored = self
+            .m
+            .uploads
+            .get(&id)
+            .map(|u| u.parts.clone())
+            .unwrap_or_default();
+        // An ascending selection of part numbers, sometimes with a wrong ETag
+        // or a part that was never uploaded.
+        let mut listed: Vec<(u32, String)> = Vec::new();
+        for n in 1..=5u32 {
+            let take = match stored.get(&n) {
+                Some(_) => self.rng.random_bool(0.8),
+                None => self.rng.random_bool(0.05),
+            };
+            if take {
+                let etag = match stored.get(&n) {
+                    Some(p) if self.rng.random_bool(0.95) => p.etag.clone(),
+                    _ => md5_hex("wrong"),
+                };
+                listed.push((n, etag));
+            }
+        }
+        if listed.is_empty() {
+            return;
+        }
+        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cond = self.conditions(cur.as_ref());
+        let want = if !self.m.uploads.contains_key(&id) {
+            Err("UPLOAD_NOT_FOUND")
+        } else {
+            let mut w = Ok(());
+            for (i, (n, etag)) in listed.iter().enumerate() {
+                match stored.get(n) {
+                    Some(p) if &p.etag == etag => {
+                        if i + 1 < listed.len() && p.size < MIN_PART {
+                            w = Err("ENTITY_TOO_SMALL");
+                            break;
+                        }
+                    }
+                    _ => {
+                        w = Err("INVALID_PART");
+                        break;
+                    }
+                }
+            }
+            w.and_then(|_| self.m.check_cond(cur.as_ref(), &cond))
+        };
+        let r = self
+            .c
+            .complete_multipart_upload(CompleteMultipartUploadRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                upload_id: format!("{id:016x}"),
+                parts: listed
+                    .iter()
+                    .map(|(n, e)| CompletedPart {
+                        part_number: *n,
+                        etag: e.clone(),
+                    })
+                    .collect(),
+                conditions: cond,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("complete", reason(&r), want);
+        if let Ok(r) = r {
+            let u = self.m.uploads.remove(&id).unwrap();
+            let numbers: HashSet<u32> = listed.iter().map(|(n, _)| *n).collect();
+            let mut h = Md5::new();
+            let mut blocks = Vec::new();
+            let mut size = 0;
+            for (n, p) in &u.parts {
+                if numbers.contains(n) {
+                    h.update(hex_decode(&p.etag));
+                    blocks.extend(p.blocks.clone());
+                    size += p.size;
+                } else {
+                    self.m.release(&p.blocks);
+                }
+            }
+            let etag = format!(
+                "{}-{}",
+                h.finalize()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>(),
+                listed.len()
+            );
+            let new = MKey {
+                size,
+                etag,
+                blocks,
+                update_id: 0,
+            };
+            self.m.write(b, k, new.clone());
+            self.learn(b, k, &r.key.unwrap(), &new);
+        }
+    }
+
+    async fn abort(&mut self) {
+        let (id, b, k) = self.pick_upload();
+        let r = self
+            .c
+            .abort_multipart_upload(AbortMultipartUploadRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                key: k.into(),
+                upload_id: format!("{id:016x}"),
+                ..Default::default()
+            })
+            .await;
+        let want = if self.m.uploads.contains_key(&id) {
+            Ok(())
+        } else {
+            Err("UPLOAD_NOT_FOUND")
+        };
+        self.expect_same("abort", reason(&r), want);
+        if let Some(u) = self.m.uploads.remove(&id) {
+            for p in u.parts.values() {
+                self.m.release(&p.blocks);
+            }
+        }
+    }
+
+    async fn deleted(&self) -> Vec<DeletedBlocksEntry> {
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let p = self
+                .c
+                .list_deleted_blocks(ListDeletedBlocksRequest {
+                    after: after.clone(),
+                    max_entries: 7,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            out.extend(p.entries);
+            if !p.truncated {
+                return out;
+            }
+            after = p.next_after;
+        }
+    }
+
+    async fn ack(&mut self) {
+        let entries = self.deleted().await;
+        let chosen: Vec<&DeletedBlocksEntry> = entries
+            .iter()
+            .filter(|_| self.rng.random_bool(0.5))
+            .collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let r = self
+            .c
+            .ack_deleted_blocks(AckDeletedBlocksRequest {
+                ids: chosen.iter().map(|e| e.id.clone()).collect(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.acknowledged as usize, chosen.len(), "{}", self.ctx());
+        for e in chosen {
+            for b in &e.blocks {
+                let pos = self.m.freed.iter().position(|x| *x == b.block_id);
+                let pos = pos.unwrap_or_else(|| {
+                    panic!(
+                        "{}: om freed block {} the model holds",
+                        self.ctx(),
+                        b.block_id
+                    )
+                });
+                self.m.freed.swap_remove(pos);
+            }
+        }
+    }
+
+    /// Compares every table, through the listing APIs, with the model.
+    async fn check_all(&self) {
+        let ctx = self.ctx();
+        for b in BUCKETS {
+            let mut got = Vec::new();
+            let mut token = String::new();
+            loop {
+                let r = self
+                    .c
+                    .list_keys(ListKeysRequest {
+                        volume: "vol1".into(),
+                        bucket: b.into(),
+                        max_keys: 2,
+                        continuation_token: token.clone(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                got.extend(r.keys.iter().map(|k| {
+                    (
+                        k.name.clone(),
+                        k.size,
+                        k.etag.clone(),
+                        ids(&k.blocks),
+                        k.update_id,
+                    )
+                }));
+                if !r.truncated {
+                    break;
+                }
+                token = r.next_continuation_token;
+            }
+            let want: Vec<_> = self
+                .m
+                .keys
+                .iter()
+                .filter(|((bb, _), _)| *bb == b)
+                .map(|((_, k), v)| {
+                    (
+                        k.to_string(),
+                        v.size,
+                        v.etag.clone(),
+                        v.blocks.clone(),
+                        v.update_id,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{ctx}: keys of {b}");
+            let info = self.c.get_bucket("vol1", b).await.unwrap();
+            let used: u64 = want.iter().map(|k| k.1).sum();
+            let open = self.m.sessions.values().filter(|s| s.bucket == b).count() as u64;
+            assert_eq!(
+                (info.key_count, info.used_bytes, info.open_key_count),
+                (want.len() as u64, used, open),
+                "{ctx}: counters of {b}"
+            );
+            let sessions = self
+                .c
+                .list_open_keys(ListOpenKeysRequest {
+                    volume: "vol1".into(),
+                    bucket: b.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut got: Vec<_> = sessions
+                .keys
+                .iter()
+                .map(|s| (s.name.clone(), s.session_id, s.allocated_blocks.clone()))
+                .collect();
+            got.sort();
+            let mut want: Vec<_> = self
+                .m
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.bucket == b)
+                .map(|(id, s)| (s.key.to_string(), *id, s.allocated.clone()))
+                .collect();
+            want.sort();
+            assert_eq!(got, want, "{ctx}: open keys of {b}");
+            let ups = self
+                .c
+                .list_multipart_uploads(ListMultipartUploadsRequest {
+                    volume: "vol1".into(),
+                    bucket: b.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut got: Vec<_> = ups
+                .uploads
+                .iter()
+                .map(|u| {
+                    (
+                        u.key.clone(),
+                        u64::from_str_radix(&u.upload_id, 16).unwrap(),
+                    )
+                })
+                .collect();
+            got.sort();
+            let mut want: Vec<_> = self
+                .m
+                .uploads
+                .iter()
+                .filter(|(_, u)| u.bucket == b)
+                .map(|(id, u)| (u.key.to_string(), *id))
+                .collect();
+            want.sort();
+            assert_eq!(got, want, "{ctx}: uploads of {b}");
+            for (key, id) in want {
+                let parts = self
+                    .c
+                    .list_parts(ListPartsRequest {
+                        volume: "vol1".into(),
+                        bucket: b.into(),
+                        key,
+                        upload_id: format!("{id:016x}"),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                let got: Vec<_> = parts
+                    .parts
+                    .iter()
+                    .map(|p| (p.part_number, p.size, p.etag.clone(), ids(&p.blocks)))
+                    .collect();
+                let want: Vec<_> = self.m.uploads[&id]
+                    .parts
+                    .iter()
+                    .map(|(n, p)| (*n, p.size, p.etag.clone(), p.blocks.clone()))
+                    .collect();
+                assert_eq!(got, want, "{ctx}: parts of upload {id:016x}");
+            }
+        }
+        let mut got: Vec<u64> = self
+            .deleted()
+            .await
+            .iter()
+            .flat_map(|e| e.blocks.iter().map(|b| b.block_id))
+            .collect();
+        got.sort();
+        let mut want = self.m.freed.clone();
+        want.sort();
+        assert_eq!(got, want, "{ctx}: blocks awaiting reclamation");
+    }
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+async fn run_seed(
+    seed: u64,
+    steps: usize,
+    restart_every: usize,
+) -> BTreeMap<&'static str, (usize, usize)> {
+    let tweak = |a: &mut om::config::Args| {
+        a.min_part_size = Some(MIN_PART);
+        a.snapshot_every = Some(100);
+    };
+    let mut node = TestNode::start_with(tweak).await;
+    let c = node.client();
+    c.create_volume("vol1", "").await.unwrap();
+    for b in BUCKETS {
+        c.create_bucket("vol1", b, BucketLayout::ObjectStore)
+            .await
+            .unwrap();
+    }
+    let mut run = Run {
+        tally: BTreeMap::new(),
+        rng: StdRng::seed_from_u64(seed),
+        m: Model::new(),
+        c,
+        step: 0,
+        seed,
+    };
+    for step in 0..steps {
+        run.step = step;
+        match run.rng.random_range(0..100) {
+            0..15 => run.put().await,
+            15..22 => run.delete().await,
+            22..26 => run.delete_many().await,
+            26..30 => run.rename().await,
+            30..40 => run.open().await,
+            40..45 => run.allocate().await,
+            45..57 => run.commit().await,
+            57..67 => run.copy().await,
+            67..73 => run.initiate().await,
+            73..83 => run.part().await,
+            83..91 => run.complete().await,
+            91..95 => run.abort().await,
+            _ => run.ack().await,
+        }
+        if step % 25 == 24 {
+            run.check_all().await;
+        }
+        if step % restart_every == restart_every - 1 {
+            // Drop the old connection first, as a client of a restarted
+            // server would find it closed.
+            run.c = OmClient::connect("127.0.0.1:1").unwrap();
+            node = node.restart(tweak).await;
+            run.c = node.client();
+            run.check_all().await;
+        }
+    }
+    run.check_all().await;
+    node.node.shutdown().await;
+    eprintln!("seed {seed}: (ok, refused) per operation: {:?}", run.tally);
+    run.tally
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn om_matches_the_model_across_restarts() {
+    let mut tally: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for seed in [1, 2, 3, 4] {
+        for (op, (ok, refused)) in run_seed(seed, 400, 130).await {
+            let t = tally.entry(op).or_default();
+            t.0 += ok;
+            t.1 += refused;
+        }
+    }
+    // The sequences reach both outcomes of every operation.
+    assert_eq!(tally.len(), 9, "{tally:?}");
+    for (op, (ok, refused)) in &tally {
+        assert!(*ok > 0, "{op} never succeeded");
+        if *op != "put" {
+            assert!(*refused > 0, "{op} was never refused");
+        }
+    }
+}
