@@ -694,6 +694,11 @@ impl OmClient {
         abort_multipart_upload(AbortMultipartUploadRequest) -> AbortMultipartUploadResponse;
         /// Acknowledges deleted-blocks entries whose blocks were freed.
         ack_deleted_blocks(AckDeletedBlocksRequest) -> AckDeletedBlocksResponse;
+        create_directory(CreateDirectoryRequest) -> CreateDirectoryResponse;
+        /// Opens a file session in an FSO bucket; commit with `commit_key`.
+        create_file(CreateFileRequest) -> CreateFileResponse;
+        delete_path(DeletePathRequest) -> DeletePathResponse;
+        rename_path(RenamePathRequest) -> RenamePathResponse;
     }
 
     read_rpcs! {
@@ -702,5 +707,7 @@ impl OmClient {
         list_multipart_uploads(ListMultipartUploadsRequest) -> ListMultipartUploadsResponse;
         /// A page of blocks awaiting reclamation, oldest first.
         list_deleted_blocks(ListDeletedBlocksRequest) -> ListDeletedBlocksResponse;
+        get_file_status(GetFileStatusRequest) -> GetFileStatusResponse;
+        list_status(ListStatusRequest) -> ListStatusResponse;
     }
 }

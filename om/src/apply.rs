@@ -18,6 +18,7 @@ use om_proto::store::{
 };
 use rocksdb::{DB, WriteBatch};
 
+mod fs;
 mod multipart;
 mod write;
 
@@ -113,6 +114,11 @@ pub fn apply_command(
         Some(Op::CommitPart(c)) => ctx.commit_part(batch, c),
         Some(Op::CompleteMultipart(c)) => ctx.complete_multipart(batch, c),
         Some(Op::AbortMultipart(c)) => ctx.abort_multipart(batch, c),
+        Some(Op::CreateDirectory(c)) => ctx.create_directory(batch, c),
+        Some(Op::CreateFile(c)) => ctx.create_file(batch, c),
+        Some(Op::DeletePath(c)) => ctx.delete_path(batch, c),
+        Some(Op::RenamePath(c)) => ctx.rename_path(batch, c),
+        Some(Op::PurgeDeletedDirs(c)) => ctx.purge_deleted_dirs(batch, c),
         None => Err(OmError::invalid(
             "EMPTY_COMMAND",
             "op",
@@ -343,6 +349,29 @@ impl Ctx<'_> {
         it.status()?;
         // Keys being written and uploads in progress hold blocks; the bucket
         // goes only once they are committed, aborted or expired.
+        if bucket.open_key_count > 0 {
+            return Err(OmError::precondition(
+                "BUCKET_NOT_EMPTY",
+                "name",
+                format!(
+                    "bucket {}/{} still has keys being written",
+                    c.volume, c.name
+                ),
+            ));
+        }
+        let mut dirs = DeferredSeekIter::with_prefix(
+            self.db,
+            keys::DIRECTORIES_CF,
+            &keys::children_prefix(bucket.object_id),
+        )?;
+        if dirs.has_current() {
+            return Err(OmError::precondition(
+                "BUCKET_NOT_EMPTY",
+                "name",
+                format!("bucket {}/{} still has directories", c.volume, c.name),
+            ));
+        }
+        dirs.status()?;
         let prefix = keys::object_prefix(&c.volume, &c.name);
         for (cf, what) in [
             (keys::OPEN_KEYS_CF, "keys being written"),
@@ -364,6 +393,20 @@ impl Ctx<'_> {
         table::delete::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.name))?;
         table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
         ok(command_result::Result::Empty(Empty {}))
+    }
+
+    fn fso_bucket(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
+        let rec = self.bucket(volume, bucket)?;
+        if rec.layout != LAYOUT_FSO {
+            return Err(OmError::precondition(
+                "UNSUPPORTED_BUCKET_LAYOUT",
+                "bucket",
+                format!(
+                    "bucket {volume}/{bucket} is OBJECT_STORE; file-system calls need a FILE_SYSTEM_OPTIMIZED bucket"
+                ),
+            ));
+        }
+        Ok(rec)
     }
 
     fn object_store_bucket(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
@@ -507,6 +550,21 @@ impl Ctx<'_> {
         bucket: &mut BucketRecord,
         name: &str,
         old: Option<KeyRecord>,
+        rec: KeyRecord,
+    ) -> Result<CommandResult, OmError> {
+        let key = keys::object_key(&bucket.volume, &bucket.name, name);
+        self.write_entry::<KeyTable>(b, bucket, name, &key, old, rec)
+    }
+
+    /// `write_key` for any table of `KeyRecord`s (keys, or files of FSO
+    /// buckets), at table key `key`; `name` is what the result reports.
+    fn write_entry<T: table::TableSchema<Value = KeyRecord>>(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &mut BucketRecord,
+        name: &str,
+        key: &[u8],
+        old: Option<KeyRecord>,
         mut rec: KeyRecord,
     ) -> Result<CommandResult, OmError> {
         rec.creation_time_ms = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
@@ -522,8 +580,7 @@ impl Ctx<'_> {
         }
         bucket.used_bytes += rec.size;
         bucket.update_id = self.index;
-        let key = keys::object_key(&bucket.volume, &bucket.name, name);
-        table::put::<KeyTable>(self.db, b, &key, &mut rec)?;
+        table::put::<T>(self.db, b, key, &mut rec)?;
         self.put_bucket(b, bucket)?;
         ok(command_result::Result::Key(KeyResult {
             volume: bucket.volume.clone(),

@@ -18,6 +18,7 @@ use crate::error::{ErrorKind, OmError};
 use crate::service::{Consistency, KeyListing, OmService, WriteId};
 use crate::validate;
 
+mod files;
 mod objects;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
@@ -791,6 +792,71 @@ impl OzoneManager for OmGrpc {
         observe(
             "AckDeletedBlocks",
             objects::ack_deleted_blocks(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+    async fn create_directory(
+        &self,
+        req: Request<CreateDirectoryRequest>,
+    ) -> Result<Response<CreateDirectoryResponse>, Status> {
+        observe(
+            "CreateDirectory",
+            files::create_directory(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn create_file(
+        &self,
+        req: Request<CreateFileRequest>,
+    ) -> Result<Response<CreateFileResponse>, Status> {
+        observe(
+            "CreateFile",
+            files::create_file(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn get_file_status(
+        &self,
+        req: Request<GetFileStatusRequest>,
+    ) -> Result<Response<GetFileStatusResponse>, Status> {
+        observe(
+            "GetFileStatus",
+            files::get_file_status(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn delete_path(
+        &self,
+        req: Request<DeletePathRequest>,
+    ) -> Result<Response<DeletePathResponse>, Status> {
+        observe(
+            "DeletePath",
+            files::delete_path(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn rename_path(
+        &self,
+        req: Request<RenamePathRequest>,
+    ) -> Result<Response<RenamePathResponse>, Status> {
+        observe(
+            "RenamePath",
+            files::rename_path(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_status(
+        &self,
+        req: Request<ListStatusRequest>,
+    ) -> Result<Response<ListStatusResponse>, Status> {
+        observe(
+            "ListStatus",
+            files::list_status(&self.svc, req.into_inner()),
         )
         .await
     }

@@ -9,6 +9,7 @@
 pub mod apply;
 pub mod config;
 pub mod error;
+pub mod fs;
 pub mod grpc;
 pub mod http;
 pub mod listing;

@@ -207,6 +207,10 @@ impl Node {
             cfg.retry_cache_ttl,
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(purge_deleted_dirs(
+            service.clone(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(expire_open_keys(
             service.clone(),
             cfg.open_key_ttl,
@@ -415,6 +419,48 @@ async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::R
                     tracing::debug!(error = %e, "open-key expiry not proposed");
                     break;
                 }
+            }
+        }
+    }
+}
+
+/// Children purged per `PurgeDeletedDirs` command: bounds one apply.
+pub const PURGE_BATCH: u32 = 1000;
+
+/// Whether any recursively deleted directory awaits purging (one seek).
+fn deleted_dirs_pending(svc: &OmService) -> bool {
+    let Ok(mut it) =
+        crate::store::iter::DeferredSeekIter::new(svc.db(), keys::DELETED_DIRS_CF, None, None)
+    else {
+        return false;
+    };
+    it.seek_to_first();
+    it.has_current()
+}
+
+/// On the leader, purges recursively deleted directories in bounded batches
+/// through Raft until none is left. Progress is replicated state: a new
+/// leader (or a restarted one) continues where the last batch stopped.
+async fn purge_deleted_dirs(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        while svc.raft().is_leader() && deleted_dirs_pending(&svc) {
+            let op = Op::PurgeDeletedDirs(om_proto::store::PurgeDeletedDirs {
+                max_children: PURGE_BATCH,
+            });
+            match svc.propose(WriteId::default(), op).await {
+                Ok(om_proto::store::command_result::Result::Count(c)) if c.count > 0 => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "deleted-directory purge not proposed");
+                    break;
+                }
+            }
+            if *stop.borrow() {
+                return;
             }
         }
     }

@@ -16,6 +16,9 @@ use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, ReadPolicy};
 use rocksdb::DB;
 
+mod files;
+pub use files::{Status, StatusListing, StatusPage};
+
 use crate::apply::into_outcome;
 use crate::error::OmError;
 use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page};
@@ -351,7 +354,17 @@ impl OmService {
         key: &str,
     ) -> Result<KeyRecord, OmError> {
         self.read_barrier(c).await?;
-        self.bucket_now(volume, bucket)?;
+        let b = self.bucket_now(volume, bucket)?;
+        if b.layout == crate::apply::LAYOUT_FSO {
+            // A key of an FSO bucket is a file path.
+            let path = crate::validate::fs_path_not_root("key", key)?;
+            let comps = crate::fs::components(&path);
+            if let Some(crate::fs::Entry::File { rec, .. }) =
+                crate::fs::stat(&self.db, b.object_id, &comps, "key")?
+            {
+                return Ok(rec);
+            }
+        }
         table::get::<KeyTable>(&self.db, &keys::object_key(volume, bucket, key))?.ok_or_else(|| {
             OmError::not_found(
                 "KEY_NOT_FOUND",

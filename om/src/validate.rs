@@ -207,6 +207,52 @@ pub fn content_type(field: &'static str, ct: &str) -> Result<(), OmError> {
     Ok(())
 }
 
+/// Normalizes a FILE_SYSTEM_OPTIMIZED path: one leading and one trailing `/`
+/// are dropped; empty, `.` and `..` components, NUL, more than 1024 bytes or
+/// more than `fs::MAX_PATH_DEPTH` components are refused. The root is "".
+pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
+    let bad = |why: String| Err(OmError::invalid("INVALID_PATH", field, why));
+    if path.len() > MAX_KEY_BYTES {
+        return bad(format!("{field} is longer than {MAX_KEY_BYTES} bytes"));
+    }
+    if path.contains('\0') {
+        return bad(format!("{field} must not contain NUL"));
+    }
+    let p = path.strip_prefix('/').unwrap_or(path);
+    let p = p.strip_suffix('/').unwrap_or(p);
+    if p.is_empty() {
+        return Ok(String::new());
+    }
+    let comps: Vec<&str> = p.split('/').collect();
+    if comps.len() > crate::fs::MAX_PATH_DEPTH {
+        return bad(format!(
+            "{field} has more than {} components",
+            crate::fs::MAX_PATH_DEPTH
+        ));
+    }
+    for c in &comps {
+        if c.is_empty() || *c == "." || *c == ".." {
+            return bad(format!(
+                "{field} {path:?} has an empty, '.' or '..' component"
+            ));
+        }
+    }
+    Ok(p.to_string())
+}
+
+/// `fs_path` that refuses the root.
+pub fn fs_path_not_root(field: &'static str, path: &str) -> Result<String, OmError> {
+    let p = fs_path(field, path)?;
+    if p.is_empty() {
+        return Err(OmError::invalid(
+            "INVALID_PATH",
+            field,
+            format!("{field} must name an entry, not the root"),
+        ));
+    }
+    Ok(p)
+}
+
 /// An upload id as om hands it out: 16 hex digits.
 pub fn upload_id(field: &'static str, id: &str) -> Result<u64, OmError> {
     if id.len() == 16
@@ -283,6 +329,17 @@ mod tests {
         assert!(key_name("key", "").is_err());
         assert!(key_name("key", &"a".repeat(1025)).is_err());
         assert!(key_name("key", "a\0b").is_err());
+    }
+
+    #[test]
+    fn fs_paths_normalize() {
+        assert_eq!(fs_path("p", "/a/b/").unwrap(), "a/b");
+        assert_eq!(fs_path("p", "a").unwrap(), "a");
+        assert_eq!(fs_path("p", "/").unwrap(), "");
+        for bad in ["a//b", "a/./b", "../a", "a/..", "//", "a\0b"] {
+            assert!(fs_path("p", bad).is_err(), "{bad}");
+        }
+        assert!(fs_path_not_root("p", "/").is_err());
     }
 
     #[test]

@@ -46,6 +46,11 @@ impl std::fmt::Display for store::Command {
             Some(Op::AbortMultipart(_)) => "AbortMultipart",
             Some(Op::AckDeletedBlocks(_)) => "AckDeletedBlocks",
             Some(Op::ExpireOpenKeys(_)) => "ExpireOpenKeys",
+            Some(Op::CreateDirectory(_)) => "CreateDirectory",
+            Some(Op::CreateFile(_)) => "CreateFile",
+            Some(Op::DeletePath(_)) => "DeletePath",
+            Some(Op::RenamePath(_)) => "RenamePath",
+            Some(Op::PurgeDeletedDirs(_)) => "PurgeDeletedDirs",
             None => "Empty",
         };
         write!(f, "{op}")

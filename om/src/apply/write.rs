@@ -9,11 +9,23 @@ use om_proto::store::{
 };
 use rocksdb::WriteBatch;
 
-use super::{BLOCK_SIZE, Ctx, MAX_KEY_SIZE, is_plain_md5, object_id, ok};
+use super::{BLOCK_SIZE, Ctx, LAYOUT_FSO, MAX_KEY_SIZE, is_plain_md5, object_id, ok};
 use crate::error::OmError;
+use crate::fs;
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
-use crate::store::table::{self, BucketTable, DeletedBlocksTable, KeyTable, OpenKeyTable};
+use crate::store::table::{
+    self, BucketTable, DeletedBlocksTable, FileTable, KeyTable, OpenFileTable, OpenKeyTable,
+};
+
+/// An open session found by key (object store) or path (FSO).
+pub(super) struct Session {
+    /// Its key in `open_keys` or `open_files`.
+    pub key: Vec<u8>,
+    pub rec: OpenKeyRecord,
+    /// FSO: the file's directory id and name.
+    pub file: Option<(u64, String)>,
+}
 
 /// Most blocks one session may hold: a 5 TiB key in 256 MiB blocks.
 pub const MAX_SESSION_BLOCKS: usize = (MAX_KEY_SIZE / BLOCK_SIZE) as usize;
@@ -48,7 +60,9 @@ impl Ctx<'_> {
             allocated: ids.clone(),
             content_type: c.content_type.clone(),
             metadata: c.metadata.clone(),
-            client_id: String::new(),
+            volume: c.volume.clone(),
+            bucket: c.bucket.clone(),
+            ..Default::default()
         };
         let key = keys::open_key(&c.volume, &c.bucket, &c.key, session_id);
         table::put::<OpenKeyTable>(self.db, b, &key, &mut rec)?;
@@ -66,17 +80,38 @@ impl Ctx<'_> {
         }))
     }
 
-    fn open_entry(
+    /// The open session `session` of `key` in `bucket`: an object-store key,
+    /// or in an FSO bucket a path whose directory must (still) exist.
+    pub(super) fn session(
         &self,
-        volume: &str,
-        bucket: &str,
+        bucket: &BucketRecord,
         key: &str,
         session: u64,
-    ) -> Result<(Vec<u8>, OpenKeyRecord), OmError> {
-        let k = keys::open_key(volume, bucket, key, session);
-        match table::get::<OpenKeyTable>(self.db, &k)? {
-            Some(rec) => Ok((k, rec)),
+    ) -> Result<Session, OmError> {
+        let (k, rec, file) = if bucket.layout == LAYOUT_FSO {
+            let path = crate::validate::fs_path_not_root("key", key)?;
+            let comps = fs::components(&path);
+            let parent = fs::parent_dir(self.db, bucket.object_id, &comps, "key")?;
+            let name = comps.last().copied().unwrap_or_default().to_string();
+            let k = keys::open_file_key(parent, &name, session);
+            let rec = table::get::<OpenFileTable>(self.db, &k)?;
+            (k, rec, Some((parent, name)))
+        } else {
+            let k = keys::open_key(&bucket.volume, &bucket.name, key, session);
+            let rec = table::get::<OpenKeyTable>(self.db, &k)?;
+            (k, rec, None)
+        };
+        match rec {
+            Some(rec) => Ok(Session { key: k, rec, file }),
             None => Err(session_not_found(key, session)),
+        }
+    }
+
+    pub(super) fn put_session(&self, b: &mut WriteBatch, s: &mut Session) -> Result<(), OmError> {
+        if s.file.is_some() {
+            table::put::<OpenFileTable>(self.db, b, &s.key, &mut s.rec)
+        } else {
+            table::put::<OpenKeyTable>(self.db, b, &s.key, &mut s.rec)
         }
     }
 
@@ -85,44 +120,69 @@ impl Ctx<'_> {
         b: &mut WriteBatch,
         c: &AllocateBlock,
     ) -> Result<CommandResult, OmError> {
-        self.object_store_bucket(&c.volume, &c.bucket)?;
-        let (k, mut rec) = self.open_entry(&c.volume, &c.bucket, &c.key, c.session_id)?;
+        let bucket = self.bucket(&c.volume, &c.bucket)?;
+        let mut s = self.session(&bucket, &c.key, c.session_id)?;
         let count = c.count.max(1) as usize;
-        if rec.allocated.len() + count > MAX_SESSION_BLOCKS {
+        if s.rec.allocated.len() + count > MAX_SESSION_BLOCKS {
             return Err(OmError::precondition(
                 "TOO_MANY_BLOCKS",
                 "count",
                 format!(
                     "a session holds at most {MAX_SESSION_BLOCKS} blocks (5 TiB); it has {}",
-                    rec.allocated.len()
+                    s.rec.allocated.len()
                 ),
             ));
         }
         let ids = self.allocate(b, count as u64)?;
-        rec.allocated.extend_from_slice(&ids);
-        table::put::<OpenKeyTable>(self.db, b, &k, &mut rec)?;
+        s.rec.allocated.extend_from_slice(&ids);
+        self.put_session(b, &mut s)?;
         ok(command_result::Result::OpenKey(OpenKeyResult {
             session_id: c.session_id,
-            opened_ms: rec.opened_ms,
+            opened_ms: s.rec.opened_ms,
             blocks: lay_out_unwritten(ids),
         }))
     }
 
-    /// Moves an open session to the key table: the listed blocks become the
-    /// key's, unlisted allocated blocks and the replaced key's blocks are freed.
+    /// Moves an open session to the key (or file) table: the listed blocks
+    /// become the key's, unlisted allocated blocks and the replaced version's
+    /// blocks are freed.
     pub(super) fn commit_key(
         &self,
         b: &mut WriteBatch,
         c: &CommitKey,
     ) -> Result<CommandResult, OmError> {
-        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        let (open_k, open) = self.open_entry(&c.volume, &c.bucket, &c.key, c.session_id)?;
-        check_committed_blocks(&open.allocated, c)?;
-        let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
+        let mut bucket = self.bucket(&c.volume, &c.bucket)?;
+        let s = self.session(&bucket, &c.key, c.session_id)?;
+        check_committed_blocks(&s.rec.allocated, c)?;
+        let old = match &s.file {
+            None => self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?,
+            Some((parent, name)) => {
+                if fs::get_dir(self.db, *parent, name)?.is_some() {
+                    return Err(OmError::precondition(
+                        "IS_A_DIRECTORY",
+                        "key",
+                        format!("{} is a directory", c.key),
+                    ));
+                }
+                let old = fs::get_file(self.db, *parent, name)?;
+                if let Some(cond) = &c.conditions {
+                    super::check_conditions(cond, old.as_ref(), &c.key)?;
+                }
+                if s.rec.no_overwrite && old.is_some() {
+                    return Err(OmError::exists(
+                        "FILE_ALREADY_EXISTS",
+                        "key",
+                        format!("file {} exists and was opened without overwrite", c.key),
+                    ));
+                }
+                old
+            }
+        };
         // Checks are done; stage writes from here on.
         let used: HashSet<u64> = c.blocks.iter().map(|blk| blk.block_id).collect();
         let unused: Vec<_> = lay_out_unwritten(
-            open.allocated
+            s.rec
+                .allocated
                 .iter()
                 .copied()
                 .filter(|id| !used.contains(id))
@@ -130,12 +190,12 @@ impl Ctx<'_> {
         );
         let origin = format!("unused by commit of {}/{}/{}", c.volume, c.bucket, c.key);
         self.release_blocks(b, 1, unused, origin)?;
-        self.close_session(b, &open_k, open.opened_ms)?;
+        self.close_session(b, &s)?;
         bucket.open_key_count = bucket.open_key_count.saturating_sub(1);
         let (metadata, content_type) = if c.replace_metadata {
             (c.metadata.clone(), c.content_type.clone())
         } else {
-            (open.metadata, open.content_type)
+            (s.rec.metadata, s.rec.content_type)
         };
         let rec = KeyRecord {
             size: c.size,
@@ -145,15 +205,33 @@ impl Ctx<'_> {
             content_type,
             ..Default::default()
         };
-        self.write_key(b, &mut bucket, &c.key, old, rec)
+        match &s.file {
+            None => self.write_key(b, &mut bucket, &c.key, old, rec),
+            Some((parent, name)) => self.write_entry::<FileTable>(
+                b,
+                &mut bucket,
+                &c.key,
+                &keys::fs_key(*parent, name),
+                old,
+                rec,
+            ),
+        }
     }
 
-    fn close_session(&self, b: &mut WriteBatch, key: &[u8], opened_ms: u64) -> Result<(), OmError> {
-        table::delete::<OpenKeyTable>(self.db, b, key)?;
-        b.delete_cf(
-            table::cf(self.db, keys::OPEN_KEYS_CF)?,
-            keys::open_expiry_key(opened_ms, key),
-        );
+    fn close_session(&self, b: &mut WriteBatch, s: &Session) -> Result<(), OmError> {
+        if s.file.is_some() {
+            table::delete::<OpenFileTable>(self.db, b, &s.key)?;
+            b.delete_cf(
+                table::cf(self.db, keys::OPEN_FILES_CF)?,
+                keys::open_file_expiry_key(s.rec.opened_ms, &s.key),
+            );
+        } else {
+            table::delete::<OpenKeyTable>(self.db, b, &s.key)?;
+            b.delete_cf(
+                table::cf(self.db, keys::OPEN_KEYS_CF)?,
+                keys::open_expiry_key(s.rec.opened_ms, &s.key),
+            );
+        }
         Ok(())
     }
 
@@ -224,54 +302,60 @@ impl Ctx<'_> {
         self.write_key(b, &mut bucket, &c.key, old, rec)
     }
 
-    /// Drops up to a batch of sessions opened before `before_ms`, freeing
-    /// their allocated blocks.
+    /// Drops up to a batch of sessions (keys and files) opened before
+    /// `before_ms`, freeing their allocated blocks.
     pub(super) fn expire_open_keys(
         &self,
         b: &mut WriteBatch,
         before_ms: u64,
     ) -> Result<CommandResult, OmError> {
-        let mut upper = keys::OPEN_EXPIRY_PREFIX.to_vec();
-        upper.extend_from_slice(&before_ms.to_be_bytes());
-        let mut it = DeferredSeekIter::new(
-            self.db,
-            keys::OPEN_KEYS_CF,
-            Some(keys::OPEN_EXPIRY_PREFIX.to_vec()),
-            Some(upper),
-        )?;
-        let cf = table::cf(self.db, keys::OPEN_KEYS_CF)?;
         let mut buckets: HashMap<Vec<u8>, BucketRecord> = HashMap::new();
         let mut n = 0u32;
-        while (n as usize) < OPEN_KEY_EXPIRY_BATCH {
-            let Some((k, _)) = it.current() else { break };
-            let index_key = k.to_vec();
-            it.advance();
-            b.delete_cf(cf, &index_key);
-            n += 1;
-            let Some(entry) = keys::open_entry_from_expiry(&index_key) else {
-                continue;
-            };
-            let Some(rec) = table::get::<OpenKeyTable>(self.db, entry)? else {
-                continue;
-            };
-            b.delete_cf(cf, entry);
-            let bucket_key = bucket_of(entry);
-            if !buckets.contains_key(&bucket_key)
-                && let Some(bk) = table::get::<BucketTable>(self.db, &bucket_key)?
-            {
-                buckets.insert(bucket_key.clone(), bk);
+        for (cf_name, prefix) in [
+            (keys::OPEN_KEYS_CF, keys::OPEN_EXPIRY_PREFIX),
+            (keys::OPEN_FILES_CF, keys::OPEN_FILE_EXPIRY_PREFIX),
+        ] {
+            let mut upper = prefix.to_vec();
+            upper.extend_from_slice(&before_ms.to_be_bytes());
+            let mut it =
+                DeferredSeekIter::new(self.db, cf_name, Some(prefix.to_vec()), Some(upper))?;
+            let cf = table::cf(self.db, cf_name)?;
+            while (n as usize) < OPEN_KEY_EXPIRY_BATCH {
+                let Some((k, _)) = it.current() else { break };
+                let index_key = k.to_vec();
+                it.advance();
+                b.delete_cf(cf, &index_key);
+                n += 1;
+                if index_key.len() <= 9 {
+                    continue;
+                }
+                let entry = &index_key[9..];
+                let rec = if cf_name == keys::OPEN_KEYS_CF {
+                    table::get::<OpenKeyTable>(self.db, entry)?
+                } else {
+                    table::get::<OpenFileTable>(self.db, entry)?
+                };
+                let Some(rec) = rec else {
+                    continue;
+                };
+                b.delete_cf(cf, entry);
+                let bucket_key = keys::bucket_key(&rec.volume, &rec.bucket);
+                if !buckets.contains_key(&bucket_key)
+                    && let Some(bk) = table::get::<BucketTable>(self.db, &bucket_key)?
+                {
+                    buckets.insert(bucket_key.clone(), bk);
+                }
+                if let Some(bk) = buckets.get_mut(&bucket_key) {
+                    bk.open_key_count = bk.open_key_count.saturating_sub(1);
+                }
+                let origin = format!(
+                    "expired session {} in {}/{}",
+                    rec.session_id, rec.volume, rec.bucket
+                );
+                self.release_blocks(b, n, lay_out_unwritten(rec.allocated), origin)?;
             }
-            if let Some(bk) = buckets.get_mut(&bucket_key) {
-                bk.open_key_count = bk.open_key_count.saturating_sub(1);
-            }
-            let origin = format!(
-                "expired session {} of {}",
-                rec.session_id,
-                String::from_utf8_lossy(&entry[..entry.len().saturating_sub(9)])
-            );
-            self.release_blocks(b, n, lay_out_unwritten(rec.allocated), origin)?;
+            it.status()?;
         }
-        it.status()?;
         for (k, mut bk) in buckets {
             table::put::<BucketTable>(self.db, b, &k, &mut bk)?;
         }
@@ -303,22 +387,8 @@ impl Ctx<'_> {
     }
 }
 
-/// `volume/bucket` of an `open_keys` or `uploads` entry key.
-fn bucket_of(entry: &[u8]) -> Vec<u8> {
-    let mut slashes = 0;
-    for (i, &c) in entry.iter().enumerate() {
-        if c == keys::SEP {
-            slashes += 1;
-            if slashes == 2 {
-                return entry[..i].to_vec();
-            }
-        }
-    }
-    entry.to_vec()
-}
-
 /// Allocated but not yet written blocks: ids with a full block's capacity.
-fn lay_out_unwritten(ids: Vec<u64>) -> Vec<om_proto::store::BlockRecord> {
+pub(super) fn lay_out_unwritten(ids: Vec<u64>) -> Vec<om_proto::store::BlockRecord> {
     ids.into_iter()
         .map(|block_id| om_proto::store::BlockRecord {
             block_id,

@@ -19,6 +19,19 @@
 //! | `uploads`        | `volume/bucket/key` `\0` u64 BE upload id         | `UploadRecord`        |
 //! | `parts`          | u64 BE upload id, u32 BE part number              | `PartRecord`          |
 //! | `block_refs`     | u64 BE block id                                   | u32 BE holder count   |
+//! | `directories`    | u64 BE parent object id, name                     | `DirectoryRecord`     |
+//! | `files`          | u64 BE parent object id, name                     | `KeyRecord`           |
+//! | `open_files`     | u64 BE parent id, name, `\0`, u64 BE session id   | `OpenKeyRecord`       |
+//! |                  | `\xff` u64 BE opened-ms, then the entry's key      | empty (expiry index)  |
+//! | `deleted_dirs`   | u64 BE log index, u32 BE sequence                 | `DeletedDirRecord`    |
+//!
+//! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
+//! parent directory's object id (the bucket's object id at the root) and its
+//! name, so a directory's children are one contiguous range, listing one
+//! directory is one seek per table, and renaming a directory rewrites one
+//! entry however much lies under it (open files under it stay attached, as
+//! they hang off the directory's id, not its path). Object ids are log-index-derived, so their first byte is 0 for the next 2^56
+//! entries and never `\xff`, which keeps `open_files`' expiry index apart.
 //!
 //! Open keys and uploads hang off the key name with a NUL (never part of a
 //! name), so every session or upload of one key is one contiguous run right
@@ -49,6 +62,10 @@ pub const TABLE_CFS: &[&str] = &[
     UPLOADS_CF,
     PARTS_CF,
     BLOCK_REFS_CF,
+    DIRECTORIES_CF,
+    FILES_CF,
+    OPEN_FILES_CF,
+    DELETED_DIRS_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -60,6 +77,10 @@ pub const DELETION_HEAVY_CFS: &[&str] = &[
     OPEN_KEYS_CF,
     UPLOADS_CF,
     PARTS_CF,
+    DIRECTORIES_CF,
+    FILES_CF,
+    OPEN_FILES_CF,
+    DELETED_DIRS_CF,
 ];
 
 pub const VOLUMES_CF: &str = "volumes";
@@ -72,6 +93,48 @@ pub const OPEN_KEYS_CF: &str = "open_keys";
 pub const UPLOADS_CF: &str = "uploads";
 pub const PARTS_CF: &str = "parts";
 pub const BLOCK_REFS_CF: &str = "block_refs";
+pub const DIRECTORIES_CF: &str = "directories";
+pub const FILES_CF: &str = "files";
+pub const OPEN_FILES_CF: &str = "open_files";
+pub const DELETED_DIRS_CF: &str = "deleted_dirs";
+
+/// `parent id`: every child of one directory (in `directories` or `files`).
+pub fn children_prefix(parent: u64) -> Vec<u8> {
+    parent.to_be_bytes().to_vec()
+}
+
+/// A directory or file entry: parent id, then the name.
+pub fn fs_key(parent: u64, name: &str) -> Vec<u8> {
+    let mut k = children_prefix(parent);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// An open-file entry: the file's entry key, NUL, the session id.
+pub fn open_file_key(parent: u64, name: &str, session: u64) -> Vec<u8> {
+    let mut k = fs_key(parent, name);
+    k.push(0);
+    k.extend_from_slice(&session.to_be_bytes());
+    k
+}
+
+pub const OPEN_FILE_EXPIRY_PREFIX: &[u8] = &[0xff];
+
+pub fn open_file_expiry_key(opened_ms: u64, entry: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + entry.len());
+    k.push(0xff);
+    k.extend_from_slice(&opened_ms.to_be_bytes());
+    k.extend_from_slice(entry);
+    k
+}
+
+/// Splits an fs key into parent id and name.
+pub fn split_fs_key(k: &[u8]) -> Option<(u64, &[u8])> {
+    if k.len() < 8 {
+        return None;
+    }
+    Some((u64::from_be_bytes(k[..8].try_into().ok()?), &k[8..]))
+}
 
 /// Separator between path components in table keys.
 pub const SEP: u8 = b'/';

@@ -8,8 +8,8 @@ use rocksdb::{ColumnFamily, DB, WriteBatch};
 use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
-    BucketRecord, DeletedBlocksRecord, KeyRecord, OpenKeyRecord, PartRecord, RetryCacheRecord,
-    UploadRecord, VolumeRecord,
+    BucketRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord, KeyRecord, OpenKeyRecord,
+    PartRecord, RetryCacheRecord, UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -34,7 +34,9 @@ record!(
     RetryCacheRecord,
     OpenKeyRecord,
     UploadRecord,
-    PartRecord
+    PartRecord,
+    DirectoryRecord,
+    DeletedDirRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -104,6 +106,31 @@ table!(
     keys::PARTS_CF,
     PartRecord,
     "Uploaded parts by upload id and part number."
+);
+
+table!(
+    DirectoryTable,
+    keys::DIRECTORIES_CF,
+    DirectoryRecord,
+    "Directories of FSO buckets by parent id and name."
+);
+table!(
+    FileTable,
+    keys::FILES_CF,
+    KeyRecord,
+    "Committed files of FSO buckets by parent id and name."
+);
+table!(
+    OpenFileTable,
+    keys::OPEN_FILES_CF,
+    OpenKeyRecord,
+    "Files being written in FSO buckets, one entry per session."
+);
+table!(
+    DeletedDirTable,
+    keys::DELETED_DIRS_CF,
+    DeletedDirRecord,
+    "Directories deleted recursively, awaiting purge."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {

@@ -1,0 +1,424 @@
+//! File-system operations of FILE_SYSTEM_OPTIMIZED buckets: directories,
+//! file sessions, delete (recursive deletes are O(1) moves to the deleted
+//! directory table, purged in bounded batches), and O(1) rename.
+
+use om_proto::store::{
+    BucketRecord, CommandResult, CountResult, CreateDirectory, CreateFile, DeletePath,
+    DeletedDirRecord, DirectoryRecord, FileStatusResult, OpenKeyRecord, OpenKeyResult,
+    PurgeDeletedDirs, RenamePath, command_result,
+};
+use rocksdb::WriteBatch;
+
+use super::write::lay_out_unwritten;
+use super::{Ctx, object_id, ok};
+use crate::error::OmError;
+use crate::fs::{self, Entry, Walk};
+use crate::store::iter::DeferredSeekIter;
+use crate::store::keys;
+use crate::store::table::{
+    self, BucketTable, DeletedDirTable, DirectoryTable, FileTable, OpenFileTable,
+};
+
+/// The per-entry object-id counter reserved for a file session, above any
+/// directory a command creates (paths are at most `MAX_PATH_DEPTH` deep).
+const SESSION_ID_SLOT: u8 = 255;
+
+fn dir_status(path: &str, rec: DirectoryRecord) -> CommandResult {
+    CommandResult {
+        result: Some(command_result::Result::FileStatus(FileStatusResult {
+            path: path.to_string(),
+            is_directory: true,
+            file: None,
+            directory: Some(rec),
+        })),
+    }
+}
+
+impl Ctx<'_> {
+    /// Stages directories for `comps[from..]` under `parent`; returns the last.
+    fn make_dirs(
+        &self,
+        b: &mut WriteBatch,
+        mut parent: u64,
+        comps: &[&str],
+        from: usize,
+    ) -> Result<DirectoryRecord, OmError> {
+        let mut last = DirectoryRecord::default();
+        for (n, name) in comps.iter().enumerate().skip(from) {
+            let mut rec = DirectoryRecord {
+                format: 0,
+                object_id: object_id(self.index, n as u8),
+                parent_id: parent,
+                creation_time_ms: self.now,
+                modification_time_ms: self.now,
+                update_id: self.index,
+            };
+            table::put::<DirectoryTable>(self.db, b, &keys::fs_key(parent, name), &mut rec)?;
+            parent = rec.object_id;
+            last = rec;
+        }
+        Ok(last)
+    }
+
+    /// Creates a directory and any missing parents; an existing directory is
+    /// returned as it is; a file anywhere on the path is refused.
+    pub(super) fn create_directory(
+        &self,
+        b: &mut WriteBatch,
+        c: &CreateDirectory,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
+        let comps = fs::components(&c.path);
+        if let Some(Entry::File { .. }) = fs::stat(self.db, bucket.object_id, &comps, "path")? {
+            return Err(OmError::exists(
+                "FILE_ALREADY_EXISTS",
+                "path",
+                format!("{} is a file", c.path),
+            ));
+        }
+        match fs::walk_dirs(self.db, bucket.object_id, &comps, "path")? {
+            Walk::Dir(_) => {
+                let Some(Entry::Dir { rec, .. }) =
+                    fs::stat(self.db, bucket.object_id, &comps, "path")?
+                else {
+                    return Err(OmError::invalid(
+                        "INVALID_PATH",
+                        "path",
+                        "the root directory always exists",
+                    ));
+                };
+                ok(command_result::Result::FileStatus(FileStatusResult {
+                    path: c.path.clone(),
+                    is_directory: true,
+                    file: None,
+                    directory: Some(rec),
+                }))
+            }
+            Walk::Missing { depth, parent } => {
+                let rec = self.make_dirs(b, parent, &comps, depth)?;
+                bucket.update_id = self.index;
+                self.put_bucket(b, &mut bucket)?;
+                Ok(dir_status(&c.path, rec))
+            }
+        }
+    }
+
+    /// Opens a session for a new file (or, with `overwrite`, a replacement).
+    pub(super) fn create_file(
+        &self,
+        b: &mut WriteBatch,
+        c: &CreateFile,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
+        let comps = fs::components(&c.path);
+        let Some((name, parents)) = comps.split_last() else {
+            return Err(OmError::invalid(
+                "INVALID_PATH",
+                "path",
+                "a file needs a name",
+            ));
+        };
+        let walk = fs::walk_dirs(self.db, bucket.object_id, parents, "path")?;
+        if let (Walk::Missing { depth, .. }, false) = (walk, c.recursive) {
+            return Err(OmError::not_found(
+                "DIRECTORY_NOT_FOUND",
+                "path",
+                format!(
+                    "directory {} does not exist (create it, or pass recursive)",
+                    parents[..=depth].join("/")
+                ),
+            ));
+        }
+        if let Walk::Dir(parent) = walk {
+            if fs::get_dir(self.db, parent, name)?.is_some() {
+                return Err(OmError::precondition(
+                    "IS_A_DIRECTORY",
+                    "path",
+                    format!("{} is a directory", c.path),
+                ));
+            }
+            if !c.overwrite && fs::get_file(self.db, parent, name)?.is_some() {
+                return Err(OmError::exists(
+                    "FILE_ALREADY_EXISTS",
+                    "path",
+                    format!("file {} exists (pass overwrite to replace it)", c.path),
+                ));
+            }
+        }
+        // Checks are done; stage writes from here on.
+        let parent = match walk {
+            Walk::Dir(id) => id,
+            Walk::Missing { depth, parent } => self.make_dirs(b, parent, parents, depth)?.object_id,
+        };
+        let session_id = object_id(self.index, SESSION_ID_SLOT);
+        let ids = self.allocate(b, u64::from(c.blocks))?;
+        let mut rec = OpenKeyRecord {
+            format: 0,
+            session_id,
+            opened_ms: self.now,
+            allocated: ids.clone(),
+            content_type: c.content_type.clone(),
+            metadata: c.metadata.clone(),
+            volume: c.volume.clone(),
+            bucket: c.bucket.clone(),
+            parent_id: parent,
+            name: name.to_string(),
+            no_overwrite: !c.overwrite,
+            ..Default::default()
+        };
+        let key = keys::open_file_key(parent, name, session_id);
+        table::put::<OpenFileTable>(self.db, b, &key, &mut rec)?;
+        b.put_cf(
+            table::cf(self.db, keys::OPEN_FILES_CF)?,
+            keys::open_file_expiry_key(self.now, &key),
+            [],
+        );
+        bucket.open_key_count += 1;
+        bucket.update_id = self.index;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::OpenKey(OpenKeyResult {
+            session_id,
+            opened_ms: self.now,
+            blocks: lay_out_unwritten(ids),
+        }))
+    }
+
+    fn has_children(&self, dir: u64) -> Result<bool, OmError> {
+        for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &keys::children_prefix(dir))?;
+            let any = it.has_current();
+            it.status()?;
+            if any {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Deletes a file, an empty directory, or (recursive) a directory with
+    /// everything under it: the directory moves to the deleted-directory
+    /// table in O(1) and its contents are purged later in bounded batches.
+    pub(super) fn delete_path(
+        &self,
+        b: &mut WriteBatch,
+        c: &DeletePath,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
+        let comps = fs::components(&c.path);
+        let entry = fs::stat(self.db, bucket.object_id, &comps, "path")?.ok_or_else(|| {
+            OmError::not_found(
+                "PATH_NOT_FOUND",
+                "path",
+                format!("{} does not exist", c.path),
+            )
+        })?;
+        match entry {
+            Entry::Root { .. } => Err(OmError::invalid(
+                "INVALID_PATH",
+                "path",
+                "the root directory cannot be deleted",
+            )),
+            Entry::File { parent, name, rec } => {
+                bucket.key_count = bucket.key_count.saturating_sub(1);
+                bucket.used_bytes = bucket.used_bytes.saturating_sub(rec.size);
+                bucket.update_id = self.index;
+                let origin = format!("delete {}/{}/{}", c.volume, c.bucket, c.path);
+                self.release_blocks(b, 0, rec.blocks, origin)?;
+                table::delete::<FileTable>(self.db, b, &keys::fs_key(parent, &name))?;
+                self.put_bucket(b, &mut bucket)?;
+                ok(command_result::Result::Count(CountResult { count: 1 }))
+            }
+            Entry::Dir { parent, name, rec } => {
+                let non_empty = self.has_children(rec.object_id)?;
+                if non_empty && !c.recursive {
+                    return Err(OmError::precondition(
+                        "DIRECTORY_NOT_EMPTY",
+                        "path",
+                        format!("directory {} is not empty (pass recursive)", c.path),
+                    ));
+                }
+                table::delete::<DirectoryTable>(self.db, b, &keys::fs_key(parent, &name))?;
+                if non_empty {
+                    let mut dd = DeletedDirRecord {
+                        format: 0,
+                        volume: c.volume.clone(),
+                        bucket: c.bucket.clone(),
+                        object_id: rec.object_id,
+                        path: c.path.clone(),
+                        deleted_ms: self.now,
+                    };
+                    table::put::<DeletedDirTable>(
+                        self.db,
+                        b,
+                        &keys::deleted_blocks_key(self.index, 0),
+                        &mut dd,
+                    )?;
+                }
+                bucket.update_id = self.index;
+                self.put_bucket(b, &mut bucket)?;
+                ok(command_result::Result::Count(CountResult { count: 1 }))
+            }
+        }
+    }
+
+    /// Renames a file or directory: one entry rewritten, whatever is under it.
+    pub(super) fn rename_path(
+        &self,
+        b: &mut WriteBatch,
+        c: &RenamePath,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
+        let root = bucket.object_id;
+        let from = fs::components(&c.from);
+        let to = fs::components(&c.to);
+        let entry = fs::stat(self.db, root, &from, "from")?.ok_or_else(|| {
+            OmError::not_found(
+                "PATH_NOT_FOUND",
+                "from",
+                format!("{} does not exist", c.from),
+            )
+        })?;
+        let new_parent = fs::parent_dir(self.db, root, &to, "to")?;
+        let new_name = to.last().copied().unwrap_or_default();
+        if fs::get_dir(self.db, new_parent, new_name)?.is_some()
+            || fs::get_file(self.db, new_parent, new_name)?.is_some()
+        {
+            return Err(OmError::exists(
+                "PATH_ALREADY_EXISTS",
+                "to",
+                format!("{} exists", c.to),
+            ));
+        }
+        let new_key = keys::fs_key(new_parent, new_name);
+        let status = match entry {
+            Entry::Root { .. } => {
+                return Err(OmError::invalid(
+                    "INVALID_PATH",
+                    "from",
+                    "the root directory cannot be renamed",
+                ));
+            }
+            Entry::File {
+                parent,
+                name,
+                mut rec,
+            } => {
+                rec.modification_time_ms = self.now;
+                rec.update_id = self.index;
+                table::delete::<FileTable>(self.db, b, &keys::fs_key(parent, &name))?;
+                table::put::<FileTable>(self.db, b, &new_key, &mut rec)?;
+                FileStatusResult {
+                    path: c.to.clone(),
+                    is_directory: false,
+                    file: Some(rec),
+                    directory: None,
+                }
+            }
+            Entry::Dir {
+                parent,
+                name,
+                mut rec,
+            } => {
+                rec.parent_id = new_parent;
+                rec.modification_time_ms = self.now;
+                rec.update_id = self.index;
+                table::delete::<DirectoryTable>(self.db, b, &keys::fs_key(parent, &name))?;
+                table::put::<DirectoryTable>(self.db, b, &new_key, &mut rec)?;
+                FileStatusResult {
+                    path: c.to.clone(),
+                    is_directory: true,
+                    file: None,
+                    directory: Some(rec),
+                }
+            }
+        };
+        bucket.update_id = self.index;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::FileStatus(status))
+    }
+
+    /// Purges up to `max_children` entries under the oldest deleted directory:
+    /// files free their blocks, subdirectories become deleted directories
+    /// themselves. When the rest fits in the batch, the directory's whole
+    /// child range goes with one range deletion per table and its entry is
+    /// removed. Progress is replicated state, so it survives restarts.
+    pub(super) fn purge_deleted_dirs(
+        &self,
+        b: &mut WriteBatch,
+        c: &PurgeDeletedDirs,
+    ) -> Result<CommandResult, OmError> {
+        let mut it = DeferredSeekIter::new(self.db, keys::DELETED_DIRS_CF, None, None)?;
+        it.seek_to_first();
+        let Some((dd_key, dd_val)) = it.current() else {
+            it.status()?;
+            return ok(command_result::Result::Count(CountResult { count: 0 }));
+        };
+        let dd_key = dd_key.to_vec();
+        let dd = table::decode::<DeletedDirTable>(dd_val)?;
+        drop(it);
+        let max = c.max_children.max(1) as usize;
+        let prefix = keys::children_prefix(dd.object_id);
+        let mut bucket: Option<BucketRecord> =
+            table::get::<BucketTable>(self.db, &keys::bucket_key(&dd.volume, &dd.bucket))?;
+        let mut purged = 0usize;
+        let mut seq = 1u32;
+        let mut point_deletes: Vec<(&'static str, Vec<u8>)> = Vec::new();
+        for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
+            while purged < max {
+                let Some((k, v)) = it.current() else { break };
+                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                if cf == keys::DIRECTORIES_CF {
+                    let sub = table::decode::<DirectoryTable>(v)?;
+                    let mut rec = DeletedDirRecord {
+                        format: 0,
+                        volume: dd.volume.clone(),
+                        bucket: dd.bucket.clone(),
+                        object_id: sub.object_id,
+                        path: format!("{}/{name}", dd.path),
+                        deleted_ms: self.now,
+                    };
+                    table::put::<DeletedDirTable>(
+                        self.db,
+                        b,
+                        &keys::deleted_blocks_key(self.index, seq),
+                        &mut rec,
+                    )?;
+                } else {
+                    let file = table::decode::<FileTable>(v)?;
+                    if let Some(bk) = bucket.as_mut() {
+                        bk.key_count = bk.key_count.saturating_sub(1);
+                        bk.used_bytes = bk.used_bytes.saturating_sub(file.size);
+                    }
+                    let origin = format!("purge {}/{}/{}/{name}", dd.volume, dd.bucket, dd.path);
+                    self.release_blocks(b, seq, file.blocks, origin)?;
+                }
+                point_deletes.push((cf, k.to_vec()));
+                seq += 1;
+                purged += 1;
+                it.advance();
+            }
+            it.status()?;
+        }
+        if purged < max {
+            // Everything under the directory was read: drop both child ranges
+            // with one range deletion each, and the directory itself.
+            let end = keys::prefix_end(&prefix).unwrap_or_else(|| vec![0xff; 9]);
+            for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+                b.delete_range_cf(table::cf(self.db, cf)?, &prefix, &end);
+            }
+            table::delete::<DeletedDirTable>(self.db, b, &dd_key)?;
+        } else {
+            for (cf, k) in point_deletes {
+                b.delete_cf(table::cf(self.db, cf)?, k);
+            }
+        }
+        if let Some(mut bk) = bucket {
+            bk.update_id = self.index;
+            self.put_bucket(b, &mut bk)?;
+        }
+        ok(command_result::Result::Count(CountResult {
+            count: purged as u64 + u64::from(purged < max),
+        }))
+    }
+}
