@@ -11,6 +11,7 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
 mod bench;
+mod files;
 mod objects;
 
 #[derive(Parser)]
@@ -70,6 +71,9 @@ enum Cmd {
     /// Block reclamation: list released blocks, acknowledge freed ones.
     #[command(subcommand)]
     Blocks(objects::BlocksCmd),
+    /// FILE_SYSTEM_OPTIMIZED buckets: mkdir, create, write, stat, ls, rm, mv.
+    #[command(subcommand)]
+    Fs(files::FsCmd),
     /// Cluster introspection and membership.
     #[command(subcommand)]
     Cluster(ClusterCmd),
@@ -693,6 +697,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Copy(a) => objects::copy(&c, out, a).await?,
         Cmd::Mpu(m) => objects::mpu(&c, out, m).await?,
         Cmd::Blocks(b) => objects::blocks(&c, out, b).await?,
+        Cmd::Fs(f) => files::run(&c, out, f).await?,
         Cmd::Bench(args) => {
             let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
             let rows = bench::run(&endpoints, &args).await?;

@@ -219,10 +219,10 @@ pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
         return bad(format!("{field} must not contain NUL"));
     }
     let p = path.strip_prefix('/').unwrap_or(path);
-    let p = p.strip_suffix('/').unwrap_or(p);
     if p.is_empty() {
         return Ok(String::new());
     }
+    let p = p.strip_suffix('/').unwrap_or(p);
     let comps: Vec<&str> = p.split('/').collect();
     if comps.len() > crate::fs::MAX_PATH_DEPTH {
         return bad(format!(

@@ -315,3 +315,60 @@ async fn omctl_writes_in_steps_copies_uploads_and_reclaims() {
     let blocks = json_ok(&ep, &["blocks", "list"]);
     assert!(blocks["items"].as_array().unwrap().is_empty(), "{blocks}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn omctl_fs_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let om = OmProcess::spawn(dir.path());
+    om.wait_ready(Duration::from_secs(60)).await;
+    let ep = om.grpc.clone();
+    ok(&ep, &["volume", "create", "vol1"]);
+    ok(&ep, &["bucket", "create", "vol1/fs1", "--layout", "fso"]);
+    ok(&ep, &["fs", "mkdir", "vol1/fs1/a/b"]);
+    let w = json_ok(&ep, &["fs", "write", "vol1/fs1/a/b/f", "--size", "7"]);
+    assert_eq!(w["size"], 7);
+    let st = json_ok(&ep, &["fs", "stat", "vol1/fs1/a/b/f"]);
+    assert_eq!(st["type"], "file");
+    // An open session committed with `key commit` on the path.
+    let s = json_ok(&ep, &["fs", "create", "vol1/fs1/a/g"]);
+    let session = s["session"].as_u64().unwrap().to_string();
+    let blk = s["blocks"][0].as_u64().unwrap().to_string();
+    ok(
+        &ep,
+        &[
+            "key",
+            "commit",
+            "vol1/fs1/a/g",
+            "--session",
+            &session,
+            "--size",
+            "3",
+            "--blocks",
+            &blk,
+        ],
+    );
+    let ls = json_ok(
+        &ep,
+        &["fs", "ls", "vol1/fs1", "--recursive", "--max", "2", "--all"],
+    );
+    let paths: Vec<&str> = ls["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["a", "a/b", "a/b/f", "a/g"]);
+    ok(&ep, &["fs", "mv", "vol1/fs1/a", "z"]);
+    let table = ok(&ep, &["fs", "ls", "vol1/fs1/z"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("dir") && l.ends_with("z/b")),
+        "{table}"
+    );
+    let bad = omctl(&ep, &["fs", "rm", "vol1/fs1/z"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("DIRECTORY_NOT_EMPTY"));
+    ok(&ep, &["fs", "rm", "vol1/fs1/z", "--recursive"]);
+    let ls = json_ok(&ep, &["fs", "ls", "vol1/fs1"]);
+    assert!(ls["items"].as_array().unwrap().is_empty(), "{ls}");
+}
