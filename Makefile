@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster fmt lint
+.PHONY: setup run test build bench-cluster bench-objects bench-listing fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -32,3 +32,11 @@ lint:
 # Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
 bench-cluster: build
 	bash scripts/bench-cluster.sh
+
+# Write/copy throughput and CopyKey vs MD5 on one node (see BENCHMARKS.md).
+bench-objects: build
+	$(CARGO) run --release -p om-tests --bin objects_bench
+
+# Listing benchmarks: tombstone bands, delimiter roll-up, gRPC pages (see BENCHMARKS.md).
+bench-listing: build
+	$(CARGO) run --release -p om-tests --bin listing_bench
