@@ -25,8 +25,8 @@ use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page};
 use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{
-    self, BucketTable, DeletedBlocksTable, KeyTable, OpenKeyTable, PartTable, TableSchema,
-    UploadTable, VolumeTable,
+    self, BucketTable, DeletedBlocksTable, KeyTable, OpenFileTable, OpenKeyTable, PartTable,
+    TableSchema, UploadTable, VolumeTable,
 };
 use om_proto::store::{DeletedBlocksRecord, OpenKeyRecord, PartRecord, UploadRecord};
 
@@ -556,7 +556,10 @@ impl OmService {
         token: &str,
     ) -> Result<OpenKeyPage, OmError> {
         self.read_barrier(c).await?;
-        let b = self.object_store_bucket_now(volume, bucket)?;
+        let b = self.bucket_now(volume, bucket)?;
+        if b.layout == crate::apply::LAYOUT_FSO {
+            return self.list_open_files(&b, prefix, max, token);
+        }
         let expect = ContinuationToken {
             version: 1,
             listing: "open_keys".to_string(),
@@ -598,6 +601,87 @@ impl OmService {
                     .ok_or_else(|| OmError::Internal("malformed open-key entry".to_string()))?;
                 out.keys
                     .push((utf8(key.to_vec())?, table::decode::<OpenKeyTable>(&value)?));
+            }
+        }
+        if let Some(resume) = page.resume {
+            out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
+        }
+        Ok(out)
+    }
+
+    /// ListOpenKeys of an FSO bucket: the files being written in the
+    /// directory named by `prefix` up to its last `/`, whose names start with
+    /// the rest; one seek in `open_files`, bounded by that directory's range.
+    fn list_open_files(
+        &self,
+        b: &BucketRecord,
+        prefix: &str,
+        max: u32,
+        token: &str,
+    ) -> Result<OpenKeyPage, OmError> {
+        let (dir, name_prefix) = match prefix.rfind('/') {
+            Some(i) => (&prefix[..i], &prefix[i + 1..]),
+            None => ("", prefix),
+        };
+        let dir = crate::validate::fs_path("prefix", dir)?;
+        let comps = crate::fs::components(&dir);
+        let empty = OpenKeyPage {
+            keys: Vec::new(),
+            next_continuation_token: String::new(),
+            total: b.open_key_count,
+            stats: IterStats::default(),
+        };
+        let dir_id = match crate::fs::walk_dirs(&self.db, b.object_id, &comps, "prefix")? {
+            crate::fs::Walk::Dir(id) => id,
+            crate::fs::Walk::Missing { .. } => return Ok(empty),
+        };
+        let expect = ContinuationToken {
+            version: 1,
+            listing: "open_files".to_string(),
+            volume: b.volume.clone(),
+            bucket: b.name.clone(),
+            bucket_object_id: b.object_id,
+            prefix: prefix.as_bytes().to_vec(),
+            delimiter: Vec::new(),
+            resume: Vec::new(),
+        };
+        let start = if token.is_empty() {
+            Start::Beginning
+        } else {
+            Start::At(ContinuationToken::decode_token(token, &expect)?.resume)
+        };
+        let parent = keys::children_prefix(dir_id);
+        let page = scan_page(
+            &self.db,
+            &ScanSpec {
+                table: keys::OPEN_FILES_CF,
+                parent: &parent,
+                prefix: name_prefix.as_bytes(),
+                delimiter: b"",
+                start,
+                max: self.page_size(max),
+                seek_after: usize::MAX,
+                terminator: None,
+            },
+        )?;
+        let base = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut out = OpenKeyPage {
+            stats: page.stats,
+            ..empty
+        };
+        for item in page.items {
+            if let Item::Entry { name, value } = item {
+                let (name, _) = keys::split_key_run(&name)
+                    .ok_or_else(|| OmError::Internal("malformed open-file entry".to_string()))?;
+                let name = utf8(name.to_vec())?;
+                out.keys.push((
+                    format!("{base}{name}"),
+                    table::decode::<OpenFileTable>(&value)?,
+                ));
             }
         }
         if let Some(resume) = page.resume {

@@ -544,3 +544,39 @@ async fn rename_rewrites_one_entry() {
     assert_eq!(stat(&c, "x2").await.unwrap().size, 1);
     node.node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_files_list_by_directory_and_prefix() {
+    let node = TestNode::start().await;
+    let c = setup(&node).await;
+    let mut sessions = Vec::new();
+    for p in ["d/a1", "d/a2", "d/b1", "d/sub/a3", "e/a4"] {
+        let s = c.create_file(create(p, true, false)).await.unwrap();
+        sessions.push((p, s.session_id));
+    }
+    let list = |prefix: &str, max: u32, token: String| {
+        c.list_open_keys(ListOpenKeysRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            prefix: prefix.into(),
+            max_keys: max,
+            continuation_token: token,
+            ..Default::default()
+        })
+    };
+    let r = list("d/a", 1, String::new()).await.unwrap();
+    assert_eq!(r.total, 5);
+    assert_eq!(r.keys[0].name, "d/a1");
+    assert!(r.truncated);
+    let r2 = list("d/a", 1, r.next_continuation_token).await.unwrap();
+    assert_eq!(r2.keys[0].name, "d/a2");
+    assert_eq!(r2.keys[0].session_id, sessions[1].1);
+    assert_eq!(r2.scan.unwrap().seeks, 1);
+    // The listing stops at the end of the prefix: d/b1 is not read.
+    assert!(!r2.truncated);
+    let all = list("d/", 0, String::new()).await.unwrap();
+    let names: Vec<&str> = all.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["d/a1", "d/a2", "d/b1"]);
+    assert!(list("zz/", 0, String::new()).await.unwrap().keys.is_empty());
+    node.node.shutdown().await;
+}

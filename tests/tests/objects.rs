@@ -1044,3 +1044,114 @@ async fn reclamation_hands_out_blocks_until_acknowledged() {
     .await;
     node.node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_writes_are_answered_from_the_retry_cache() {
+    use om_client::v1::ozone_manager_client::OzoneManagerClient;
+    let node = TestNode::start().await;
+    let c = setup(&node).await;
+    let mut raw = OzoneManagerClient::connect(format!("http://{}", node.endpoint()))
+        .await
+        .unwrap();
+    let header = |seq| {
+        Some(WriteHeader {
+            client_id: "gateway-7".into(),
+            seq,
+        })
+    };
+    c.put_key_with(PutKeyRequest {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        key: "src".into(),
+        size: BLOCK + 1,
+        etag: md5_of("src"),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // CopyKey twice with one header: one copy, the same answer.
+    let req = CopyKeyRequest {
+        header: header(1),
+        ..copy_req("src", "dst")
+    };
+    let first = raw.copy_key(req.clone()).await.unwrap().into_inner();
+    let dump = node.dump();
+    let again = raw.copy_key(req).await.unwrap().into_inner();
+    assert_eq!(first, again);
+    assert!(dump == node.dump(), "a retried copy changed the tables");
+    // A retried commit returns the original result although its session is gone.
+    let s = c.open_key(open_req("k", 1)).await.unwrap();
+    let commit = CommitKeyRequest {
+        header: header(2),
+        ..commit_req("k", s.session_id, written(&s.blocks, 5), 5)
+    };
+    let first = raw.commit_key(commit.clone()).await.unwrap().into_inner();
+    let dump = node.dump();
+    assert_eq!(raw.commit_key(commit).await.unwrap().into_inner(), first);
+    assert!(dump == node.dump(), "a retried commit changed the tables");
+    // Likewise a completed upload.
+    let up = c
+        .initiate_multipart_upload(initiate("mp"))
+        .await
+        .unwrap()
+        .upload
+        .unwrap();
+    c.commit_part(part_req("mp", &up.upload_id, 1, 10, "p"))
+        .await
+        .unwrap();
+    let complete = CompleteMultipartUploadRequest {
+        header: header(3),
+        ..complete_req("mp", &up.upload_id, &[(1, "p")])
+    };
+    let first = raw
+        .complete_multipart_upload(complete.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let again = raw
+        .complete_multipart_upload(complete)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first, again);
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_and_reclamation_continuations_are_one_seek() {
+    let node = TestNode::start().await;
+    let c = setup(&node).await;
+    for i in 0..6 {
+        c.initiate_multipart_upload(initiate(&format!("k{i}")))
+            .await
+            .unwrap();
+        c.put_key("vol1", "bkt1", &format!("x{i}"), 1)
+            .await
+            .unwrap();
+        c.delete_key("vol1", "bkt1", &format!("x{i}"))
+            .await
+            .unwrap();
+    }
+    let r = list_up(&c, "", "", "", "", 3).await;
+    let r2 = list_up(&c, "", "", &r.next_key_marker, &r.next_upload_id_marker, 3).await;
+    assert_eq!(r2.uploads[0].key, "k3");
+    assert_eq!(r2.scan.unwrap().seeks, 1);
+    let p = c
+        .list_deleted_blocks(ListDeletedBlocksRequest {
+            max_entries: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let p2 = c
+        .list_deleted_blocks(ListDeletedBlocksRequest {
+            after: p.next_after,
+            max_entries: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(p2.entries.len(), 2);
+    assert_eq!(p2.scan.unwrap().seeks, 1);
+    node.node.shutdown().await;
+}
