@@ -8,7 +8,7 @@
 //! counter in command order), tracks how many keys hold each block, and so
 //! knows exactly which blocks must be in the deleted-blocks table.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use md5::{Digest, Md5};
 use om_client::v1::*;
@@ -22,6 +22,18 @@ const BLOCK: u64 = 256 * 1024 * 1024;
 const MIN_PART: u64 = 100;
 const BUCKETS: [&str; 2] = ["bkt1", "bkt2"];
 const KEYS: [&str; 5] = ["a", "b", "c/d", "c/e", "z"];
+const FS_BUCKET: &str = "fs1";
+const FS_NAMES: [&str; 3] = ["a", "b", "c"];
+
+/// Proper ancestors of a path, outermost first.
+fn ancestors(path: &str) -> Vec<String> {
+    let comps: Vec<&str> = path.split('/').collect();
+    (1..comps.len()).map(|n| comps[..n].join("/")).collect()
+}
+
+fn under(path: &str, dir: &str) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+}
 
 fn md5_hex(s: &str) -> String {
     Md5::digest(s.as_bytes())
@@ -72,6 +84,19 @@ struct Model {
     /// Blocks in the deleted-blocks table (a block appears once).
     freed: Vec<u64>,
     next_block: u64,
+    /// The FILE_SYSTEM_OPTIMIZED bucket `FS_BUCKET`.
+    dirs: BTreeSet<String>,
+    files: BTreeMap<String, MKey>,
+    fs_sessions: BTreeMap<u64, MFsSession>,
+}
+
+#[derive(Debug, Clone)]
+struct MFsSession {
+    /// Where the file will land; `None` once its directory was deleted (the
+    /// session can then only expire).
+    path: Option<String>,
+    allocated: Vec<u64>,
+    no_overwrite: bool,
 }
 
 /// What a request should do, per the model.
@@ -134,6 +159,49 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// The first ancestor of `path` that is not a directory: `Err` when it
+    /// is a file (NOT_A_DIRECTORY), `Ok(false)` when missing, `Ok(true)` when
+    /// every ancestor is a directory.
+    fn parents_exist(&self, path: &str) -> Result<bool, &'static str> {
+        for a in ancestors(path) {
+            if self.files.contains_key(&a) {
+                return Err("NOT_A_DIRECTORY");
+            }
+            if !self.dirs.contains(&a) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn mkdirs(&mut self, path: &str) {
+        for a in ancestors(path) {
+            self.dirs.insert(a);
+        }
+        self.dirs.insert(path.to_string());
+    }
+
+    /// Removes a directory and everything under it: files free their blocks,
+    /// sessions below it can no longer commit.
+    fn remove_tree(&mut self, dir: &str) {
+        self.dirs.retain(|d| d != dir && !under(d, dir));
+        let gone: Vec<String> = self
+            .files
+            .keys()
+            .filter(|f| under(f, dir))
+            .cloned()
+            .collect();
+        for f in gone {
+            let k = self.files.remove(&f).unwrap();
+            self.release(&k.blocks);
+        }
+        for s in self.fs_sessions.values_mut() {
+            if s.path.as_deref().is_some_and(|p| under(p, dir)) {
+                s.path = None;
+            }
+        }
     }
 
     /// Replaces (bucket, key) with `new`, releasing the old version's blocks.
@@ -776,6 +844,339 @@ impl Run {
         }
     }
 
+    fn fs_path(&mut self) -> String {
+        let depth = self.rng.random_range(1..=3);
+        (0..depth)
+            .map(|_| *FS_NAMES.choose(&mut self.rng).unwrap())
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    async fn fs_mkdir(&mut self) {
+        let p = self.fs_path();
+        let want = self.m.parents_exist(&p).and_then(|_| {
+            if self.m.files.contains_key(&p) {
+                Err("FILE_ALREADY_EXISTS")
+            } else {
+                Ok(())
+            }
+        });
+        // A file above the path is found first.
+        let want = match (self.m.parents_exist(&p), want) {
+            (Err(e), _) => Err(e),
+            (_, w) => w,
+        };
+        let r = self
+            .c
+            .create_directory(CreateDirectoryRequest {
+                volume: "vol1".into(),
+                bucket: FS_BUCKET.into(),
+                path: p.clone(),
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("mkdir", reason(&r), want);
+        if r.is_ok() {
+            self.m.mkdirs(&p);
+        }
+    }
+
+    async fn fs_create(&mut self) {
+        let p = self.fs_path();
+        let recursive = self.rng.random_bool(0.7);
+        let overwrite = self.rng.random_bool(0.5);
+        let blocks = self.rng.random_range(0..2);
+        let want = match self.m.parents_exist(&p) {
+            Err(e) => Err(e),
+            Ok(false) if !recursive => Err("DIRECTORY_NOT_FOUND"),
+            Ok(false) => Ok(()),
+            Ok(true) if self.m.dirs.contains(&p) => Err("IS_A_DIRECTORY"),
+            Ok(true) if self.m.files.contains_key(&p) && !overwrite => Err("FILE_ALREADY_EXISTS"),
+            Ok(true) => Ok(()),
+        };
+        let r = self
+            .c
+            .create_file(CreateFileRequest {
+                volume: "vol1".into(),
+                bucket: FS_BUCKET.into(),
+                path: p.clone(),
+                recursive,
+                overwrite,
+                blocks,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("create file", reason(&r), want);
+        if let Ok(r) = r {
+            for a in ancestors(&p) {
+                self.m.dirs.insert(a);
+            }
+            let allocated = self.m.alloc(u64::from(blocks));
+            assert_eq!(ids(&r.blocks), allocated, "{}", self.ctx());
+            self.m.fs_sessions.insert(
+                r.session_id,
+                MFsSession {
+                    path: Some(p),
+                    allocated,
+                    no_overwrite: !overwrite,
+                },
+            );
+        }
+    }
+
+    async fn fs_commit(&mut self) {
+        let live: Vec<(u64, MFsSession)> = self
+            .m
+            .fs_sessions
+            .iter()
+            .filter(|(_, s)| s.path.is_some())
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let Some((id, s)) = live.choose(&mut self.rng).cloned() else {
+            return;
+        };
+        let path = s.path.clone().unwrap();
+        let used = self.rng.random_range(0..=s.allocated.len());
+        let size = if used == 0 {
+            0
+        } else {
+            self.rng.random_range(1..=100)
+        };
+        let blocks: Vec<BlockInfo> = s.allocated[..used]
+            .iter()
+            .map(|b| BlockInfo {
+                block_id: *b,
+                offset: 0,
+                length: size,
+            })
+            .collect();
+        let cur = self.m.files.get(&path).cloned();
+        let cond = self.conditions(cur.as_ref());
+        let want = if self.m.dirs.contains(&path) {
+            Err("IS_A_DIRECTORY")
+        } else {
+            self.m.check_cond(cur.as_ref(), &cond).and_then(|_| {
+                if s.no_overwrite && cur.is_some() {
+                    Err("FILE_ALREADY_EXISTS")
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        let etag = self.etag();
+        let r = self
+            .c
+            .commit_key(CommitKeyRequest {
+                volume: "vol1".into(),
+                bucket: FS_BUCKET.into(),
+                key: path.clone(),
+                session_id: id,
+                size,
+                blocks: blocks.clone(),
+                etag: etag.clone(),
+                conditions: cond,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("commit file", reason(&r), want);
+        if let Ok(r) = r {
+            let s = self.m.fs_sessions.remove(&id).unwrap();
+            self.m.release(&s.allocated[used..]);
+            let got = r.key.unwrap();
+            let new = MKey {
+                size,
+                etag,
+                blocks: ids(&blocks),
+                update_id: got.update_id,
+            };
+            assert_eq!(
+                (got.size, &got.etag, ids(&got.blocks)),
+                (new.size, &new.etag, new.blocks.clone()),
+                "{}: file {path}",
+                self.ctx()
+            );
+            if let Some(old) = self.m.files.insert(path, new) {
+                self.m.release(&old.blocks);
+            }
+        }
+    }
+
+    async fn fs_delete(&mut self) {
+        let p = self.fs_path();
+        let recursive = self.rng.random_bool(0.5);
+        let non_empty =
+            |m: &Model| m.dirs.iter().any(|d| under(d, &p)) || m.files.keys().any(|f| under(f, &p));
+        let want = match self.m.parents_exist(&p) {
+            Err(e) => Err(e),
+            Ok(false) => Err("PATH_NOT_FOUND"),
+            Ok(true) if self.m.files.contains_key(&p) => Ok(()),
+            Ok(true) if self.m.dirs.contains(&p) => {
+                if non_empty(&self.m) && !recursive {
+                    Err("DIRECTORY_NOT_EMPTY")
+                } else {
+                    Ok(())
+                }
+            }
+            Ok(true) => Err("PATH_NOT_FOUND"),
+        };
+        let r = self
+            .c
+            .delete_path(DeletePathRequest {
+                volume: "vol1".into(),
+                bucket: FS_BUCKET.into(),
+                path: p.clone(),
+                recursive,
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("delete path", reason(&r), want);
+        if r.is_ok() {
+            if let Some(k) = self.m.files.remove(&p) {
+                self.m.release(&k.blocks);
+            } else {
+                self.m.remove_tree(&p);
+            }
+        }
+    }
+
+    async fn fs_rename(&mut self) {
+        let from = self.fs_path();
+        let to = self.fs_path();
+        let exists = |m: &Model, p: &str| m.dirs.contains(p) || m.files.contains_key(p);
+        let want = if from == to {
+            Err("SAME_NAME")
+        } else if under(&to, &from) {
+            Err("RENAME_INTO_ITSELF")
+        } else {
+            match self.m.parents_exist(&from) {
+                Err(e) => Err(e),
+                Ok(false) => Err("PATH_NOT_FOUND"),
+                Ok(true) if !exists(&self.m, &from) => Err("PATH_NOT_FOUND"),
+                Ok(true) => match self.m.parents_exist(&to) {
+                    Err(e) => Err(e),
+                    Ok(false) => Err("DIRECTORY_NOT_FOUND"),
+                    Ok(true) if exists(&self.m, &to) => Err("PATH_ALREADY_EXISTS"),
+                    Ok(true) => Ok(()),
+                },
+            }
+        };
+        let r = self
+            .c
+            .rename_path(RenamePathRequest {
+                volume: "vol1".into(),
+                bucket: FS_BUCKET.into(),
+                from: from.clone(),
+                to: to.clone(),
+                ..Default::default()
+            })
+            .await;
+        self.expect_same("rename path", reason(&r), want);
+        let Ok(r) = r else { return };
+        let st = r.status.unwrap();
+        let moved = |p: &str| format!("{to}{}", &p[from.len()..]);
+        if let Some(mut k) = self.m.files.remove(&from) {
+            k.update_id = st.update_id;
+            self.m.files.insert(to.clone(), k);
+        } else {
+            let dirs: Vec<String> = self
+                .m
+                .dirs
+                .iter()
+                .filter(|d| **d == from || under(d, &from))
+                .cloned()
+                .collect();
+            for d in dirs {
+                self.m.dirs.remove(&d);
+                self.m.dirs.insert(moved(&d));
+            }
+            let files: Vec<String> = self
+                .m
+                .files
+                .keys()
+                .filter(|f| under(f, &from))
+                .cloned()
+                .collect();
+            for f in files {
+                let k = self.m.files.remove(&f).unwrap();
+                self.m.files.insert(moved(&f), k);
+            }
+            for s in self.m.fs_sessions.values_mut() {
+                if let Some(p) = &s.path
+                    && under(p, &from)
+                {
+                    s.path = Some(moved(p));
+                }
+            }
+        }
+    }
+
+    /// The FSO bucket through ListStatus (recursive, small pages) and its
+    /// counters, against the model.
+    async fn check_fs(&self) {
+        let ctx = self.ctx();
+        let mut got = Vec::new();
+        let mut token = String::new();
+        loop {
+            let r = self
+                .c
+                .list_status(ListStatusRequest {
+                    volume: "vol1".into(),
+                    bucket: FS_BUCKET.into(),
+                    recursive: true,
+                    max_entries: 3,
+                    continuation_token: token.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            got.extend(r.entries.iter().map(|e| {
+                (
+                    e.path.clone(),
+                    e.is_directory,
+                    e.size,
+                    e.etag.clone(),
+                    ids(&e.blocks),
+                    if e.is_directory { 0 } else { e.update_id },
+                )
+            }));
+            if !r.truncated {
+                break;
+            }
+            token = r.next_continuation_token;
+        }
+        // Depth first, each directory before its contents, names in byte order:
+        // sorting paths by their components gives exactly that order.
+        let mut want: Vec<_> = self
+            .m
+            .dirs
+            .iter()
+            .map(|d| (d.clone(), true, 0, String::new(), Vec::new(), 0))
+            .chain(self.m.files.iter().map(|(p, k)| {
+                (
+                    p.clone(),
+                    false,
+                    k.size,
+                    k.etag.clone(),
+                    k.blocks.clone(),
+                    k.update_id,
+                )
+            }))
+            .collect();
+        want.sort_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
+        assert_eq!(got, want, "{ctx}: the FSO bucket");
+        let info = self.c.get_bucket("vol1", FS_BUCKET).await.unwrap();
+        let used: u64 = self.m.files.values().map(|k| k.size).sum();
+        assert_eq!(
+            (info.key_count, info.used_bytes, info.open_key_count),
+            (
+                self.m.files.len() as u64,
+                used,
+                self.m.fs_sessions.len() as u64
+            ),
+            "{ctx}: counters of {FS_BUCKET}"
+        );
+    }
+
     async fn deleted(&self) -> Vec<DeletedBlocksEntry> {
         let mut out = Vec::new();
         let mut after = String::new();
@@ -832,6 +1233,7 @@ impl Run {
 
     /// Compares every table, through the listing APIs, with the model.
     async fn check_all(&self) {
+        self.check_fs().await;
         let ctx = self.ctx();
         for b in BUCKETS {
             let mut got = Vec::new();
@@ -977,6 +1379,14 @@ impl Run {
     }
 }
 
+/// Waits until the leader's background task purged every deleted directory.
+async fn wait_purged(node: &TestNode) {
+    om_tests::wait_for(std::time::Duration::from_secs(20), "purge", || async {
+        (!node.dump().keys().any(|(t, _)| *t == "deleted_dirs")).then_some(())
+    })
+    .await;
+}
+
 fn hex_decode(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
@@ -1000,6 +1410,9 @@ async fn run_seed(
             .await
             .unwrap();
     }
+    c.create_bucket("vol1", FS_BUCKET, BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
     let mut run = Run {
         tally: BTreeMap::new(),
         rng: StdRng::seed_from_u64(seed),
@@ -1010,7 +1423,7 @@ async fn run_seed(
     };
     for step in 0..steps {
         run.step = step;
-        match run.rng.random_range(0..100) {
+        match run.rng.random_range(0..140) {
             0..15 => run.put().await,
             15..22 => run.delete().await,
             22..26 => run.delete_many().await,
@@ -1023,9 +1436,15 @@ async fn run_seed(
             73..83 => run.part().await,
             83..91 => run.complete().await,
             91..95 => run.abort().await,
-            _ => run.ack().await,
+            95..100 => run.ack().await,
+            100..108 => run.fs_mkdir().await,
+            108..118 => run.fs_create().await,
+            118..126 => run.fs_commit().await,
+            126..133 => run.fs_delete().await,
+            _ => run.fs_rename().await,
         }
         if step % 25 == 24 {
+            wait_purged(&node).await;
             run.check_all().await;
         }
         if step % restart_every == restart_every - 1 {
@@ -1034,9 +1453,11 @@ async fn run_seed(
             run.c = OmClient::connect("127.0.0.1:1").unwrap();
             node = node.restart(tweak).await;
             run.c = node.client();
+            wait_purged(&node).await;
             run.check_all().await;
         }
     }
+    wait_purged(&node).await;
     run.check_all().await;
     node.node.shutdown().await;
     eprintln!("seed {seed}: (ok, refused) per operation: {:?}", run.tally);
@@ -1054,7 +1475,7 @@ async fn om_matches_the_model_across_restarts() {
         }
     }
     // The sequences reach both outcomes of every operation.
-    assert_eq!(tally.len(), 9, "{tally:?}");
+    assert_eq!(tally.len(), 14, "{tally:?}");
     for (op, (ok, refused)) in &tally {
         assert!(*ok > 0, "{op} never succeeded");
         if *op != "put" {
