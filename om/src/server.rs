@@ -410,6 +410,9 @@ async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::R
         }
         while svc.raft().is_leader() {
             let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
+            if !open_sessions_expired(&svc, before_ms) {
+                break;
+            }
             let op = Op::ExpireOpenKeys(om_proto::store::ExpireOpenKeys { before_ms });
             match svc.propose(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c))
@@ -422,6 +425,23 @@ async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::R
             }
         }
     }
+}
+
+/// Whether any session (key or file) was opened before `before_ms`: one seek
+/// per table in the expiry indexes, so an idle leader proposes nothing.
+fn open_sessions_expired(svc: &OmService, before_ms: u64) -> bool {
+    [
+        (keys::OPEN_KEYS_CF, keys::OPEN_EXPIRY_PREFIX),
+        (keys::OPEN_FILES_CF, keys::OPEN_FILE_EXPIRY_PREFIX),
+    ]
+    .iter()
+    .any(|(cf, prefix)| {
+        let mut upper = prefix.to_vec();
+        upper.extend_from_slice(&before_ms.to_be_bytes());
+        crate::store::iter::DeferredSeekIter::new(svc.db(), cf, Some(prefix.to_vec()), Some(upper))
+            .map(|mut it| it.has_current())
+            .unwrap_or(true)
+    })
 }
 
 /// Children purged per `PurgeDeletedDirs` command: bounds one apply.
