@@ -405,3 +405,148 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
         n.node.shutdown().await;
     }
 }
+
+/// Replicas apply the same commands to byte-identical tables, and the leader's
+/// background purge of a recursively deleted directory continues on the next
+/// leader when the first one stops mid-purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
+    use om_client::v1::*;
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    let leader = leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "fs1", BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let mut file_blocks = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let s = c
+            .create_file(CreateFileRequest {
+                volume: "vol1".into(),
+                bucket: "fs1".into(),
+                path: format!("tree/d{}/f{i}", i % 4),
+                recursive: true,
+                blocks: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        file_blocks.insert(s.blocks[0].block_id);
+        c.commit_key(CommitKeyRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            key: s.path,
+            session_id: s.session_id,
+            size: 1,
+            blocks: vec![BlockInfo {
+                block_id: s.blocks[0].block_id,
+                offset: 0,
+                length: 1,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let up = c
+        .initiate_multipart_upload(InitiateMultipartUploadRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            key: "mp".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .upload
+        .unwrap();
+    let etag = "0cc175b9c0f1b6a831c399e269772661";
+    c.commit_part(CommitPartRequest {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        key: "mp".into(),
+        upload_id: up.upload_id.clone(),
+        part_number: 1,
+        size: 10,
+        etag: etag.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.delete_path(DeletePathRequest {
+        volume: "vol1".into(),
+        bucket: "fs1".into(),
+        path: "tree".into(),
+        recursive: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Stop the leader right away: the purge may be anywhere.
+    nodes[(leader - 1) as usize]
+        .take()
+        .unwrap()
+        .node
+        .shutdown()
+        .await;
+    let live: Vec<usize> = (0..3).filter(|i| nodes[*i].is_some()).collect();
+    leader_among(&nodes, &live).await;
+    let k = c
+        .complete_multipart_upload(CompleteMultipartUploadRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            key: "mp".into(),
+            upload_id: up.upload_id.clone(),
+            parts: vec![CompletedPart {
+                part_number: 1,
+                etag: etag.into(),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .key
+        .unwrap();
+    assert!(k.etag.ends_with("-1"));
+    // The new leader finishes the purge: every file's block is released.
+    wait_for(Duration::from_secs(30), "purge on the new leader", || {
+        let c = &c;
+        let file_blocks = &file_blocks;
+        async move {
+            let r = c
+                .list_deleted_blocks(ListDeletedBlocksRequest::default())
+                .await
+                .ok()?;
+            let freed: std::collections::BTreeSet<u64> = r
+                .entries
+                .iter()
+                .flat_map(|e| e.blocks.iter().map(|b| b.block_id))
+                .collect();
+            file_blocks.is_subset(&freed).then_some(())
+        }
+    })
+    .await;
+    // Both live replicas converge on byte-identical tables.
+    let (a, b) = (live[0], live[1]);
+    wait_for(Duration::from_secs(20), "replicas to converge", || {
+        let ma = metrics_of(nodes[a].as_ref().unwrap()).last_applied;
+        let mb = metrics_of(nodes[b].as_ref().unwrap()).last_applied;
+        let same =
+            ma == mb && nodes[a].as_ref().unwrap().dump() == nodes[b].as_ref().unwrap().dump();
+        async move { same.then_some(()) }
+    })
+    .await;
+    let dump = nodes[a].as_ref().unwrap().dump();
+    assert!(!dump.keys().any(|(t, _)| *t == "deleted_dirs"));
+    assert!(!dump.keys().any(|(t, _)| *t == "files"));
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
