@@ -123,13 +123,24 @@ fn tombstone_arm(quick: bool) {
         assert_eq!(read_page(&mut it, page), page);
         it.stats().tombstones
     };
+    // Positioning alone: the iterator is created before the timer starts.
+    let seek_only = |db: &DB, double: bool| -> Duration {
+        let mut it = DeferredSeekIter::with_prefix(db, KEYS_CF, b"p/").unwrap();
+        let t = Instant::now();
+        if double {
+            it.seek_to_first();
+        }
+        it.seek(&marker);
+        assert_eq!(read_page(&mut it, 1), 1);
+        t.elapsed()
+    };
     // om: interleaved rounds over all bands.
     let rounds = 2001;
     let mut om_pos: Vec<Vec<Duration>> = vec![Vec::new(); dbs.len()];
     let mut om_page: Vec<Vec<Duration>> = vec![Vec::new(); dbs.len()];
+    let mut om_seek: Vec<Vec<Duration>> = vec![Vec::new(); dbs.len()];
     let mut om_skip = vec![0u64; dbs.len()];
-    // The first rounds only warm up (caches, page tables, CPU clocks): a
-    // fresh process runs the microsecond path up to 2x slower for a while.
+    // The first rounds only warm up (caches, page tables, CPU clocks).
     let warmup = 2000;
     for r in 0..rounds + warmup {
         for (i, (_, _, db)) in dbs.iter().enumerate() {
@@ -139,19 +150,24 @@ fn tombstone_arm(quick: bool) {
             let t = Instant::now();
             om_skip[i] = om_skip[i].max(run(db, false, 100));
             let page = t.elapsed();
+            let seek = seek_only(db, false);
             if r >= warmup {
                 om_pos[i].push(pos);
                 om_page[i].push(page);
+                om_seek[i].push(seek);
             }
         }
     }
+    let mut seek_rows = Vec::new();
     for (i, (n, _, db)) in dbs.iter().enumerate() {
         let reps = if *n >= 100_000 { 21 } else { 201 };
         let mut base_skip = 0;
         let bp = timed(reps, || base_skip = run(db, true, 1));
         let bg = timed(reps, || base_skip = run(db, true, 100));
+        let bs = median((0..reps).map(|_| seek_only(db, true)).collect());
         let op = median(om_pos[i].clone());
         let og = median(om_page[i].clone());
+        let os = median(om_seek[i].clone());
         println!(
             "| {n} | {:.2} | {:.1} | {:.0}× | {:.1} | {:.1} | {:.0}× | {} / {base_skip} |",
             us(op),
@@ -162,6 +178,18 @@ fn tombstone_arm(quick: bool) {
             us(bg) / us(og),
             om_skip[i]
         );
+        seek_rows.push(format!(
+            "| {n} | {:.2} | {:.1} | {:.0}× |",
+            us(os),
+            us(bs),
+            us(bs) / us(os)
+        ));
+    }
+    println!("\nThe same, positioning only (iterator created before the timer starts):\n");
+    println!("| tombstones | om seek + first entry (µs) | double positioning (µs) | ratio |");
+    println!("|---:|---:|---:|---:|");
+    for r in seek_rows {
+        println!("{r}");
     }
 }
 
