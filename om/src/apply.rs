@@ -471,8 +471,15 @@ impl Ctx<'_> {
             let n = self.block_holders(blk.block_id)?;
             if n > 1 {
                 self.set_block_holders(b, blk.block_id, n - 1)?;
-            } else {
+            } else if n == 1 {
+                // Freed: a second release of it in this command is a bug.
+                self.holders.borrow_mut().insert(blk.block_id, 0);
                 freed.push(blk);
+            } else {
+                return Err(OmError::Internal(format!(
+                    "block {} released twice in one command",
+                    blk.block_id
+                )));
             }
         }
         if freed.is_empty() {
@@ -834,5 +841,164 @@ mod tests {
     fn object_ids_are_unique_per_entry() {
         assert_ne!(object_id(1, 0), object_id(1, 1));
         assert_ne!(object_id(1, 255), object_id(2, 0));
+    }
+
+    /// Applies commands one entry at a time, as the state machine does.
+    struct Sm {
+        _dir: tempfile::TempDir,
+        db: DB,
+        index: u64,
+    }
+
+    impl Sm {
+        fn new() -> Sm {
+            let dir = tempfile::tempdir().unwrap();
+            let mut o = rocksdb::Options::default();
+            o.create_if_missing(true);
+            o.create_missing_column_families(true);
+            let db = DB::open_cf(&o, dir.path(), keys::TABLE_CFS).unwrap();
+            Sm {
+                _dir: dir,
+                db,
+                index: 0,
+            }
+        }
+
+        /// The result, and how many writes the entry staged.
+        fn apply(&mut self, op: Op) -> (CommandResult, usize) {
+            self.index += 1;
+            let mut b = WriteBatch::default();
+            let cmd = Command {
+                client_id: String::new(),
+                seq: 0,
+                now_ms: 1000 + self.index,
+                op: Some(op),
+            };
+            let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
+            let n = b.len();
+            self.db.write(b).unwrap();
+            (r, n)
+        }
+
+        fn ok(&mut self, op: Op) -> command_result::Result {
+            into_outcome(self.apply(op).0).unwrap()
+        }
+
+        fn rejected(&mut self, op: Op) -> String {
+            let (r, staged) = self.apply(op);
+            assert_eq!(staged, 0, "a rejected command staged writes");
+            match into_outcome(r) {
+                Err(OmError::Request { reason, .. }) => reason,
+                other => panic!("expected a rejection, got {other:?}"),
+            }
+        }
+    }
+
+    use om_proto::store as st;
+
+    fn setup(sm: &mut Sm, layout: u32) {
+        sm.ok(Op::CreateVolume(st::CreateVolume {
+            name: "vol".into(),
+            ..Default::default()
+        }));
+        sm.ok(Op::CreateBucket(st::CreateBucket {
+            volume: "vol".into(),
+            name: "bkt".into(),
+            layout,
+            ..Default::default()
+        }));
+    }
+
+    /// Checks the edge also makes are repeated at apply, so a replicated
+    /// command on its own cannot corrupt state.
+    #[test]
+    fn apply_refuses_parts_out_of_order_on_its_own() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let command_result::Result::Upload(u) =
+            sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "k".into(),
+                ..Default::default()
+            }))
+        else {
+            panic!("no upload")
+        };
+        let id = u.upload.unwrap().upload_id;
+        let etag = "0cc175b9c0f1b6a831c399e269772661".to_string();
+        sm.ok(Op::CommitPart(st::CommitPart {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            upload_id: id,
+            part_number: 1,
+            size: 10,
+            etag: etag.clone(),
+        }));
+        let part = st::PartRef {
+            part_number: 1,
+            etag,
+        };
+        let reason = sm.rejected(Op::CompleteMultipart(st::CompleteMultipart {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            upload_id: id,
+            parts: vec![part.clone(), part],
+            ..Default::default()
+        }));
+        assert_eq!(reason, "INVALID_PART_ORDER");
+    }
+
+    #[test]
+    fn apply_refuses_moving_a_directory_under_itself() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_FSO);
+        sm.ok(Op::CreateDirectory(st::CreateDirectory {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            path: "a/x".into(),
+        }));
+        for to in ["a/x/y", "a/y"] {
+            let reason = sm.rejected(Op::RenamePath(st::RenamePath {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                from: "a".into(),
+                to: to.into(),
+            }));
+            assert_eq!(reason, "RENAME_INTO_ITSELF", "{to}");
+        }
+        // A sibling target is fine.
+        sm.ok(Op::RenamePath(st::RenamePath {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            from: "a".into(),
+            to: "b".into(),
+        }));
+    }
+
+    #[test]
+    fn a_block_released_twice_in_one_command_is_an_error() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let ctx = Ctx {
+            db: &sm.db,
+            index: 99,
+            now: 0,
+            holders: RefCell::new(HashMap::new()),
+        };
+        let mut b = WriteBatch::default();
+        let blk = BlockRecord {
+            block_id: 7,
+            offset: 0,
+            length: 1,
+        };
+        ctx.release_blocks(&mut b, 0, vec![blk], String::new())
+            .unwrap();
+        assert!(
+            ctx.release_blocks(&mut b, 1, vec![blk], String::new())
+                .is_err()
+        );
     }
 }

@@ -413,7 +413,7 @@ impl OmService {
     /// One page of keys, with S3 delimiter roll-up and continuation tokens.
     pub async fn list_keys(&self, c: Consistency, q: KeyListing) -> Result<KeyPage, OmError> {
         self.read_barrier(c).await?;
-        let bucket = self.bucket_now(&q.volume, &q.bucket)?;
+        let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
         let expect = ContinuationToken {
             version: 1,
             listing: "keys".to_string(),

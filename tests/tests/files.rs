@@ -341,6 +341,42 @@ async fn list_status_merges_pages_and_recurses() {
     }
     // Listing a file lists the file.
     assert_eq!(ls(&c, "top", false, 0).await, [("top".to_string(), false)]);
+    // A token whose directories moved since it was issued is refused rather
+    // than resumed elsewhere.
+    let page = c
+        .list_status(ListStatusRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            recursive: true,
+            max_entries: 6,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.entries.last().unwrap().path, "d/d/x");
+    c.rename_path(RenamePathRequest {
+        volume: "vol1".into(),
+        bucket: "fs1".into(),
+        from: "d/d".into(),
+        to: "d/q".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_err(
+        c.list_status(ListStatusRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            recursive: true,
+            max_entries: 6,
+            continuation_token: page.next_continuation_token,
+            ..Default::default()
+        })
+        .await,
+        Code::InvalidArgument,
+        "INVALID_CONTINUATION_TOKEN",
+        "continuation_token",
+    );
     node.node.shutdown().await;
 }
 

@@ -110,6 +110,7 @@ impl Ctx<'_> {
         c: &CreateFile,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
+        super::write::check_block_count(c.blocks)?;
         let comps = fs::components(&c.path);
         let Some((name, parents)) = comps.split_last() else {
             return Err(OmError::invalid(
@@ -278,6 +279,24 @@ impl Ctx<'_> {
                 format!("{} does not exist", c.from),
             )
         })?;
+        if let Entry::Dir { rec, .. } = &entry {
+            // A directory never moves under itself (the edge checks the
+            // paths; this guards the replicated command on its own).
+            let mut id = root;
+            for name in &to[..to.len().saturating_sub(1)] {
+                match fs::get_dir(self.db, id, name)? {
+                    Some(d) if d.object_id == rec.object_id => {
+                        return Err(OmError::invalid(
+                            "RENAME_INTO_ITSELF",
+                            "to",
+                            format!("{} lies under {}", c.to, c.from),
+                        ));
+                    }
+                    Some(d) => id = d.object_id,
+                    None => break,
+                }
+            }
+        }
         let new_parent = fs::parent_dir(self.db, root, &to, "to")?;
         let new_name = to.last().copied().unwrap_or_default();
         if fs::get_dir(self.db, new_parent, new_name)?.is_some()

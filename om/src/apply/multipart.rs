@@ -154,7 +154,19 @@ impl Ctx<'_> {
         let by_number: std::collections::HashMap<u32, &PartRecord> =
             stored.iter().map(|p| (p.part_number, p)).collect();
         let mut listed = Vec::with_capacity(c.parts.len());
+        let mut prev = 0;
         for (i, want) in c.parts.iter().enumerate() {
+            if want.part_number <= prev {
+                return Err(OmError::invalid(
+                    "INVALID_PART_ORDER",
+                    "parts",
+                    format!(
+                        "parts must be listed in ascending order; {} follows {prev}",
+                        want.part_number
+                    ),
+                ));
+            }
+            prev = want.part_number;
             let Some(part) = by_number.get(&want.part_number) else {
                 return Err(OmError::invalid(
                     "INVALID_PART",
@@ -185,10 +197,14 @@ impl Ctx<'_> {
             listed.push(*part);
         }
         let etag = multipart_etag(listed.iter().map(|p| p.etag.as_str())).ok_or_else(|| {
-            OmError::Internal(format!(
-                "upload {:016x} holds a part without a hex MD5 ETag",
-                c.upload_id
-            ))
+            OmError::invalid(
+                "INVALID_PART",
+                "parts",
+                format!(
+                    "upload {:016x} holds a part without a hex MD5 ETag",
+                    c.upload_id
+                ),
+            )
         })?;
         let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
         // Checks are done; stage writes from here on.

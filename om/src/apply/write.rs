@@ -1,7 +1,7 @@
 //! Writing keys in steps (open, allocate, commit), server-side copies, and the
 //! housekeeping commands around them (open-key expiry, reclamation acks).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use om_proto::store::{
     AckDeletedBlocks, AllocateBlock, BucketRecord, CommandResult, CommitKey, CopyKey, CountResult,
@@ -51,6 +51,7 @@ impl Ctx<'_> {
         c: &OpenKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        check_block_count(c.blocks)?;
         let session_id = object_id(self.index, 0);
         let ids = self.allocate(b, u64::from(c.blocks))?;
         let mut rec = OpenKeyRecord {
@@ -309,7 +310,7 @@ impl Ctx<'_> {
         b: &mut WriteBatch,
         before_ms: u64,
     ) -> Result<CommandResult, OmError> {
-        let mut buckets: HashMap<Vec<u8>, BucketRecord> = HashMap::new();
+        let mut buckets: BTreeMap<Vec<u8>, BucketRecord> = BTreeMap::new();
         let mut n = 0u32;
         for (cf_name, prefix) in [
             (keys::OPEN_KEYS_CF, keys::OPEN_EXPIRY_PREFIX),
@@ -385,6 +386,18 @@ impl Ctx<'_> {
         }
         ok(command_result::Result::Count(CountResult { count }))
     }
+}
+
+/// A new session's blocks stay within what one session may hold.
+pub(super) fn check_block_count(n: u32) -> Result<(), OmError> {
+    if n as usize > MAX_SESSION_BLOCKS {
+        return Err(OmError::invalid(
+            "TOO_MANY_BLOCKS",
+            "blocks",
+            format!("a session holds at most {MAX_SESSION_BLOCKS} blocks"),
+        ));
+    }
+    Ok(())
 }
 
 /// Allocated but not yet written blocks: ids with a full block's capacity.

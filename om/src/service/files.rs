@@ -168,6 +168,46 @@ impl OmService {
         Ok(b)
     }
 
+    /// A token's directories must still be where it says, under the listed
+    /// directory of this bucket: each frame's path is resolved again from the
+    /// root and must name the frame's directory id. So a token reaches only
+    /// what the same request could list, and a listing whose directories were
+    /// renamed or deleted since the last page is refused rather than resumed
+    /// somewhere else.
+    fn check_frames(&self, root: u64, base: &str, frames: &[Frame]) -> Result<(), OmError> {
+        let changed = || {
+            OmError::invalid(
+                "INVALID_CONTINUATION_TOKEN",
+                "continuation_token",
+                "a directory of this listing was renamed or deleted since the token was issued, or the token is not from this listing; start the listing again",
+            )
+        };
+        if frames.first().map(|f| f.path.as_str()) != Some(base) {
+            return Err(changed());
+        }
+        let (mut id, mut at) = (root, "");
+        for (i, f) in frames.iter().enumerate() {
+            let rel = f.path.strip_prefix(at).ok_or_else(changed)?;
+            // The top frame is the listed directory itself; each deeper one
+            // is a child directory of the frame above it.
+            let shape_ok = if i == 0 {
+                rel.is_empty() || rel.ends_with('/')
+            } else {
+                rel.len() > 1 && rel.ends_with('/') && !rel[..rel.len() - 1].contains('/')
+            };
+            if !shape_ok {
+                return Err(changed());
+            }
+            let comps = fs::components(rel.trim_end_matches('/'));
+            match fs::walk_dirs(&self.db, id, &comps, "continuation_token")? {
+                fs::Walk::Dir(d) if d == f.dir => id = d,
+                _ => return Err(changed()),
+            }
+            at = &f.path;
+        }
+        Ok(())
+    }
+
     /// What `path` (normalized) names in an FSO bucket.
     pub async fn file_status(
         &self,
@@ -258,13 +298,15 @@ impl OmService {
             }]
         } else {
             let t = ContinuationToken::decode_token(&q.continuation_token, &expect)?;
-            decode_frames(&t.resume).ok_or_else(|| {
+            let frames = decode_frames(&t.resume).ok_or_else(|| {
                 OmError::invalid(
                     "INVALID_CONTINUATION_TOKEN",
                     "continuation_token",
                     "continuation token is malformed",
                 )
-            })?
+            })?;
+            self.check_frames(b.object_id, &base, &frames)?;
+            frames
         };
         let max = self.page_size(q.max);
         let mut entries = Vec::new();
