@@ -396,31 +396,11 @@ impl Ctx<'_> {
     }
 
     fn fso_bucket(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
-        let rec = self.bucket(volume, bucket)?;
-        if rec.layout != LAYOUT_FSO {
-            return Err(OmError::precondition(
-                "UNSUPPORTED_BUCKET_LAYOUT",
-                "bucket",
-                format!(
-                    "bucket {volume}/{bucket} is OBJECT_STORE; file-system calls need a FILE_SYSTEM_OPTIMIZED bucket"
-                ),
-            ));
-        }
-        Ok(rec)
+        require_layout(self.bucket(volume, bucket)?, LAYOUT_FSO)
     }
 
     fn object_store_bucket(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
-        let rec = self.bucket(volume, bucket)?;
-        if rec.layout != LAYOUT_OBJECT_STORE {
-            return Err(OmError::precondition(
-                "UNSUPPORTED_BUCKET_LAYOUT",
-                "bucket",
-                format!(
-                    "bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"
-                ),
-            ));
-        }
-        Ok(rec)
+        require_layout(self.bucket(volume, bucket)?, LAYOUT_OBJECT_STORE)
     }
 
     /// How many keys hold block `id`: 1 unless `block_refs` says otherwise.
@@ -749,6 +729,29 @@ impl Ctx<'_> {
         it.status()?;
         ok(command_result::Result::Empty(Empty {}))
     }
+}
+
+/// `bucket` if it has `layout`, else FAILED_PRECONDITION
+/// `UNSUPPORTED_BUCKET_LAYOUT`: object-store calls need an OBJECT_STORE
+/// bucket, file-system calls a FILE_SYSTEM_OPTIMIZED one. Shared by apply and
+/// the read paths.
+pub fn require_layout(bucket: BucketRecord, layout: u32) -> Result<BucketRecord, OmError> {
+    if bucket.layout == layout {
+        return Ok(bucket);
+    }
+    let (is, needs, calls) = if layout == LAYOUT_FSO {
+        ("OBJECT_STORE", "FILE_SYSTEM_OPTIMIZED", "file-system")
+    } else {
+        ("FILE_SYSTEM_OPTIMIZED", "OBJECT_STORE", "key")
+    };
+    Err(OmError::precondition(
+        "UNSUPPORTED_BUCKET_LAYOUT",
+        "bucket",
+        format!(
+            "bucket {}/{} is {is}; {calls} calls need an {needs} bucket",
+            bucket.volume, bucket.name
+        ),
+    ))
 }
 
 /// Block records for `ids` filled in order, each up to `BLOCK_SIZE`, covering `size` bytes.

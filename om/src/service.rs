@@ -531,17 +531,10 @@ pub struct DeletedPage {
 
 impl OmService {
     fn object_store_bucket_now(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
-        let b = self.bucket_now(volume, bucket)?;
-        if b.layout != crate::apply::LAYOUT_OBJECT_STORE {
-            return Err(OmError::precondition(
-                "UNSUPPORTED_BUCKET_LAYOUT",
-                "bucket",
-                format!(
-                    "bucket {volume}/{bucket} is FILE_SYSTEM_OPTIMIZED; key calls need an OBJECT_STORE bucket"
-                ),
-            ));
-        }
-        Ok(b)
+        crate::apply::require_layout(
+            self.bucket_now(volume, bucket)?,
+            crate::apply::LAYOUT_OBJECT_STORE,
+        )
     }
 
     /// Sessions of keys under `prefix` being written, in key order; stops at

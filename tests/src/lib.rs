@@ -365,3 +365,68 @@ impl Drop for OmProcess {
         self.kill9();
     }
 }
+
+/// Asserts that `r` is the API error `code` with `reason` on `field`.
+pub fn assert_err(
+    r: Result<impl std::fmt::Debug, om_client::ClientError>,
+    code: tonic::Code,
+    reason: &str,
+    field: &str,
+) {
+    match r {
+        Err(om_client::ClientError::Api {
+            code: c,
+            reason: re,
+            field: f,
+            ..
+        }) => {
+            assert_eq!(c, code, "code for {re}");
+            assert_eq!(re, reason);
+            assert_eq!(f, field, "field for {re}");
+        }
+        other => panic!("expected {code:?} {reason}, got {other:?}"),
+    }
+}
+
+/// Runs `f`, expects the given error, and checks that no table of `node` changed.
+pub async fn rejected<T: std::fmt::Debug>(
+    node: &TestNode,
+    f: impl std::future::Future<Output = Result<T, om_client::ClientError>>,
+    code: tonic::Code,
+    reason: &str,
+    field: &str,
+) {
+    let before = node.dump();
+    assert_err(f.await, code, reason, field);
+    assert_eq!(
+        before,
+        node.dump(),
+        "{reason}: a rejected request changed the tables"
+    );
+}
+
+/// Every block id in the deleted-blocks table, oldest entry first, read in
+/// small pages so the listing's continuation is exercised too.
+pub async fn deleted_block_ids(c: &OmClient) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = c
+            .list_deleted_blocks(om_client::v1::ListDeletedBlocksRequest {
+                after: after.clone(),
+                max_entries: 2,
+                ..Default::default()
+            })
+            .await
+            .expect("list deleted blocks");
+        out.extend(
+            page.entries
+                .iter()
+                .flat_map(|e| e.blocks.iter().map(|b| b.block_id)),
+        );
+        if !page.truncated {
+            return out;
+        }
+        after = page.next_after;
+    }
+}

@@ -2,43 +2,10 @@
 //! volumes, buckets and keys, their failure cases, and proof that every
 //! rejected request leaves the tables unchanged.
 
+use om_client::OmClient;
 use om_client::v1::*;
-use om_client::{ClientError, OmClient};
-use om_tests::TestNode;
+use om_tests::{TestNode, assert_err, rejected};
 use tonic::Code;
-
-fn assert_err(r: Result<impl std::fmt::Debug, ClientError>, code: Code, reason: &str, field: &str) {
-    match r {
-        Err(ClientError::Api {
-            code: c,
-            reason: re,
-            field: f,
-            ..
-        }) => {
-            assert_eq!(c, code, "code for {re}");
-            assert_eq!(re, reason);
-            assert_eq!(f, field, "field for {re}");
-        }
-        other => panic!("expected {code:?} {reason}, got {other:?}"),
-    }
-}
-
-/// Runs `f`, expects the given error, and checks that no table changed.
-async fn rejected<T: std::fmt::Debug>(
-    node: &TestNode,
-    f: impl std::future::Future<Output = Result<T, ClientError>>,
-    code: Code,
-    reason: &str,
-    field: &str,
-) {
-    let before = node.dump();
-    assert_err(f.await, code, reason, field);
-    assert_eq!(
-        before,
-        node.dump(),
-        "{reason}: a rejected request changed the tables"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_lifecycle() {

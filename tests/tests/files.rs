@@ -8,35 +8,8 @@ use std::time::Duration;
 
 use om_client::v1::*;
 use om_client::{ClientError, OmClient};
-use om_tests::{TestNode, wait_for};
+use om_tests::{TestNode, assert_err, deleted_block_ids, rejected, wait_for};
 use tonic::Code;
-
-fn assert_err(r: Result<impl std::fmt::Debug, ClientError>, code: Code, reason: &str, field: &str) {
-    match r {
-        Err(ClientError::Api {
-            code: c,
-            reason: re,
-            field: f,
-            ..
-        }) => assert_eq!((c, re.as_str(), f.as_str()), (code, reason, field)),
-        other => panic!("expected {code:?} {reason}, got {other:?}"),
-    }
-}
-
-async fn rejected<T: std::fmt::Debug>(
-    node: &TestNode,
-    f: impl std::future::Future<Output = Result<T, ClientError>>,
-    code: Code,
-    reason: &str,
-    field: &str,
-) {
-    let before = node.dump();
-    assert_err(f.await, code, reason, field);
-    assert!(
-        before == node.dump(),
-        "{reason}: a rejected request changed the tables"
-    );
-}
 
 async fn setup(node: &TestNode) -> OmClient {
     let c = node.client();
@@ -381,15 +354,7 @@ async fn list_status_merges_pages_and_recurses() {
 }
 
 async fn deleted_blocks(c: &OmClient) -> BTreeSet<u64> {
-    let r = c
-        .list_deleted_blocks(ListDeletedBlocksRequest::default())
-        .await
-        .unwrap();
-    assert!(!r.truncated);
-    r.entries
-        .iter()
-        .flat_map(|e| e.blocks.iter().map(|b| b.block_id))
-        .collect()
+    deleted_block_ids(c).await.into_iter().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

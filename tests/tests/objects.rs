@@ -6,43 +6,13 @@
 use std::collections::BTreeSet;
 
 use md5::{Digest, Md5};
+use om_client::OmClient;
 use om_client::v1::*;
-use om_client::{ClientError, OmClient};
-use om_tests::TestNode;
+use om_tests::{TestNode, assert_err, deleted_block_ids as deleted_blocks, rejected};
 use tonic::Code;
 
 const MIB: u64 = 1024 * 1024;
 const BLOCK: u64 = 256 * MIB;
-
-fn assert_err(r: Result<impl std::fmt::Debug, ClientError>, code: Code, reason: &str, field: &str) {
-    match r {
-        Err(ClientError::Api {
-            code: c,
-            reason: re,
-            field: f,
-            ..
-        }) => {
-            assert_eq!((c, re.as_str(), f.as_str()), (code, reason, field));
-        }
-        other => panic!("expected {code:?} {reason}, got {other:?}"),
-    }
-}
-
-/// Runs `f`, expects the given error, and checks that no table changed.
-async fn rejected<T: std::fmt::Debug>(
-    node: &TestNode,
-    f: impl std::future::Future<Output = Result<T, ClientError>>,
-    code: Code,
-    reason: &str,
-    field: &str,
-) {
-    let before = node.dump();
-    assert_err(f.await, code, reason, field);
-    assert!(
-        before == node.dump(),
-        "{reason}: a rejected request changed the tables"
-    );
-}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -59,31 +29,6 @@ async fn setup(node: &TestNode) -> OmClient {
         .await
         .unwrap();
     c
-}
-
-/// Every block id in the deleted-blocks table, read page by page.
-async fn deleted_blocks(c: &OmClient) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut after = String::new();
-    loop {
-        let page = c
-            .list_deleted_blocks(ListDeletedBlocksRequest {
-                after: after.clone(),
-                max_entries: 2,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        out.extend(
-            page.entries
-                .iter()
-                .flat_map(|e| e.blocks.iter().map(|b| b.block_id)),
-        );
-        if !page.truncated {
-            return out;
-        }
-        after = page.next_after;
-    }
 }
 
 fn ids(blocks: &[BlockInfo]) -> Vec<u64> {

@@ -69,38 +69,33 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
         let comps = fs::components(&c.path);
-        if let Some(Entry::File { .. }) = fs::stat(self.db, bucket.object_id, &comps, "path")? {
-            return Err(OmError::exists(
-                "FILE_ALREADY_EXISTS",
+        let Some((name, parents)) = comps.split_last() else {
+            return Err(OmError::invalid(
+                "INVALID_PATH",
                 "path",
-                format!("{} is a file", c.path),
+                "the root directory always exists",
             ));
-        }
-        match fs::walk_dirs(self.db, bucket.object_id, &comps, "path")? {
-            Walk::Dir(_) => {
-                let Some(Entry::Dir { rec, .. }) =
-                    fs::stat(self.db, bucket.object_id, &comps, "path")?
-                else {
-                    return Err(OmError::invalid(
-                        "INVALID_PATH",
+        };
+        let (parent, from) = match fs::walk_dirs(self.db, bucket.object_id, parents, "path")? {
+            Walk::Missing { depth, parent } => (parent, depth),
+            Walk::Dir(parent) => {
+                if fs::get_file(self.db, parent, name)?.is_some() {
+                    return Err(OmError::exists(
+                        "FILE_ALREADY_EXISTS",
                         "path",
-                        "the root directory always exists",
+                        format!("{} is a file", c.path),
                     ));
-                };
-                ok(command_result::Result::FileStatus(FileStatusResult {
-                    path: c.path.clone(),
-                    is_directory: true,
-                    file: None,
-                    directory: Some(rec),
-                }))
+                }
+                if let Some(rec) = fs::get_dir(self.db, parent, name)? {
+                    return Ok(dir_status(&c.path, rec));
+                }
+                (parent, parents.len())
             }
-            Walk::Missing { depth, parent } => {
-                let rec = self.make_dirs(b, parent, &comps, depth)?;
-                bucket.update_id = self.index;
-                self.put_bucket(b, &mut bucket)?;
-                Ok(dir_status(&c.path, rec))
-            }
-        }
+        };
+        let rec = self.make_dirs(b, parent, &comps, from)?;
+        bucket.update_id = self.index;
+        self.put_bucket(b, &mut bucket)?;
+        Ok(dir_status(&c.path, rec))
     }
 
     /// Opens a session for a new file (or, with `overwrite`, a replacement).

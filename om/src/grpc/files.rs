@@ -4,16 +4,11 @@
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
-use super::objects::block_infos;
+use super::objects::{block_count, block_infos, bucket_names};
 use super::{consistency, scan_stats, unexpected, write_id};
 use crate::error::OmError;
 use crate::service::{OmService, Status, StatusListing};
 use crate::validate;
-
-fn bucket_names(volume: &str, bucket: &str) -> Result<(), OmError> {
-    validate::resource_name("volume", volume)?;
-    validate::resource_name("bucket", bucket)
-}
 
 fn dir_status(path: String, d: st::DirectoryRecord) -> FileStatus {
     FileStatus {
@@ -84,17 +79,7 @@ pub async fn create_file(
     let path = validate::fs_path_not_root("path", &r.path)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
-    if r.blocks > super::objects::MAX_BLOCKS_PER_CALL {
-        return Err(OmError::invalid(
-            "TOO_MANY_BLOCKS",
-            "blocks",
-            format!(
-                "at most {} blocks per call, got {}",
-                super::objects::MAX_BLOCKS_PER_CALL,
-                r.blocks
-            ),
-        ));
-    }
+    block_count("blocks", r.blocks)?;
     let op = Op::CreateFile(st::CreateFile {
         volume: r.volume,
         bucket: r.bucket,

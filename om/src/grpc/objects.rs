@@ -29,7 +29,7 @@ pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
         .collect()
 }
 
-fn bucket_names(volume: &str, bucket: &str) -> Result<(), OmError> {
+pub(super) fn bucket_names(volume: &str, bucket: &str) -> Result<(), OmError> {
     validate::resource_name("volume", volume)?;
     validate::resource_name("bucket", bucket)
 }
@@ -51,7 +51,7 @@ pub fn conditions(c: Option<KeyConditions>) -> Result<Option<st::KeyConditions>,
     }))
 }
 
-fn block_count(field: &'static str, n: u32) -> Result<(), OmError> {
+pub(super) fn block_count(field: &'static str, n: u32) -> Result<(), OmError> {
     if n > MAX_BLOCKS_PER_CALL {
         return Err(OmError::invalid(
             "TOO_MANY_BLOCKS",

@@ -155,17 +155,7 @@ fn add(total: &mut IterStats, s: IterStats) {
 
 impl OmService {
     fn fso_bucket_now(&self, volume: &str, bucket: &str) -> Result<BucketRecord, OmError> {
-        let b = self.bucket_now(volume, bucket)?;
-        if b.layout != crate::apply::LAYOUT_FSO {
-            return Err(OmError::precondition(
-                "UNSUPPORTED_BUCKET_LAYOUT",
-                "bucket",
-                format!(
-                    "bucket {volume}/{bucket} is OBJECT_STORE; file-system calls need a FILE_SYSTEM_OPTIMIZED bucket"
-                ),
-            ));
-        }
-        Ok(b)
+        crate::apply::require_layout(self.bucket_now(volume, bucket)?, crate::apply::LAYOUT_FSO)
     }
 
     /// A token's directories must still be where it says, under the listed
