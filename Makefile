@@ -20,7 +20,10 @@ build: setup
 run: build
 	$(CARGO) run --release -p om --bin om -- --data-dir $(DATA_DIR)
 
-test: build
+# One cargo invocation compiles the binaries and every test target together (the
+# tests start the real `om` binary); the second only runs what the first built.
+test: setup
+	$(CARGO) build --release --workspace --all-targets
 	$(CARGO) test --release --workspace
 
 fmt:

@@ -2,20 +2,72 @@
 # Installs what building om needs beyond the Rust toolchain, and nothing when it
 # is already there: a C++ compiler and make for RocksDB, and libclang for the
 # RocksDB bindings (bindgen). Runs as root or through sudo.
+#
+#   scripts/setup.sh                 install what is missing
+#   scripts/setup.sh --print-needs   only print the packages it would install
+#
+# libclang is detected by the files bindgen's loader (clang-sys, runtime linking)
+# actually opens: libclang.so, libclang-N.so, libclang.so.N and libclang-N.so.N.
+# Look-alikes such as libclang-cpp.so.14 (clang's C++ library, present on images
+# that have no libclang) do not count. OM_SETUP_ROOT prefixes every searched
+# directory, so tests can point the detection at a fake file layout.
 set -euo pipefail
 
-need=()
-command -v c++ >/dev/null 2>&1 || need+=(g++)
-command -v make >/dev/null 2>&1 || need+=(make)
-have_libclang() {
-  local f
-  for f in "${LIBCLANG_PATH:-/nonexistent}"/libclang*.so* /usr/lib/llvm-*/lib/libclang*.so* \
-           /usr/lib/*-linux-gnu/libclang*.so*; do
-    [ -e "$f" ] && return 0
+root="${OM_SETUP_ROOT:-}"
+
+# Is NAME a file name clang-sys would load as libclang?
+is_libclang_name() {
+  case "$1" in
+    libclang.so | libclang.so.[0-9]*) return 0 ;;
+    libclang-[0-9]*.so | libclang-[0-9]*.so.[0-9]*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# The directories clang-sys searches on Linux (LIBCLANG_PATH first).
+libclang_dirs() {
+  if [ -n "${LIBCLANG_PATH:-}" ]; then
+    echo "$LIBCLANG_PATH"
+  fi
+  local d
+  for d in "$root"/usr/lib/llvm-*/lib "$root"/usr/lib/*-linux-gnu "$root"/usr/lib \
+           "$root"/usr/lib64 "$root"/usr/local/lib "$root"/usr/local/lib64 "$root"/lib \
+           "$root"/lib/*-linux-gnu "$root"/usr/local/llvm*/lib; do
+    [ -d "$d" ] && echo "$d"
   done
+  return 0
+}
+
+have_libclang() {
+  local d f
+  while IFS= read -r d; do
+    for f in "$d"/libclang*; do
+      [ -e "$f" ] || continue
+      if is_libclang_name "$(basename "$f")"; then
+        return 0
+      fi
+    done
+  done < <(libclang_dirs)
   return 1
 }
+
+has_command() {
+  if [ -n "$root" ]; then
+    [ -x "$root/usr/bin/$1" ]
+  else
+    command -v "$1" >/dev/null 2>&1
+  fi
+}
+
+need=()
+has_command c++ || need+=(g++)
+has_command make || need+=(make)
 have_libclang || need+=(libclang-dev)
+
+if [ "${1:-}" = "--print-needs" ]; then
+  echo "${need[*]}"
+  exit 0
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
