@@ -11,7 +11,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/om/raft/v1/raft.proto",
         "proto/etcd/kv.proto",
     ];
+    // Every protobuf map is a BTreeMap, so a message always encodes its map
+    // entries in key order: replicas store identical bytes for the same state
+    // (a HashMap's order depends on each process's random hasher).
     tonic_prost_build::configure()
+        .btree_map(".")
         .build_client(true)
         .build_server(true)
         .compile_protos(&files, &["proto"])?;

@@ -1,6 +1,6 @@
 //! `omctl`: the admin CLI of om.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -279,7 +279,7 @@ fn split3(path: &str) -> Result<(&str, &str, &str)> {
     Ok((v, b, k))
 }
 
-fn parse_meta(items: &[String]) -> Result<HashMap<String, String>> {
+fn parse_meta(items: &[String]) -> Result<BTreeMap<String, String>> {
     items
         .iter()
         .map(|kv| {

@@ -108,7 +108,7 @@ pub fn delimiter(field: &'static str, d: &str) -> Result<(), OmError> {
 /// Metadata maps are bounded so one request cannot bloat a record (S3 allows 2 KiB).
 pub fn metadata(
     field: &'static str,
-    map: &std::collections::HashMap<String, String>,
+    map: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), OmError> {
     let total: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
     if total > 2048 {

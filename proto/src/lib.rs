@@ -56,3 +56,35 @@ impl std::fmt::Display for store::Command {
         write!(f, "{op}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    /// The same record encodes to the same bytes whatever order its map was
+    /// filled in, in any process: replicas must store identical bytes.
+    #[test]
+    fn maps_encode_in_key_order() {
+        let pairs: Vec<(String, String)> = (0..32)
+            .map(|i| (format!("name{i:02}"), format!("value{i}")))
+            .collect();
+        let forward = super::store::KeyRecord {
+            metadata: pairs.iter().cloned().collect(),
+            ..Default::default()
+        };
+        let backward = super::store::KeyRecord {
+            metadata: pairs.iter().rev().cloned().collect(),
+            ..Default::default()
+        };
+        let a = forward.encode_to_vec();
+        assert_eq!(a, backward.encode_to_vec());
+        let again = super::store::KeyRecord::decode(a.as_slice()).unwrap();
+        assert_eq!(again.encode_to_vec(), a);
+        // Entries appear on the wire sorted by key.
+        let pos: Vec<usize> = pairs
+            .iter()
+            .map(|(k, _)| a.windows(k.len()).position(|w| w == k.as_bytes()).unwrap())
+            .collect();
+        assert!(pos.windows(2).all(|w| w[0] < w[1]));
+    }
+}

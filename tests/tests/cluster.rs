@@ -426,6 +426,30 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
         .unwrap();
+    // Records with many map entries: each replica must encode them in the same
+    // order (protobuf maps are BTreeMaps, not per-process-seeded HashMaps).
+    let meta: std::collections::BTreeMap<String, String> = (0..16)
+        .map(|i| (format!("m{i:02}"), format!("v{i}")))
+        .collect();
+    c.create_volume_with(CreateVolumeRequest {
+        name: "vol2".into(),
+        metadata: meta.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for i in 0..8 {
+        c.put_key_with(PutKeyRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            key: format!("meta{i}"),
+            size: 1,
+            metadata: meta.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
     let mut file_blocks = std::collections::BTreeSet::new();
     for i in 0..40 {
         let s = c
@@ -538,8 +562,13 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     wait_for(Duration::from_secs(20), "replicas to converge", || {
         let ma = metrics_of(nodes[a].as_ref().unwrap()).last_applied;
         let mb = metrics_of(nodes[b].as_ref().unwrap()).last_applied;
-        let same =
-            ma == mb && nodes[a].as_ref().unwrap().dump() == nodes[b].as_ref().unwrap().dump();
+        let (na, nb) = (nodes[a].as_ref().unwrap(), nodes[b].as_ref().unwrap());
+        let same = ma == mb
+            && na.dump() == nb.dump()
+            && om::store::dump_table(na.node.service.db(), om::store::keys::RETRY_CACHE_CF)
+                .unwrap()
+                == om::store::dump_table(nb.node.service.db(), om::store::keys::RETRY_CACHE_CF)
+                    .unwrap();
         async move { same.then_some(()) }
     })
     .await;

@@ -41,13 +41,29 @@ pub fn dump_tables(db: &rocksdb::DB) -> Result<TableDump, crate::error::OmError>
         .iter()
         .filter(|c| **c != keys::RETRY_CACHE_CF)
     {
-        let mut it = iter::DeferredSeekIter::new(db, cf, None, None)?;
-        it.seek_to_first();
-        while let Some((k, v)) = it.current() {
-            out.insert((cf, k.to_vec()), v.to_vec());
-            it.advance();
-        }
-        it.status()?;
+        dump_into(db, cf, &mut out)?;
     }
     Ok(out)
+}
+
+/// Every entry of one table, by (table, key).
+pub fn dump_table(db: &rocksdb::DB, cf: &'static str) -> Result<TableDump, crate::error::OmError> {
+    let mut out = BTreeMap::new();
+    dump_into(db, cf, &mut out)?;
+    Ok(out)
+}
+
+fn dump_into(
+    db: &rocksdb::DB,
+    cf: &'static str,
+    out: &mut TableDump,
+) -> Result<(), crate::error::OmError> {
+    let mut it = iter::DeferredSeekIter::new(db, cf, None, None)?;
+    it.seek_to_first();
+    while let Some((k, v)) = it.current() {
+        out.insert((cf, k.to_vec()), v.to_vec());
+        it.advance();
+    }
+    it.status()?;
+    Ok(())
 }
