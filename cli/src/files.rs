@@ -124,7 +124,10 @@ pub async fn run(c: &OmClient, out: Output, cmd: FsCmd) -> Result<()> {
             overwrite,
         } => {
             let (v, b, p) = split3(&path)?;
-            let n = size.div_ceil(256 * 1024 * 1024).min(64) as u32;
+            // Everything that can be checked here is checked before a session
+            // (which holds blocks until it commits or expires) is opened.
+            let blocks = blocks_for(size)?;
+            let first = blocks.min(MAX_BLOCKS_PER_CALL);
             let s = c
                 .create_file(CreateFileRequest {
                     volume: v.into(),
@@ -132,11 +135,25 @@ pub async fn run(c: &OmClient, out: Output, cmd: FsCmd) -> Result<()> {
                     path: p.into(),
                     recursive: true,
                     overwrite,
-                    blocks: n,
+                    blocks: first,
                     ..Default::default()
                 })
                 .await?;
-            let ids: Vec<u64> = s.blocks.iter().map(|b| b.block_id).collect();
+            let mut ids: Vec<u64> = s.blocks.iter().map(|b| b.block_id).collect();
+            while (ids.len() as u32) < blocks {
+                let more = (blocks - ids.len() as u32).min(MAX_BLOCKS_PER_CALL);
+                let r = c
+                    .allocate_block(AllocateBlockRequest {
+                        volume: v.into(),
+                        bucket: b.into(),
+                        key: s.path.clone(),
+                        session_id: s.session_id,
+                        count: more,
+                        ..Default::default()
+                    })
+                    .await?;
+                ids.extend(r.blocks.iter().map(|b| b.block_id));
+            }
             let k = c
                 .commit_key(CommitKeyRequest {
                     volume: v.into(),
@@ -248,4 +265,31 @@ pub async fn run(c: &OmClient, out: Output, cmd: FsCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Most blocks one OpenKey/CreateFile/AllocateBlock call asks for (the
+/// server's per-call limit).
+const MAX_BLOCKS_PER_CALL: u32 = 64;
+
+/// Blocks a file of `size` bytes needs, refusing sizes no key may have.
+fn blocks_for(size: u64) -> Result<u32> {
+    if size > crate::objects::MAX_KEY_SIZE {
+        bail!(
+            "size {size} exceeds the 5 TiB object limit ({} bytes)",
+            crate::objects::MAX_KEY_SIZE
+        );
+    }
+    Ok(size.div_ceil(crate::objects::BLOCK_SIZE) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_are_checked_before_a_session_opens() {
+        assert_eq!(super::blocks_for(0).unwrap(), 0);
+        assert_eq!(super::blocks_for(1).unwrap(), 1);
+        assert_eq!(super::blocks_for(20 << 30).unwrap(), 80);
+        assert_eq!(super::blocks_for(5 << 40).unwrap(), 20480);
+        assert!(super::blocks_for((5 << 40) + 1).is_err());
+    }
 }

@@ -10,7 +10,10 @@ use serde_json::{Value, json};
 use crate::{Output, key_json, parse_meta, print_kv, split2, split3, table};
 
 /// Size of the blocks om allocates; a commit fills them in order.
-const BLOCK_SIZE: u64 = 256 * 1024 * 1024;
+/// Size of the blocks om allocates (`om::apply::BLOCK_SIZE`).
+pub const BLOCK_SIZE: u64 = 256 * 1024 * 1024;
+/// Largest object S3 (and om) allows: 5 TiB.
+pub const MAX_KEY_SIZE: u64 = 5 * 1024 * 1024 * 1024 * 1024;
 
 /// Conditions on the key a write replaces.
 #[derive(clap::Args, Default)]

@@ -39,9 +39,14 @@ pub const BLOCK_SIZE: u64 = 256 * 1024 * 1024;
 /// Largest object S3 allows: 5 TiB.
 pub const MAX_KEY_SIZE: u64 = 5 * 1024 * 1024 * 1024 * 1024;
 
-/// Most retry-cache entries one `ExpireRetryCache` command removes, so one
-/// apply stays short.
-pub const RETRY_EXPIRY_BATCH: usize = 10_000;
+/// Retry-cache entries one `ExpireRetryCache` command removes when the command
+/// names no batch size: the value before commands carried it, kept so old log
+/// entries apply exactly as they did.
+pub const LEGACY_RETRY_EXPIRY_BATCH: u32 = 10_000;
+
+/// Most retry-cache entries one `ExpireRetryCache` command may remove, so one
+/// apply stays short whatever a replicated command asks for.
+pub const MAX_RETRY_EXPIRY_BATCH: u32 = 100_000;
 
 /// Layout numbers stored in `BucketRecord::layout`.
 pub const LAYOUT_OBJECT_STORE: u32 = 1;
@@ -82,6 +87,23 @@ pub fn apply_command(
     if dedup {
         let rk = keys::retry_key(&cmd.client_id, cmd.seq);
         if let Some(rec) = table::get::<RetryCacheTable>(db, &rk)? {
+            // The same (client id, seq) with another request: refuse it and
+            // change nothing (the cached result stays for the real retry).
+            // Entries or commands from before digests existed carry none.
+            if !rec.request_digest.is_empty()
+                && !cmd.request_digest.is_empty()
+                && rec.request_digest != cmd.request_digest
+            {
+                return Ok(rejection(OmError::invalid(
+                    "RETRY_MISMATCH",
+                    "header.seq",
+                    format!(
+                        "client {:?} already used sequence number {} for a different request",
+                        crate::validate::quote_prefix(&cmd.client_id),
+                        cmd.seq
+                    ),
+                )));
+            }
             return Ok(rec.result.unwrap_or_default());
         }
     }
@@ -101,7 +123,7 @@ pub fn apply_command(
         Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
         Some(Op::PutKey(c)) => ctx.put_key(batch, c),
         Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
-        Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c.before_ms),
+        Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c),
         Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
         Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
         Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
@@ -127,25 +149,14 @@ pub fn apply_command(
     };
     let result = match outcome {
         Ok(r) => r,
-        Err(OmError::Request {
-            kind,
-            reason,
-            field,
-            message,
-        }) => {
+        Err(e @ OmError::Request { .. }) => {
             if batch.len() != staged_before {
                 return Err(OmError::Internal(format!(
-                    "command rejected ({reason}) after staging writes"
+                    "command rejected ({}) after staging writes",
+                    e.reason()
                 )));
             }
-            CommandResult {
-                result: Some(command_result::Result::Rejected(Rejection {
-                    reason,
-                    field,
-                    message,
-                    kind: kind.to_code(),
-                })),
-            }
+            rejection(e)
         }
         Err(e) => return Err(e),
     };
@@ -154,6 +165,7 @@ pub fn apply_command(
             format: 0,
             created_ms: cmd.now_ms,
             result: Some(result.clone()),
+            request_digest: cmd.request_digest.clone(),
         };
         let rk = keys::retry_key(&cmd.client_id, cmd.seq);
         table::put::<RetryCacheTable>(db, batch, &rk, &mut rec)?;
@@ -164,6 +176,32 @@ pub fn apply_command(
         );
     }
     Ok(result)
+}
+
+/// The replicated result of a refused request.
+fn rejection(e: OmError) -> CommandResult {
+    let (kind, reason, field, message) = match e {
+        OmError::Request {
+            kind,
+            reason,
+            field,
+            message,
+        } => (kind, reason, field, message),
+        other => (
+            ErrorKind::FailedPrecondition,
+            other.reason().to_string(),
+            String::new(),
+            other.to_string(),
+        ),
+    };
+    CommandResult {
+        result: Some(command_result::Result::Rejected(Rejection {
+            reason,
+            field,
+            message,
+            kind: kind.to_code(),
+        })),
+    }
 }
 
 /// Decodes a replicated result into the response or the request error it holds.
@@ -702,13 +740,20 @@ impl Ctx<'_> {
         }))
     }
 
+    /// Removes the oldest retry-cache entries created before `before_ms`, at
+    /// most the command's batch size; reports how many went, so the leader
+    /// proposes the next batch at once when this one was full.
     fn expire_retry_cache(
         &self,
         b: &mut WriteBatch,
-        before_ms: u64,
+        c: &om_proto::store::ExpireRetryCache,
     ) -> Result<CommandResult, OmError> {
+        let max = match c.max_entries {
+            0 => LEGACY_RETRY_EXPIRY_BATCH,
+            n => n.min(MAX_RETRY_EXPIRY_BATCH),
+        };
         let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
-        upper.extend_from_slice(&before_ms.to_be_bytes());
+        upper.extend_from_slice(&c.before_ms.to_be_bytes());
         let mut it = DeferredSeekIter::new(
             self.db,
             keys::RETRY_CACHE_CF,
@@ -716,8 +761,8 @@ impl Ctx<'_> {
             Some(upper),
         )?;
         let cf = table::cf(self.db, keys::RETRY_CACHE_CF)?;
-        let mut n = 0;
-        while n < RETRY_EXPIRY_BATCH {
+        let mut n = 0u32;
+        while n < max {
             let Some((k, _)) = it.current() else { break };
             if let Some((_, main)) = keys::retry_key_from_expiry(k) {
                 b.delete_cf(cf, main);
@@ -727,7 +772,11 @@ impl Ctx<'_> {
             it.advance();
         }
         it.status()?;
-        ok(command_result::Result::Empty(Empty {}))
+        ok(command_result::Result::Count(
+            om_proto::store::CountResult {
+                count: u64::from(n),
+            },
+        ))
     }
 }
 
@@ -872,10 +921,9 @@ mod tests {
             self.index += 1;
             let mut b = WriteBatch::default();
             let cmd = Command {
-                client_id: String::new(),
-                seq: 0,
                 now_ms: 1000 + self.index,
                 op: Some(op),
+                ..Default::default()
             };
             let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
             let n = b.len();

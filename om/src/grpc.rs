@@ -80,7 +80,13 @@ fn consistency(r: &Option<ReadOptions>) -> Consistency {
     }
 }
 
-fn write_id(h: &Option<WriteHeader>) -> Result<WriteId, OmError> {
+/// The retry-cache identity of a write: its header's client id and sequence
+/// number, and a digest of the whole request (header included, which a retry
+/// repeats), so a different request reusing a (client id, seq) is refused
+/// with `RETRY_MISMATCH` instead of being answered with another request's
+/// result. The digest detects accidents (a client reusing a sequence number),
+/// it is not a security measure: a client can only confuse its own retries.
+fn write_id<R: Message>(h: &Option<WriteHeader>, request: &R) -> Result<WriteId, OmError> {
     match h {
         Some(h) if !h.client_id.is_empty() => {
             if h.client_id.len() > 128 || h.client_id.contains('\0') {
@@ -93,10 +99,18 @@ fn write_id(h: &Option<WriteHeader>) -> Result<WriteId, OmError> {
             Ok(WriteId {
                 client_id: h.client_id.clone(),
                 seq: h.seq,
+                request_digest: request_digest(&request.encode_to_vec()),
             })
         }
         _ => Ok(WriteId::default()),
     }
+}
+
+/// MD5 of a request's canonical protobuf encoding (prost encodes fields in
+/// number order and maps in key order, so equal requests give equal bytes).
+pub fn request_digest(encoded: &[u8]) -> Vec<u8> {
+    use md5::Digest;
+    md5::Md5::digest(encoded).to_vec()
 }
 
 pub fn volume_info(v: st::VolumeRecord) -> VolumeInfo {
@@ -213,7 +227,7 @@ impl OzoneManager for OmGrpc {
         observe("CreateVolume", async {
             validate::resource_name("name", &r.name)?;
             validate::metadata("metadata", &r.metadata)?;
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             match self
                 .svc
                 .propose(
@@ -289,7 +303,7 @@ impl OzoneManager for OmGrpc {
         let r = req.into_inner();
         observe("DeleteVolume", async {
             validate::resource_name("name", &r.name)?;
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             self.svc
                 .propose(id, Op::DeleteVolume(st::DeleteVolume { name: r.name }))
                 .await?;
@@ -320,7 +334,7 @@ impl OzoneManager for OmGrpc {
                     ));
                 }
             };
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             match self
                 .svc
                 .propose(
@@ -402,7 +416,7 @@ impl OzoneManager for OmGrpc {
         observe("DeleteBucket", async {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("name", &r.name)?;
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             self.svc
                 .propose(
                     id,
@@ -443,7 +457,7 @@ impl OzoneManager for OmGrpc {
                     format!("size {} exceeds the 5 TiB object limit", r.size),
                 ));
             }
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             match self
                 .svc
                 .propose(
@@ -504,7 +518,7 @@ impl OzoneManager for OmGrpc {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("bucket", &r.bucket)?;
             validate::key_name("key", &r.key)?;
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             self.svc
                 .propose(
                     id,
@@ -538,7 +552,7 @@ impl OzoneManager for OmGrpc {
             for k in &r.keys {
                 validate::key_name("keys", k)?;
             }
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             match self
                 .svc
                 .propose(
@@ -585,7 +599,7 @@ impl OzoneManager for OmGrpc {
                     "the new name equals the old one",
                 ));
             }
-            let id = write_id(&r.header)?;
+            let id = write_id(&r.header, &r)?;
             match self
                 .svc
                 .propose(

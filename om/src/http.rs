@@ -28,8 +28,12 @@ pub fn router(svc: Arc<OmService>, prom: PrometheusHandle) -> Router {
 
 async fn metrics(State(s): State<HttpState>) -> String {
     crate::metrics::db_counters();
+    crate::metrics::retry_cache(&s.svc);
     s.prom.run_upkeep();
-    s.prom.render()
+    let mut text = s.prom.render();
+    let m = s.svc.raft().metrics().borrow_watched().clone();
+    text.push_str(&crate::metrics::replication_lag_text(&m));
+    text
 }
 
 async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {

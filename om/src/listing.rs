@@ -29,6 +29,29 @@ pub fn common_prefix<'a>(name: &'a [u8], prefix: &[u8], delimiter: &[u8]) -> Opt
         .map(|i| &name[..prefix.len() + i + delimiter.len()])
 }
 
+/// The name part of a table entry: up to `terminator` when the table appends
+/// a suffix to names (e.g. `key \0 upload-id`), else all of it.
+fn key_part(name: &[u8], terminator: Option<u8>) -> &[u8] {
+    match terminator.and_then(|t| name.iter().position(|&c| c == t)) {
+        Some(end) => &name[..end],
+        None => name,
+    }
+}
+
+/// The common prefix a `start-after` / key marker rolls up into, if any: the
+/// listing then starts after everything under it (S3 lists a common prefix
+/// only when it sorts after the marker, and a prefix sorts before every name
+/// under it). Only the name part of the marker counts: a suffix such as an
+/// upload id never holds a delimiter.
+pub fn marker_prefix<'a>(
+    marker: &'a [u8],
+    prefix: &[u8],
+    delimiter: &[u8],
+    terminator: Option<u8>,
+) -> Option<&'a [u8]> {
+    common_prefix(key_part(marker, terminator), prefix, delimiter)
+}
+
 /// What the scan does with an entry under the common prefix it just emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStep {
@@ -148,15 +171,17 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
     };
     match start {
         Start::Beginning => it.seek(&lower),
-        // A marker that is itself a common prefix (S3 returns one as the next
-        // marker) means after everything under it.
-        Start::After(name) if common_prefix(name, prefix, delimiter) == Some(&name[..]) => {
-            match keys::prefix_end(&abs(name)) {
+        // S3 lists a common prefix only when it sorts after the marker. A
+        // marker that rolls up into a common prefix (the prefix itself, as S3
+        // returns for a next marker, or any name under it) sorts after that
+        // prefix, so the page starts past everything under it: still one seek.
+        Start::After(name) => match marker_prefix(name, prefix, delimiter, terminator) {
+            Some(cp) => match keys::prefix_end(&abs(cp)) {
                 Some(end) => it.seek(&end),
                 None => it.seek(&abs(&keys::key_successor(name))),
-            }
-        }
-        Start::After(name) => it.seek(&abs(&keys::key_successor(name))),
+            },
+            None => it.seek(&abs(&keys::key_successor(name))),
+        },
         Start::At(target) => it.seek(&abs(target)),
     }
     let mut items: Vec<Item> = Vec::new();
@@ -165,11 +190,7 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
     let mut resume = None;
     while let Some((k, v)) = it.current() {
         let name = &k[parent.len()..];
-        let key_part = match terminator.and_then(|t| name.iter().position(|&c| c == t)) {
-            Some(end) => &name[..end],
-            None => name,
-        };
-        match common_prefix(key_part, prefix, delimiter) {
+        match common_prefix(key_part(name, terminator), prefix, delimiter) {
             Some(cp) if last_prefix.as_deref() == Some(cp) => match run.step() {
                 RunStep::Next => it.advance(),
                 RunStep::SeekPast => {
@@ -304,6 +325,26 @@ mod tests {
         assert_eq!(common_prefix(b"x--y--z", b"", b"--"), Some(&b"x--"[..]));
         // The delimiter right at the prefix boundary still rolls up.
         assert_eq!(common_prefix(b"a//", b"a/", b"/"), Some(&b"a//"[..]));
+    }
+
+    #[test]
+    fn markers_inside_a_common_prefix_roll_up() {
+        // S3: start-after a/b with delimiter / lists nothing under a/.
+        assert_eq!(marker_prefix(b"a/b", b"", b"/", None), Some(&b"a/"[..]));
+        assert_eq!(marker_prefix(b"a/", b"", b"/", None), Some(&b"a/"[..]));
+        assert_eq!(marker_prefix(b"c-1", b"", b"-", None), Some(&b"c-"[..]));
+        assert_eq!(
+            marker_prefix(b"p/a/b", b"p/", b"/", None),
+            Some(&b"p/a/"[..])
+        );
+        assert_eq!(marker_prefix(b"a", b"", b"/", None), None);
+        assert_eq!(marker_prefix(b"a/b", b"", b"", None), None);
+        // A marker outside the prefix is an ordinary marker.
+        assert_eq!(marker_prefix(b"b/x", b"a/", b"/", None), None);
+        // Bytes after the terminator (an upload id) are not searched.
+        let mut upload = b"ab\0".to_vec();
+        upload.extend_from_slice(&0x2f2f_u64.to_be_bytes());
+        assert_eq!(marker_prefix(&upload, b"", b"/", Some(0)), None);
     }
 
     #[test]

@@ -44,14 +44,25 @@ pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
         }
         *previous_leader = m.current_leader;
     }
-    if let Some(rep) = &m.replication {
-        let last = m.last_log_index.unwrap_or(0);
-        for (id, matched) in rep {
-            let lag = last.saturating_sub(matched.as_ref().map_or(0, |l| l.index));
-            metrics::gauge!("om_raft_replication_lag_entries", "peer" => id.to_string())
-                .set(lag as f64);
-        }
+}
+
+/// `om_raft_replication_lag_entries{peer}` in Prometheus text, rendered from
+/// this node's Raft state at scrape time: only a leader has per-peer series,
+/// and only for current members, so a node that stepped down (or a removed
+/// peer) exports none rather than its last values.
+pub fn replication_lag_text(m: &RaftMetrics<TypeConfig>) -> String {
+    let Some(rep) = &m.replication else {
+        return String::new();
+    };
+    let last = m.last_log_index.unwrap_or(0);
+    let mut out = String::from("# TYPE om_raft_replication_lag_entries gauge\n");
+    for (id, matched) in rep.iter().filter(|(id, _)| **id != m.id) {
+        let lag = last.saturating_sub(matched.as_ref().map_or(0, |l| l.index));
+        out.push_str(&format!(
+            "om_raft_replication_lag_entries{{peer=\"{id}\"}} {lag}\n"
+        ));
     }
+    out
 }
 
 /// Copies the iterator counters into the registry before a scrape.
@@ -62,4 +73,15 @@ pub fn db_counters() {
         metrics::counter!("om_db_tombstones_skipped_total", "table" => table)
             .absolute(s.tombstones);
     }
+}
+
+/// Retry-cache gauges, read at scrape time: the age of the oldest entry (one
+/// seek in the expiry index; 0 when empty) and RocksDB's estimate of the
+/// entries (each entry is two keys: record and expiry index). With expiry
+/// keeping up, the oldest age stays near the TTL whatever the write rate.
+pub fn retry_cache(svc: &crate::service::OmService) {
+    let (oldest_ms, estimate) = crate::store::retry_cache_stats(svc.db()).unwrap_or((None, 0));
+    let age = oldest_ms.map_or(0.0, |t| svc.now_ms().saturating_sub(t) as f64 / 1000.0);
+    metrics::gauge!("om_retry_cache_oldest_age_seconds").set(age);
+    metrics::gauge!("om_retry_cache_entries").set(estimate as f64);
 }

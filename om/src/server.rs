@@ -19,7 +19,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::apply::OmApplier;
 use crate::config::Config;
 use crate::grpc::{ClusterGrpc, OmGrpc};
-use crate::service::{OmService, WriteId, now_ms};
+use crate::service::{OmService, WriteId};
 use crate::store::keys;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -29,6 +29,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct NodeOptions {
     /// Cut Raft links between in-process nodes.
     pub faults: Option<Arc<om_raft_store::network::Faults>>,
+    /// Retry-cache entries per expiry command (default `RETRY_EXPIRY_BATCH`).
+    pub retry_expiry_batch: Option<u32>,
+    /// Skews this node's wall clock (milliseconds; tests of clock disagreement).
+    pub clock_offset_ms: i64,
 }
 
 /// A running node.
@@ -126,7 +130,7 @@ impl Node {
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
-            NetworkFactory::new(cfg.node_id, opts.faults),
+            NetworkFactory::new(cfg.node_id, opts.faults.clone()),
             store.log_store,
             store.state_machine,
         )
@@ -149,7 +153,8 @@ impl Node {
                 cfg.request_timeout,
                 cfg.list_seek_after,
             )
-            .with_min_part_size(cfg.min_part_size),
+            .with_min_part_size(cfg.min_part_size)
+            .with_clock_offset(opts.clock_offset_ms),
         );
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -205,6 +210,7 @@ impl Node {
         tasks.push(tokio::spawn(expire_retry_cache(
             service.clone(),
             cfg.retry_cache_ttl,
+            opts.retry_expiry_batch.unwrap_or(RETRY_EXPIRY_BATCH),
             stop_rx.clone(),
         )));
         tasks.push(tokio::spawn(purge_deleted_dirs(
@@ -375,26 +381,101 @@ async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// On the leader, periodically proposes dropping retry-cache entries older than `ttl`.
-async fn expire_retry_cache(svc: Arc<OmService>, ttl: Duration, mut stop: watch::Receiver<bool>) {
-    let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+/// Retry-cache entries one `ExpireRetryCache` command removes by default. The
+/// leader proposes batch after batch while they come back full, so expiry
+/// keeps up with any write rate; the size only bounds one apply.
+pub const RETRY_EXPIRY_BATCH: u32 = 4096;
+
+/// The `before_ms` bound of a retry-cache expiry proposed by a leader that
+/// has led for `led_for` (monotonic) since its wall clock read
+/// `led_since_wall_ms`, or `None` while nothing may expire yet.
+///
+/// The rule: an entry is removed only once the TTL has passed on the clock of
+/// the one leader that removes it. Entries are stamped with the wall clock of
+/// the leader that proposed them, which may not agree with this one's, so a
+/// leader expires nothing until it has itself led for a whole TTL: then every
+/// entry created before its leadership began is older than the TTL in real
+/// time, and every entry created since carries this leader's own stamps. A
+/// stamp from a leader whose clock ran ahead only makes its entry live longer.
+/// "Now" is also capped at the leadership's start plus the monotonic time
+/// since, so this node's wall clock stepping forward cannot expire entries early.
+pub fn retry_expiry_bound(
+    led_for: Duration,
+    led_since_wall_ms: u64,
+    now_wall_ms: u64,
+    ttl: Duration,
+) -> Option<u64> {
+    if led_for < ttl {
+        return None;
+    }
+    let led_for_ms = u64::try_from(led_for.as_millis()).unwrap_or(u64::MAX);
+    let now = now_wall_ms.min(led_since_wall_ms.saturating_add(led_for_ms));
+    Some(now.saturating_sub(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)))
+}
+
+/// Whether any retry-cache entry was created before `before_ms` (one seek in
+/// the expiry index), so an idle leader proposes nothing.
+fn retry_entries_due(svc: &OmService, before_ms: u64) -> bool {
+    let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
+    upper.extend_from_slice(&before_ms.to_be_bytes());
+    crate::store::iter::DeferredSeekIter::new(
+        svc.db(),
+        keys::RETRY_CACHE_CF,
+        Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
+        Some(upper),
+    )
+    .map(|mut it| it.has_current())
+    .unwrap_or(true)
+}
+
+/// On the leader, expires retry-cache entries older than `ttl` (see
+/// `retry_expiry_bound` for the clock rule), a batch at a time until none is due.
+async fn expire_retry_cache(
+    svc: Arc<OmService>,
+    ttl: Duration,
+    batch: u32,
+    mut stop: watch::Receiver<bool>,
+) {
+    let every = (ttl / 8).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    // (term, monotonic start, wall-clock start) of this node's leadership.
+    let mut leading: Option<(u64, std::time::Instant, u64)> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if !svc.raft().is_leader() {
+        let m = svc.raft().metrics().borrow_watched().clone();
+        if m.state != openraft::ServerState::Leader {
+            leading = None;
             continue;
         }
-        let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
-        if let Err(e) = svc
-            .propose(
-                WriteId::default(),
-                Op::ExpireRetryCache(ExpireRetryCache { before_ms }),
-            )
-            .await
-        {
-            tracing::debug!(error = %e, "retry cache expiry not proposed");
+        if leading.is_none_or(|(term, _, _)| term != m.current_term) {
+            leading = Some((m.current_term, std::time::Instant::now(), svc.now_ms()));
+        }
+        let Some((_, since, since_wall)) = leading else {
+            continue;
+        };
+        let Some(before_ms) = retry_expiry_bound(since.elapsed(), since_wall, svc.now_ms(), ttl)
+        else {
+            continue;
+        };
+        while svc.raft().is_leader() && retry_entries_due(&svc, before_ms) {
+            let op = Op::ExpireRetryCache(ExpireRetryCache {
+                before_ms,
+                max_entries: batch,
+            });
+            match svc.propose(WriteId::default(), op).await {
+                Ok(om_proto::store::command_result::Result::Count(c))
+                    if c.count >= u64::from(batch) => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "retry cache expiry not proposed");
+                    break;
+                }
+            }
+            if *stop.borrow() {
+                return;
+            }
         }
     }
 }
@@ -409,7 +490,7 @@ async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::R
             _ = stop.wait_for(|s| *s) => return,
         }
         while svc.raft().is_leader() {
-            let before_ms = now_ms().saturating_sub(ttl.as_millis() as u64);
+            let before_ms = svc.now_ms().saturating_sub(ttl.as_millis() as u64);
             if !open_sessions_expired(&svc, before_ms) {
                 break;
             }
@@ -483,5 +564,41 @@ async fn purge_deleted_dirs(svc: Arc<OmService>, mut stop: watch::Receiver<bool>
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_expiry_waits_for_a_whole_ttl_of_leadership() {
+        let ttl = Duration::from_secs(600);
+        // Nothing expires before this leader has led for the TTL, whatever its
+        // wall clock says (a clock ahead of the previous leader's included).
+        assert_eq!(
+            retry_expiry_bound(Duration::from_secs(599), 0, u64::MAX, ttl),
+            None
+        );
+        // Then entries stamped more than a TTL ago on this clock go.
+        let start = 1_000_000_000;
+        assert_eq!(
+            retry_expiry_bound(ttl, start, start + 600_000, ttl),
+            Some(start)
+        );
+        assert_eq!(
+            retry_expiry_bound(ttl * 2, start, start + 1_200_000, ttl),
+            Some(start + 600_000)
+        );
+        // A wall clock that steps forward mid-leadership does not count.
+        assert_eq!(
+            retry_expiry_bound(ttl, start, start + 3_600_000, ttl),
+            Some(start)
+        );
+        // One stepping back only delays expiry.
+        assert_eq!(
+            retry_expiry_bound(ttl, start, start + 300_000, ttl),
+            Some(start - 300_000)
+        );
     }
 }

@@ -46,6 +46,8 @@ pub enum Consistency {
 pub struct WriteId {
     pub client_id: String,
     pub seq: u64,
+    /// Digest of the client's request; a retry must carry the same one.
+    pub request_digest: Vec<u8>,
 }
 
 /// A ListKeys request, validated.
@@ -89,6 +91,9 @@ pub struct OmService {
     request_timeout: Duration,
     seek_after: usize,
     min_part_size: u64,
+    /// Added to the wall clock this node stamps commands with (tests skew
+    /// one node's clock with it; 0 in production).
+    clock_offset_ms: i64,
 }
 
 pub fn now_ms() -> u64 {
@@ -139,7 +144,20 @@ impl OmService {
             request_timeout,
             seek_after,
             min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
+            clock_offset_ms: 0,
         }
+    }
+
+    /// Skews this node's wall clock by `ms` (tests of clock disagreement).
+    pub fn with_clock_offset(mut self, ms: i64) -> Self {
+        self.clock_offset_ms = ms;
+        self
+    }
+
+    /// This node's wall clock in milliseconds since the epoch: the time the
+    /// leader stamps into commands.
+    pub fn now_ms(&self) -> u64 {
+        now_ms().saturating_add_signed(self.clock_offset_ms)
     }
 
     /// Smallest part (all but the last) a multipart upload may complete with.
@@ -170,8 +188,9 @@ impl OmService {
         let cmd = Command {
             client_id: id.client_id,
             seq: id.seq,
-            now_ms: now_ms(),
+            now_ms: self.now_ms(),
             op: Some(op),
+            request_digest: id.request_digest,
         };
         match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
@@ -753,28 +772,31 @@ impl OmService {
     ) -> Result<UploadPage, OmError> {
         self.read_barrier(c).await?;
         self.object_store_bucket_now(&q.volume, &q.bucket)?;
-        let start = match (q.key_marker.is_empty(), q.upload_id_marker) {
-            (true, _) => Start::Beginning,
+        let marker = q.key_marker.as_bytes();
+        let rolled_up = crate::listing::marker_prefix(
+            marker,
+            q.prefix.as_bytes(),
+            q.delimiter.as_bytes(),
+            None,
+        );
+        let start = match (marker.is_empty(), rolled_up, q.upload_id_marker) {
+            (true, _, _) => Start::Beginning,
+            // A key marker inside a common prefix (or the prefix itself): S3
+            // lists the prefix only when it sorts after the marker, so the
+            // page starts after everything under it, upload-id marker or not.
+            (false, Some(cp), _) => Start::After(cp.to_vec()),
             // After that upload of that key.
-            (false, Some(id)) => {
-                let mut name = q.key_marker.as_bytes().to_vec();
+            (false, None, Some(id)) => {
+                let mut name = marker.to_vec();
                 name.push(0);
                 name.extend_from_slice(&id.to_be_bytes());
                 Start::After(name)
             }
-            // After every upload of that key (or everything under it when it
-            // is a common prefix).
-            (false, None) => {
-                let name = q.key_marker.as_bytes();
-                if crate::listing::common_prefix(name, q.prefix.as_bytes(), q.delimiter.as_bytes())
-                    == Some(name)
-                {
-                    Start::After(name.to_vec())
-                } else {
-                    let mut at = name.to_vec();
-                    at.push(1);
-                    Start::At(at)
-                }
+            // After every upload of that key.
+            (false, None, None) => {
+                let mut at = marker.to_vec();
+                at.push(1);
+                Start::At(at)
             }
         };
         let parent = keys::object_prefix(&q.volume, &q.bucket);

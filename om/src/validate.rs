@@ -6,6 +6,23 @@ use crate::error::OmError;
 /// Longest key name in bytes (S3's limit).
 pub const MAX_KEY_BYTES: usize = 1024;
 
+/// Most bytes of a bad value an error message quotes.
+pub const QUOTED_PREFIX_BYTES: usize = 64;
+
+/// A value as error messages show it: Debug-quoted, cut to at most
+/// `QUOTED_PREFIX_BYTES` bytes on a character boundary, with the full length
+/// noted when cut, so an error never echoes a huge input back.
+pub fn quote_prefix(value: &str) -> String {
+    if value.len() <= QUOTED_PREFIX_BYTES {
+        return format!("{value:?}");
+    }
+    let mut end = QUOTED_PREFIX_BYTES;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}…({} bytes)", &value[..end], value.len())
+}
+
 /// Checks a volume or bucket name against S3 bucket-naming rules: 3–63 characters
 /// of lowercase letters, digits, `-` and `.`; starts and ends with a letter or
 /// digit; no `..`, `.-` or `-.`; not shaped like an IPv4 address; none of the
@@ -350,6 +367,15 @@ mod tests {
         assert_eq!(deleted_id("id", &format_deleted_id(7, 3)).unwrap(), (7, 3));
         assert!(deleted_id("id", "00").is_err());
         assert_eq!(normalize_etag("\"ABC\""), "abc");
+    }
+
+    #[test]
+    fn quoted_values_are_cut_on_a_character_boundary() {
+        assert_eq!(quote_prefix("abc"), "\"abc\"");
+        let long = "é".repeat(100);
+        let q = quote_prefix(&long);
+        assert!(q.ends_with("…(200 bytes)"), "{q}");
+        assert!(q.len() < QUOTED_PREFIX_BYTES + 24, "{q}");
     }
 
     #[test]

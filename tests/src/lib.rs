@@ -57,6 +57,15 @@ impl TestNode {
 
     /// A single-node cluster on `dir`, initialized on first use.
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Args)) -> TestNode {
+        Self::start_in_opts(dir, NodeOptions::default(), tweak).await
+    }
+
+    /// `start_in` with test hooks.
+    pub async fn start_in_opts(
+        dir: tempfile::TempDir,
+        opts: NodeOptions,
+        tweak: impl FnOnce(&mut Args),
+    ) -> TestNode {
         let mut args = Args {
             data_dir: Some(dir.path().to_path_buf()),
             grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
@@ -65,7 +74,7 @@ impl TestNode {
             ..Args::default()
         };
         tweak(&mut args);
-        let node = Node::start(Config::load(args).expect("config"))
+        let node = Node::start_with(Config::load(args).expect("config"), opts)
             .await
             .expect("node starts");
         node.wait_for_leader(Duration::from_secs(10))
@@ -149,6 +158,21 @@ impl TestNode {
         faults: Option<Arc<Faults>>,
         tweak: impl FnOnce(&mut Args),
     ) -> TestNode {
+        let opts = NodeOptions {
+            faults,
+            ..NodeOptions::default()
+        };
+        Self::start_member_opts(dir, me, all, opts, tweak).await
+    }
+
+    /// `start_member_in` with every test hook of `NodeOptions`.
+    pub async fn start_member_opts(
+        dir: tempfile::TempDir,
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        opts: NodeOptions,
+        tweak: impl FnOnce(&mut Args),
+    ) -> TestNode {
         let mut args = Args {
             data_dir: Some(dir.path().to_path_buf()),
             grpc_addr: Some(me.grpc.parse().unwrap()),
@@ -162,7 +186,7 @@ impl TestNode {
             ..Args::default()
         };
         tweak(&mut args);
-        let node = Node::start_with(Config::load(args).expect("config"), NodeOptions { faults })
+        let node = Node::start_with(Config::load(args).expect("config"), opts)
             .await
             .expect("node starts");
         TestNode { node, dir }
@@ -429,4 +453,17 @@ pub async fn deleted_block_ids(c: &OmClient) -> Vec<u64> {
         }
         after = page.next_after;
     }
+}
+
+/// The body-and-headers text of an HTTP/1.1 GET to `addr` (for /metrics,
+/// /healthz, /readyz).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("response");
+    out
 }

@@ -327,6 +327,37 @@ async fn omctl_fs_commands() {
     ok(&ep, &["fs", "mkdir", "vol1/fs1/a/b"]);
     let w = json_ok(&ep, &["fs", "write", "vol1/fs1/a/b/f", "--size", "7"]);
     assert_eq!(w["size"], 7);
+    // A size no key may have is refused before any session holds blocks.
+    let too_big = (5u64 << 40) + 1;
+    let bad = omctl(
+        &ep,
+        &[
+            "fs",
+            "write",
+            "vol1/fs1/a/big",
+            "--size",
+            &too_big.to_string(),
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("5 TiB"));
+    let open = json_ok(&ep, &["key", "list-open", "vol1/fs1"]);
+    assert_eq!(open["total"], 0, "{open}");
+    // A file of more blocks than one call allocates (20 GiB: 80 blocks).
+    let w = json_ok(
+        &ep,
+        &[
+            "fs",
+            "write",
+            "vol1/fs1/a/large",
+            "--size",
+            &(20u64 << 30).to_string(),
+        ],
+    );
+    assert_eq!(w["blocks"].as_array().unwrap().len(), 80, "{w}");
+    let open = json_ok(&ep, &["key", "list-open", "vol1/fs1"]);
+    assert_eq!(open["total"], 0, "{open}");
+    ok(&ep, &["fs", "rm", "vol1/fs1/a/large"]);
     let st = json_ok(&ep, &["fs", "stat", "vol1/fs1/a/b/f"]);
     assert_eq!(st["type"], "file");
     // An open session committed with `key commit` on the path.

@@ -184,7 +184,7 @@ impl Model {
     }
 
     /// Removes a directory and everything under it: files free their blocks,
-    /// sessions below it can no longer commit.
+    /// and so do sessions of files being written below it (the purge ends them).
     fn remove_tree(&mut self, dir: &str) {
         self.dirs.retain(|d| d != dir && !under(d, dir));
         let gone: Vec<String> = self
@@ -197,10 +197,15 @@ impl Model {
             let k = self.files.remove(&f).unwrap();
             self.release(&k.blocks);
         }
-        for s in self.fs_sessions.values_mut() {
-            if s.path.as_deref().is_some_and(|p| under(p, dir)) {
-                s.path = None;
-            }
+        let ended: Vec<u64> = self
+            .fs_sessions
+            .iter()
+            .filter(|(_, s)| s.path.as_deref().is_some_and(|p| under(p, dir)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ended {
+            let s = self.fs_sessions.remove(&id).unwrap();
+            self.release(&s.allocated);
         }
     }
 

@@ -581,3 +581,85 @@ async fn open_files_list_by_directory_and_prefix() {
     assert!(list("zz/", 0, String::new()).await.unwrap().keys.is_empty());
     node.node.shutdown().await;
 }
+
+/// Deleting a directory ends the sessions of files being written under it:
+/// they could never commit, so the purge frees their blocks at once instead of
+/// leaving them to the session TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_directory_ends_the_sessions_under_it() {
+    let node = TestNode::start().await;
+    let c = setup(&node).await;
+    // A directory holding only a file being written lists as empty, so a
+    // non-recursive delete succeeds.
+    let s1 = c
+        .create_file(CreateFileRequest {
+            blocks: 2,
+            ..create("d/f", true, false)
+        })
+        .await
+        .unwrap();
+    // A tree with a committed file and a session further down.
+    write_file(&c, "t/x/g", 5).await;
+    let s2 = c.create_file(create("t/x/h", true, false)).await.unwrap();
+    assert_eq!(c.get_bucket("vol1", "fs1").await.unwrap().open_key_count, 2);
+    c.delete_path(DeletePathRequest {
+        volume: "vol1".into(),
+        bucket: "fs1".into(),
+        path: "d".into(),
+        recursive: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.delete_path(DeletePathRequest {
+        volume: "vol1".into(),
+        bucket: "fs1".into(),
+        path: "t".into(),
+        recursive: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let held: BTreeSet<u64> = s1
+        .blocks
+        .iter()
+        .chain(s2.blocks.iter())
+        .map(|b| b.block_id)
+        .collect();
+    wait_for(Duration::from_secs(20), "session blocks freed", || {
+        let (c, held) = (&c, &held);
+        async move { held.is_subset(&deleted_blocks(c).await).then_some(()) }
+    })
+    .await;
+    let b = c.get_bucket("vol1", "fs1").await.unwrap();
+    assert_eq!((b.open_key_count, b.key_count, b.used_bytes), (0, 0, 0));
+    let open = c
+        .list_open_keys(ListOpenKeysRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(open.keys.is_empty() && open.total == 0, "{open:?}");
+    assert!(!node.dump().keys().any(|(t, _)| *t == "open_files"));
+    // The ended session cannot commit, even once its directory is back.
+    mkdir(&c, "d").await.unwrap();
+    let r = c
+        .commit_key(CommitKeyRequest {
+            volume: "vol1".into(),
+            bucket: "fs1".into(),
+            key: "d/f".into(),
+            session_id: s1.session_id,
+            size: 1,
+            blocks: vec![BlockInfo {
+                block_id: s1.blocks[0].block_id,
+                offset: 0,
+                length: 1,
+            }],
+            ..Default::default()
+        })
+        .await;
+    assert!(r.is_err(), "{r:?}");
+    node.node.shutdown().await;
+}

@@ -31,7 +31,11 @@ fn needs(files: &[&str], libclang_path: Option<&str>) -> String {
         cmd.env("LIBCLANG_PATH", root.path().join(p.trim_start_matches('/')));
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 

@@ -180,7 +180,12 @@ impl Ctx<'_> {
     }
 
     fn has_children(&self, dir: u64) -> Result<bool, OmError> {
-        for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+        self.has_entries_under(dir, &[keys::DIRECTORIES_CF, keys::FILES_CF])
+    }
+
+    /// Whether any of `tables` holds an entry whose parent is `dir` (one seek each).
+    fn has_entries_under(&self, dir: u64, tables: &[&'static str]) -> Result<bool, OmError> {
+        for &cf in tables {
             let mut it = DeferredSeekIter::with_prefix(self.db, cf, &keys::children_prefix(dir))?;
             let any = it.has_current();
             it.status()?;
@@ -233,8 +238,11 @@ impl Ctx<'_> {
                         format!("directory {} is not empty (pass recursive)", c.path),
                     ));
                 }
+                // Files still being written in it can no longer commit: the
+                // purge releases their sessions and blocks with the rest.
+                let has_sessions = self.has_entries_under(rec.object_id, &[keys::OPEN_FILES_CF])?;
                 table::delete::<DirectoryTable>(self.db, b, &keys::fs_key(parent, &name))?;
-                if non_empty {
+                if non_empty || has_sessions {
                     let mut dd = DeletedDirRecord {
                         format: 0,
                         volume: c.volume.clone(),
@@ -377,12 +385,28 @@ impl Ctx<'_> {
         let mut purged = 0usize;
         let mut seq = 1u32;
         let mut point_deletes: Vec<(&'static str, Vec<u8>)> = Vec::new();
-        for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+        for cf in [keys::DIRECTORIES_CF, keys::FILES_CF, keys::OPEN_FILES_CF] {
             let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
             while purged < max {
                 let Some((k, v)) = it.current() else { break };
                 let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
-                if cf == keys::DIRECTORIES_CF {
+                if cf == keys::OPEN_FILES_CF {
+                    // A file being written under the deleted directory: its
+                    // session ends and its allocated blocks are freed.
+                    let session = table::decode::<OpenFileTable>(v)?;
+                    b.delete_cf(
+                        table::cf(self.db, cf)?,
+                        keys::open_file_expiry_key(session.opened_ms, k),
+                    );
+                    if let Some(bk) = bucket.as_mut() {
+                        bk.open_key_count = bk.open_key_count.saturating_sub(1);
+                    }
+                    let origin = format!(
+                        "session {} under purged {}/{}/{}",
+                        session.session_id, dd.volume, dd.bucket, dd.path
+                    );
+                    self.release_blocks(b, seq, lay_out_unwritten(session.allocated), origin)?;
+                } else if cf == keys::DIRECTORIES_CF {
                     let sub = table::decode::<DirectoryTable>(v)?;
                     let mut rec = DeletedDirRecord {
                         format: 0,
@@ -418,7 +442,7 @@ impl Ctx<'_> {
             // Everything under the directory was read: drop both child ranges
             // with one range deletion each, and the directory itself.
             let end = keys::prefix_end(&prefix).unwrap_or_else(|| vec![0xff; 9]);
-            for cf in [keys::DIRECTORIES_CF, keys::FILES_CF] {
+            for cf in [keys::DIRECTORIES_CF, keys::FILES_CF, keys::OPEN_FILES_CF] {
                 b.delete_range_cf(table::cf(self.db, cf)?, &prefix, &end);
             }
             table::delete::<DeletedDirTable>(self.db, b, &dd_key)?;

@@ -60,6 +60,7 @@ pub async fn create_directory(
     svc: &OmService,
     r: CreateDirectoryRequest,
 ) -> Result<CreateDirectoryResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     bucket_names(&r.volume, &r.bucket)?;
     let path = validate::fs_path_not_root("path", &r.path)?;
     let op = Op::CreateDirectory(st::CreateDirectory {
@@ -67,7 +68,7 @@ pub async fn create_directory(
         bucket: r.bucket,
         path,
     });
-    let s = status_result(svc.propose(write_id(&r.header)?, op).await?)?;
+    let s = status_result(svc.propose(id, op).await?)?;
     Ok(CreateDirectoryResponse { status: Some(s) })
 }
 
@@ -75,6 +76,7 @@ pub async fn create_file(
     svc: &OmService,
     r: CreateFileRequest,
 ) -> Result<CreateFileResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     bucket_names(&r.volume, &r.bucket)?;
     let path = validate::fs_path_not_root("path", &r.path)?;
     validate::metadata("metadata", &r.metadata)?;
@@ -90,7 +92,7 @@ pub async fn create_file(
         content_type: r.content_type,
         metadata: r.metadata,
     });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(CreateFileResponse {
             session_id: o.session_id,
             opened_ms: o.opened_ms,
@@ -119,6 +121,7 @@ pub async fn delete_path(
     svc: &OmService,
     r: DeletePathRequest,
 ) -> Result<DeletePathResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     bucket_names(&r.volume, &r.bucket)?;
     let path = validate::fs_path_not_root("path", &r.path)?;
     let op = Op::DeletePath(st::DeletePath {
@@ -127,7 +130,7 @@ pub async fn delete_path(
         path,
         recursive: r.recursive,
     });
-    svc.propose(write_id(&r.header)?, op).await?;
+    svc.propose(id, op).await?;
     Ok(DeletePathResponse {})
 }
 
@@ -135,6 +138,7 @@ pub async fn rename_path(
     svc: &OmService,
     r: RenamePathRequest,
 ) -> Result<RenamePathResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     bucket_names(&r.volume, &r.bucket)?;
     let from = validate::fs_path_not_root("from", &r.from)?;
     let to = validate::fs_path_not_root("to", &r.to)?;
@@ -158,7 +162,7 @@ pub async fn rename_path(
         from,
         to,
     });
-    let s = status_result(svc.propose(write_id(&r.header)?, op).await?)?;
+    let s = status_result(svc.propose(id, op).await?)?;
     Ok(RenamePathResponse { status: Some(s) })
 }
 

@@ -109,6 +109,7 @@ fn part_info(p: st::PartRecord) -> PartInfo {
 }
 
 pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
@@ -121,7 +122,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
         metadata: r.metadata,
         blocks: r.blocks,
     });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(OpenKeyResponse {
             session_id: o.session_id,
             opened_ms: o.opened_ms,
@@ -135,6 +136,7 @@ pub async fn allocate_block(
     svc: &OmService,
     r: AllocateBlockRequest,
 ) -> Result<AllocateBlockResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     block_count("count", r.count)?;
     let op = Op::AllocateBlock(st::AllocateBlock {
@@ -144,7 +146,7 @@ pub async fn allocate_block(
         session_id: r.session_id,
         count: r.count.max(1),
     });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(AllocateBlockResponse {
             blocks: block_infos(o.blocks),
         }),
@@ -156,6 +158,7 @@ pub async fn commit_key(
     svc: &OmService,
     r: CommitKeyRequest,
 ) -> Result<CommitKeyResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     let etag = normalize_etag(&r.etag);
     validate::etag("etag", &etag)?;
@@ -194,7 +197,7 @@ pub async fn commit_key(
         content_type: r.content_type,
         conditions: conditions(r.conditions)?,
     });
-    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    let key = key_response(svc.propose(id, op).await?)?;
     Ok(CommitKeyResponse { key: Some(key) })
 }
 
@@ -234,6 +237,7 @@ pub async fn list_open_keys(
 }
 
 pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     validate::resource_name("src_volume", &r.src_volume)?;
     validate::resource_name("src_bucket", &r.src_bucket)?;
     validate::key_name("src_key", &r.src_key)?;
@@ -285,7 +289,7 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
         content_md5,
         conditions: conditions(r.conditions)?,
     });
-    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    let key = key_response(svc.propose(id, op).await?)?;
     Ok(CopyKeyResponse { key: Some(key) })
 }
 
@@ -293,6 +297,7 @@ pub async fn initiate_multipart(
     svc: &OmService,
     r: InitiateMultipartUploadRequest,
 ) -> Result<InitiateMultipartUploadResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
@@ -303,7 +308,7 @@ pub async fn initiate_multipart(
         content_type: r.content_type,
         metadata: r.metadata,
     });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::Upload(u) => Ok(InitiateMultipartUploadResponse {
             upload: Some(upload_info(u)),
         }),
@@ -326,6 +331,7 @@ pub async fn commit_part(
     svc: &OmService,
     r: CommitPartRequest,
 ) -> Result<CommitPartResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
     part_number("part_number", r.part_number)?;
@@ -347,7 +353,7 @@ pub async fn commit_part(
         size: r.size,
         etag,
     });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::Part(p) => Ok(CommitPartResponse {
             part: p.part.map(part_info),
         }),
@@ -359,6 +365,7 @@ pub async fn complete_multipart(
     svc: &OmService,
     r: CompleteMultipartUploadRequest,
 ) -> Result<CompleteMultipartUploadResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
     if r.parts.is_empty() || r.parts.len() > MAX_PART_NUMBER as usize {
@@ -402,7 +409,7 @@ pub async fn complete_multipart(
         min_part_size: svc.min_part_size(),
         conditions: conditions(r.conditions)?,
     });
-    let key = key_response(svc.propose(write_id(&r.header)?, op).await?)?;
+    let key = key_response(svc.propose(id, op).await?)?;
     Ok(CompleteMultipartUploadResponse { key: Some(key) })
 }
 
@@ -410,6 +417,7 @@ pub async fn abort_multipart(
     svc: &OmService,
     r: AbortMultipartUploadRequest,
 ) -> Result<AbortMultipartUploadResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
     let upload_id = validate::upload_id("upload_id", &r.upload_id)?;
     let op = Op::AbortMultipart(st::AbortMultipart {
@@ -418,7 +426,7 @@ pub async fn abort_multipart(
         key: r.key,
         upload_id,
     });
-    svc.propose(write_id(&r.header)?, op).await?;
+    svc.propose(id, op).await?;
     Ok(AbortMultipartUploadResponse {})
 }
 
@@ -546,6 +554,7 @@ pub async fn ack_deleted_blocks(
     svc: &OmService,
     r: AckDeletedBlocksRequest,
 ) -> Result<AckDeletedBlocksResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
     if r.ids.is_empty() || r.ids.len() > MAX_ACK_IDS {
         return Err(OmError::invalid(
             "INVALID_ID_COUNT",
@@ -562,7 +571,7 @@ pub async fn ack_deleted_blocks(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let op = Op::AckDeletedBlocks(st::AckDeletedBlocks { ids });
-    match svc.propose(write_id(&r.header)?, op).await? {
+    match svc.propose(id, op).await? {
         command_result::Result::Count(c) => Ok(AckDeletedBlocksResponse {
             acknowledged: c.count,
         }),

@@ -28,6 +28,23 @@ pub fn tune_tables(db: &rocksdb::DB) -> Result<(), crate::error::OmError> {
     Ok(())
 }
 
+/// The retry cache's oldest entry time (ms; one seek in the expiry index) and
+/// RocksDB's estimate of its entry count.
+pub fn retry_cache_stats(db: &rocksdb::DB) -> Result<(Option<u64>, u64), crate::error::OmError> {
+    let mut it =
+        iter::DeferredSeekIter::with_prefix(db, keys::RETRY_CACHE_CF, keys::RETRY_EXPIRY_PREFIX)?;
+    let oldest = it
+        .current()
+        .and_then(|(k, _)| keys::retry_key_from_expiry(k))
+        .map(|(t, _)| t);
+    it.status()?;
+    let cf = table::cf(db, keys::RETRY_CACHE_CF)?;
+    let keys = db
+        .property_int_value_cf(cf, "rocksdb.estimate-num-keys")?
+        .unwrap_or(0);
+    Ok((oldest, keys / 2))
+}
+
 /// Table entries by (table, key).
 pub type TableDump = BTreeMap<(&'static str, Vec<u8>), Vec<u8>>;
 
