@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-objects bench-listing fmt lint
+.PHONY: setup run test build bench-cluster bench-objects bench-listing soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -43,3 +43,7 @@ bench-objects: build
 # Listing benchmarks: tombstone bands, delimiter roll-up, gRPC pages (see BENCHMARKS.md).
 bench-listing: build
 	$(CARGO) run --release -p om-tests --bin listing_bench
+
+# Retry-cache expiry under a 10-minute write load at 256 clients (see BENCHMARKS.md).
+soak-retry-cache: build
+	bash scripts/retry-cache-soak.sh

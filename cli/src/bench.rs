@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// Size in bytes of each key's value written to etcd (om stores its own record).
     #[arg(long, default_value_t = 256)]
     pub etcd_value_bytes: usize,
+    /// Measure writes only (no read phase), e.g. for a long write soak.
+    #[arg(long)]
+    pub writes_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -224,21 +227,23 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
         ));
 
         // om: linearizable LookupKey.
-        let (o, v) = (om.clone(), volume.clone());
-        let r = drive(c, args.seconds, move |w, n| {
-            let (o, v) = (o.clone(), v.clone());
-            async move {
-                o.lookup_key(
-                    &v,
-                    "keys",
-                    &format!("r/{:04}", (w as u64 * 7919 + n) % 1000),
-                )
-                .await
-                .is_ok()
-            }
-        })
-        .await;
-        rows.push(row("om", "LookupKey", c, r, None));
+        if !args.writes_only {
+            let (o, v) = (om.clone(), volume.clone());
+            let r = drive(c, args.seconds, move |w, n| {
+                let (o, v) = (o.clone(), v.clone());
+                async move {
+                    o.lookup_key(
+                        &v,
+                        "keys",
+                        &format!("r/{:04}", (w as u64 * 7919 + n) % 1000),
+                    )
+                    .await
+                    .is_ok()
+                }
+            })
+            .await;
+            rows.push(row("om", "LookupKey", c, r, None));
+        }
 
         if let Some(clients) = &etcd {
             let metrics: Vec<String> = args.etcd.clone();
@@ -283,6 +288,9 @@ pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
                 before.zip(after).map(|(b, a)| a - b),
             ));
 
+            if args.writes_only {
+                continue;
+            }
             let (cl, rid) = (clients.clone(), run_id.clone());
             let r = drive(c, args.seconds, move |w, n| {
                 let mut kv = cl[w % cl.len()].clone();

@@ -3,6 +3,7 @@
 //! with deadlines (never fixed sleeps).
 
 pub mod linearizability;
+pub mod mutate;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
