@@ -111,6 +111,7 @@ struct FileConfig {
 /// Smallest response byte budget: room for the token and markers every
 /// listing response keeps (`listing::PAGE_OVERHEAD_BYTES`) and a useful page.
 pub const MIN_RESPONSE_BYTES: usize = 32 * 1024;
+const _: () = assert!(MIN_RESPONSE_BYTES > 2 * crate::listing::PAGE_OVERHEAD_BYTES);
 
 /// A member of the static initial cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,7 +315,6 @@ mod tests {
         let cfg = Config::load(Args::default()).unwrap();
         assert!(cfg.max_response_bytes < 4 * 1024 * 1024);
         assert!(cfg.max_response_bytes >= MIN_RESPONSE_BYTES);
-        assert!(MIN_RESPONSE_BYTES > 2 * crate::listing::PAGE_OVERHEAD_BYTES);
         let small = Config::load(Args {
             max_response_bytes: Some(MIN_RESPONSE_BYTES - 1),
             ..Args::default()

@@ -105,6 +105,7 @@ pub struct OmService {
 /// 4 MiB a tonic (and grpc-go, grpc-java) client decodes by default, which
 /// leaves room for the largest single item (see `grpc::MAX_KEY_BLOCKS`).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES + PAGE_OVERHEAD_BYTES < 4 * 1024 * 1024);
 
 /// A size for a protobuf-encoded response item: what a repeated field of
 /// the response spends on it.

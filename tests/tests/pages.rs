@@ -889,3 +889,48 @@ async fn a_tree_nested_past_the_limits_is_refused_with_a_clear_reason() {
     assert_eq!(all.len(), 600);
     node.node.shutdown().await;
 }
+
+/// `omctl key list --no-blocks` and `omctl fs ls --no-blocks` ask for pages
+/// without block lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn omctl_lists_without_blocks() {
+    let (node, c) = node_with(None).await;
+    put(&c, "keys", "k", 3 * BLOCK).await;
+    c.create_bucket("vol-00", "files", BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
+    write_file(&c, "files", "d/f", 2).await;
+    let ep = node.endpoint();
+    let omctl = |args: &'static [&'static str]| {
+        let ep = ep.clone();
+        tokio::task::spawn_blocking(move || {
+            let o = std::process::Command::new(om_tests::binary("omctl"))
+                .args(["--endpoint", &ep, "--output", "json"])
+                .args(args)
+                .output()
+                .expect("run omctl");
+            assert!(
+                o.status.success(),
+                "omctl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+        })
+    };
+    let blocks = |v: &serde_json::Value| v["items"][0]["blocks"].as_array().unwrap().len();
+    let with = omctl(&["key", "list", "vol-00/keys"]).await.unwrap();
+    assert_eq!(blocks(&with), 3);
+    let without = omctl(&["key", "list", "vol-00/keys", "--no-blocks"])
+        .await
+        .unwrap();
+    assert_eq!(without["items"][0]["name"], "k");
+    assert_eq!(blocks(&without), 0);
+    let with = omctl(&["fs", "ls", "vol-00/files/d"]).await.unwrap();
+    assert_eq!(blocks(&with), 2);
+    let without = omctl(&["fs", "ls", "vol-00/files/d", "--no-blocks"])
+        .await
+        .unwrap();
+    assert_eq!(without["items"][0]["path"], "d/f");
+    assert_eq!(blocks(&without), 0);
+    node.node.shutdown().await;
+}
