@@ -324,14 +324,12 @@ impl OmService {
             let (status, child) = if is_dir {
                 let (_, v) = it.dirs.current().expect("peeked");
                 let rec = table::decode::<DirectoryTable>(v)?;
-                let child = rec.object_id;
-                (
-                    Status::Dir {
-                        path: path.clone(),
-                        rec,
-                    },
-                    Some(child),
-                )
+                let child = Frame {
+                    dir: rec.object_id,
+                    path: format!("{path}/"),
+                    after: None,
+                };
+                (Status::Dir { path, rec }, Some(child))
             } else {
                 let (_, v) = it.files.current().expect("peeked");
                 let rec = table::decode::<FileTable>(v)?;
@@ -348,12 +346,7 @@ impl OmService {
             if let Some(child) = child {
                 it.dirs.advance();
                 if q.recursive {
-                    let path = format!("{}{}/", frame.path, frame.after.as_deref().unwrap_or(""));
-                    frames.push(Frame {
-                        dir: child,
-                        path,
-                        after: None,
-                    });
+                    frames.push(child);
                     open.push(None);
                 }
             } else {
