@@ -50,6 +50,9 @@ pub enum FsCmd {
         token: String,
         #[arg(long)]
         all: bool,
+        /// Leave the block lists of files out.
+        #[arg(long)]
+        no_blocks: bool,
     },
     /// Delete a file or directory (non-empty directories need --recursive).
     Rm {
@@ -194,6 +197,7 @@ pub async fn run(c: &OmClient, out: Output, cmd: FsCmd) -> Result<()> {
             max,
             mut token,
             all,
+            no_blocks,
         } => {
             let (v, b, p) = split_dir(&path)?;
             let mut items = Vec::new();
@@ -207,6 +211,7 @@ pub async fn run(c: &OmClient, out: Output, cmd: FsCmd) -> Result<()> {
                         max_entries: max,
                         recursive,
                         continuation_token: token.clone(),
+                        omit_blocks: no_blocks,
                         ..Default::default()
                     })
                     .await?;

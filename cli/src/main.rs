@@ -225,6 +225,9 @@ enum KeyCmd {
         /// Continue from a previous page's token.
         #[arg(long, default_value = "")]
         token: String,
+        /// Leave block lists out (smaller pages, more keys per page).
+        #[arg(long)]
+        no_blocks: bool,
     },
     Delete {
         path: String,
@@ -587,6 +590,7 @@ async fn run(cli: Cli) -> Result<()> {
                 list: l,
                 delimiter,
                 token,
+                no_blocks,
             } => {
                 let (v, b) = split2(&path)?;
                 let mut items = Vec::new();
@@ -601,6 +605,7 @@ async fn run(cli: Cli) -> Result<()> {
                             max_keys: l.max,
                             delimiter: delimiter.clone(),
                             continuation_token: token.clone(),
+                            omit_blocks: no_blocks,
                             ..Default::default()
                         })
                         .await?;

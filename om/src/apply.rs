@@ -1002,6 +1002,59 @@ mod tests {
         assert_eq!(reason, "INVALID_PART_ORDER");
     }
 
+    /// A completed upload is at most the size its command carries; a command
+    /// without one (proposed before the limit existed) completes as before.
+    #[test]
+    fn completing_past_the_carried_max_size_is_refused() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let etag = "0cc175b9c0f1b6a831c399e269772661".to_string();
+        let complete = |sm: &mut Sm, max_size| {
+            let command_result::Result::Upload(u) =
+                sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
+                    volume: "vol".into(),
+                    bucket: "bkt".into(),
+                    key: "k".into(),
+                    ..Default::default()
+                }))
+            else {
+                panic!("no upload")
+            };
+            let id = u.upload.unwrap().upload_id;
+            for n in [1, 2] {
+                sm.ok(Op::CommitPart(st::CommitPart {
+                    volume: "vol".into(),
+                    bucket: "bkt".into(),
+                    key: "k".into(),
+                    upload_id: id,
+                    part_number: n,
+                    size: 10,
+                    etag: etag.clone(),
+                }));
+            }
+            Op::CompleteMultipart(st::CompleteMultipart {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "k".into(),
+                upload_id: id,
+                parts: [1, 2]
+                    .map(|n| st::PartRef {
+                        part_number: n,
+                        etag: etag.clone(),
+                    })
+                    .to_vec(),
+                max_size,
+                ..Default::default()
+            })
+        };
+        let op = complete(&mut sm, 19);
+        assert_eq!(sm.rejected(op), "ENTITY_TOO_LARGE");
+        let op = complete(&mut sm, 20);
+        sm.ok(op);
+        let op = complete(&mut sm, 0);
+        sm.ok(op);
+    }
+
     #[test]
     fn apply_refuses_moving_a_directory_under_itself() {
         let mut sm = Sm::new();

@@ -76,6 +76,12 @@ pub struct Args {
     /// completes, in bytes [default: 5242880 (5 MiB, as S3)].
     #[arg(long, env = "OM_MIN_PART_SIZE")]
     pub min_part_size: Option<u64>,
+    /// Most bytes one listing response encodes to: a page stops early, with
+    /// a continuation, before passing it (a single larger item is returned
+    /// alone). Keep it under the clients' decode limit (4 MiB by default in
+    /// gRPC libraries) [default: 3145728 (3 MiB); at least 32768].
+    #[arg(long, env = "OM_MAX_RESPONSE_BYTES")]
+    pub max_response_bytes: Option<usize>,
 }
 
 /// The same settings as read from a TOML file.
@@ -99,7 +105,13 @@ struct FileConfig {
     list_seek_after: Option<usize>,
     open_key_ttl_s: Option<u64>,
     min_part_size: Option<u64>,
+    max_response_bytes: Option<usize>,
 }
+
+/// Smallest response byte budget: room for the token and markers every
+/// listing response keeps (`listing::PAGE_OVERHEAD_BYTES`) and a useful page.
+pub const MIN_RESPONSE_BYTES: usize = 32 * 1024;
+const _: () = assert!(MIN_RESPONSE_BYTES > 2 * crate::listing::PAGE_OVERHEAD_BYTES);
 
 /// A member of the static initial cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +141,7 @@ pub struct Config {
     pub list_seek_after: usize,
     pub open_key_ttl: Duration,
     pub min_part_size: u64,
+    pub max_response_bytes: usize,
 }
 
 impl Config {
@@ -164,6 +177,15 @@ impl Config {
         let max_page = args.max_page.or(file.max_page).unwrap_or(1000);
         if max_page == 0 {
             return Err("max page must be at least 1".to_string());
+        }
+        let max_response_bytes = args
+            .max_response_bytes
+            .or(file.max_response_bytes)
+            .unwrap_or(crate::service::DEFAULT_MAX_RESPONSE_BYTES);
+        if max_response_bytes < MIN_RESPONSE_BYTES {
+            return Err(format!(
+                "max response bytes must be at least {MIN_RESPONSE_BYTES}"
+            ));
         }
         let election_ms = args
             .election_timeout_ms
@@ -228,6 +250,7 @@ impl Config {
                 .min_part_size
                 .or(file.min_part_size)
                 .unwrap_or(crate::apply::DEFAULT_MIN_PART_SIZE),
+            max_response_bytes,
         })
     }
 }
@@ -285,6 +308,27 @@ mod tests {
         assert_eq!(cfg.max_page, 7);
         assert_eq!(cfg.http_addr.port(), 9874);
         assert_eq!(cfg.node_id, 1);
+    }
+
+    #[test]
+    fn response_budget_has_a_floor_and_a_default_under_4_mib() {
+        let cfg = Config::load(Args::default()).unwrap();
+        assert!(cfg.max_response_bytes < 4 * 1024 * 1024);
+        assert!(cfg.max_response_bytes >= MIN_RESPONSE_BYTES);
+        let small = Config::load(Args {
+            max_response_bytes: Some(MIN_RESPONSE_BYTES - 1),
+            ..Args::default()
+        });
+        assert!(small.is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("om.toml");
+        std::fs::write(&f, "max_response_bytes = 100000\n").unwrap();
+        let cfg = Config::load(Args {
+            config: Some(f),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.max_response_bytes, 100_000);
     }
 
     #[test]

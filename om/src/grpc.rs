@@ -15,11 +15,13 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use crate::error::{ErrorKind, OmError};
-use crate::service::{Consistency, KeyListing, OmService, WriteId};
+use crate::service::{Consistency, KeyListing, OmService, WriteId, item_len};
 use crate::validate;
 
 mod files;
 mod objects;
+
+pub use objects::MAX_KEY_BLOCKS;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 pub fn to_status(e: &OmError) -> Status {
@@ -165,6 +167,12 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
     }
 }
 
+/// A response item with the bytes it adds to the repeated field carrying it.
+fn sized<M: Message>(m: M) -> (M, usize) {
+    let n = item_len(m.encoded_len());
+    (m, n)
+}
+
 fn scan_stats(s: crate::store::iter::IterStats) -> ScanStats {
     ScanStats {
         seeks: s.seeks,
@@ -281,14 +289,11 @@ impl OzoneManager for OmGrpc {
                     &r.prefix,
                     &r.start_after,
                     r.max_results,
+                    |v| sized(volume_info(v)),
                 )
                 .await?;
             Ok(ListVolumesResponse {
-                volumes: page
-                    .items
-                    .into_iter()
-                    .map(|(_, v)| volume_info(v))
-                    .collect(),
+                volumes: page.items.into_iter().map(|(_, v)| v).collect(),
                 truncated: page.truncated,
                 next_start_after: page.next_start_after,
             })
@@ -393,14 +398,11 @@ impl OzoneManager for OmGrpc {
                     &r.prefix,
                     &r.start_after,
                     r.max_results,
+                    |b| sized(bucket_info(b)),
                 )
                 .await?;
             Ok(ListBucketsResponse {
-                buckets: page
-                    .items
-                    .into_iter()
-                    .map(|(_, b)| bucket_info(b))
-                    .collect(),
+                buckets: page.items.into_iter().map(|(_, b)| b).collect(),
                 truncated: page.truncated,
                 next_start_after: page.next_start_after,
             })
@@ -638,13 +640,8 @@ impl OzoneManager for OmGrpc {
             validate::optional_key("prefix", &r.prefix)?;
             validate::optional_key("start_after", &r.start_after)?;
             validate::delimiter("delimiter", &r.delimiter)?;
-            if r.continuation_token.len() > 8192 {
-                return Err(OmError::invalid(
-                    "INVALID_CONTINUATION_TOKEN",
-                    "continuation_token",
-                    "continuation token is too long",
-                ));
-            }
+            crate::listing::check_token_len(&r.continuation_token)?;
+            let omit_blocks = r.omit_blocks;
             let page = self
                 .svc
                 .list_keys(
@@ -658,14 +655,16 @@ impl OzoneManager for OmGrpc {
                         continuation_token: r.continuation_token,
                         max_keys: r.max_keys,
                     },
+                    |name, mut k| {
+                        if omit_blocks {
+                            k.blocks = Vec::new();
+                        }
+                        sized(key_info(&r.volume, &r.bucket, name, k))
+                    },
                 )
                 .await?;
             Ok(ListKeysResponse {
-                keys: page
-                    .keys
-                    .into_iter()
-                    .map(|(n, k)| key_info(&r.volume, &r.bucket, n, k))
-                    .collect(),
+                keys: page.keys,
                 truncated: !page.next_continuation_token.is_empty(),
                 next_start_after: page.next_start_after,
                 common_prefixes: page.common_prefixes,

@@ -103,9 +103,11 @@ pub enum Item {
     CommonPrefix(Vec<u8>),
 }
 
+/// One page of a scan: the items taken (as `take` converted them), and where
+/// the next page starts.
 #[derive(Debug, Clone)]
-pub struct ScanPage {
-    pub items: Vec<Item>,
+pub struct ScanPage<T = Item> {
+    pub items: Vec<T>,
     /// Where the next page starts (inclusive seek target relative to the
     /// parent), when the listing is truncated.
     pub resume: Option<Vec<u8>>,
@@ -144,11 +146,33 @@ pub struct ScanSpec<'a> {
     pub terminator: Option<u8>,
 }
 
-/// Reads one page of `spec.table` under `parent` + `prefix`.
+/// Reads one page of `spec.table` under `parent` + `prefix`, every item as it
+/// is stored.
+pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmError> {
+    scan_page_within(db, spec, usize::MAX, |item| Ok((item, 0)))
+}
+
+/// Whether an item of `bytes` still fits a page that holds `used` bytes in
+/// `taken` items: the first item always does, so a page always makes
+/// progress, however large one item is.
+pub fn fits(taken: usize, used: usize, bytes: usize, max_bytes: usize) -> bool {
+    taken == 0 || used.saturating_add(bytes) <= max_bytes
+}
+
+/// Reads one page of `spec.table` under `parent` + `prefix`, converting each
+/// item with `take`, which also says how many bytes the item adds to the
+/// response. The page stops at `spec.max` items or before its items would
+/// pass `max_bytes`, whichever comes first, resuming exactly at the item left
+/// out (its conversion is dropped).
 ///
 /// Cost: one native seek to position, then one `next` per listed entry, plus
 /// for each rolled-up common prefix at most `seek_after - 1` nexts and one seek.
-pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmError> {
+pub fn scan_page_within<T>(
+    db: &rocksdb::DB,
+    spec: &ScanSpec<'_>,
+    max_bytes: usize,
+    mut take: impl FnMut(Item) -> Result<(T, usize), OmError>,
+) -> Result<ScanPage<T>, OmError> {
     let ScanSpec {
         table,
         parent,
@@ -184,7 +208,8 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
         },
         Start::At(target) => it.seek(&abs(target)),
     }
-    let mut items: Vec<Item> = Vec::new();
+    let mut items: Vec<T> = Vec::new();
+    let mut used = 0usize;
     let mut last_prefix: Option<Vec<u8>> = None;
     let mut run = RunTracker::new(seek_after);
     let mut resume = None;
@@ -206,7 +231,13 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
                     break;
                 }
                 let cp = cp.to_vec();
-                items.push(Item::CommonPrefix(cp.clone()));
+                let (item, bytes) = take(Item::CommonPrefix(cp.clone()))?;
+                if !fits(items.len(), used, bytes, max_bytes) {
+                    resume = Some(name.to_vec());
+                    break;
+                }
+                used += bytes;
+                items.push(item);
                 last_prefix = Some(cp);
                 run.start();
                 it.advance();
@@ -216,10 +247,16 @@ pub fn scan_page(db: &rocksdb::DB, spec: &ScanSpec<'_>) -> Result<ScanPage, OmEr
                     resume = Some(name.to_vec());
                     break;
                 }
-                items.push(Item::Entry {
+                let (item, bytes) = take(Item::Entry {
                     name: name.to_vec(),
                     value: v.to_vec(),
-                });
+                })?;
+                if !fits(items.len(), used, bytes, max_bytes) {
+                    resume = Some(name.to_vec());
+                    break;
+                }
+                used += bytes;
+                items.push(item);
                 last_prefix = None;
                 it.advance();
             }
@@ -312,6 +349,123 @@ impl ContinuationToken {
     }
 }
 
+/// Bytes of a protobuf varint holding `v`.
+const fn varint_len(v: u64) -> usize {
+    let mut n = 1;
+    let mut v = v >> 7;
+    while v > 0 {
+        n += 1;
+        v >>= 7;
+    }
+    n
+}
+
+/// Bytes a length-delimited field (string, bytes or message) with a body of
+/// `len` bytes takes in its message, for field numbers below 16 (one-byte
+/// key), as every field of om's tokens and of the repeated items of its
+/// listing responses has.
+pub const fn field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+/// Longest listing name a token carries (`open_files`).
+const MAX_LISTING_NAME: usize = 16;
+/// Longest volume or bucket name (`validate::resource_name`).
+const MAX_RESOURCE_NAME: usize = 63;
+/// Longest delimiter (`validate::delimiter`).
+const MAX_DELIMITER: usize = 16;
+/// Bytes of a token's fixed-size and small fields beyond its strings.
+const TOKEN_SCALARS: usize = (1 + 1) + (1 + 10); // version, bucket object id
+
+/// Most bytes one `StatusFrame` adds to a `StatusResume` beyond its name: the
+/// frame's key and length, the directory id (up to 10 varint bytes) and the
+/// name's key and length.
+const STATUS_FRAME_OVERHEAD: usize = 1
+    + varint_len((1 + 10 + 1 + 2 + crate::validate::MAX_KEY_BYTES) as u64)
+    + (1 + 10)
+    + (1 + varint_len(crate::validate::MAX_KEY_BYTES as u64));
+
+/// Largest ListStatus resume position om issues for a tree within the path
+/// limits: one frame for the listed directory and one per directory level
+/// below it (at most `fs::MAX_PATH_DEPTH + 1` frames), whose names spell one
+/// path below the listed directory (at most `validate::MAX_KEY_BYTES`).
+/// Linear in depth: frames hold names, not paths.
+pub const MAX_STATUS_RESUME_BYTES: usize =
+    (crate::fs::MAX_PATH_DEPTH + 1) * STATUS_FRAME_OVERHEAD + crate::validate::MAX_KEY_BYTES;
+
+/// Most bytes a ListStatus token's prefix (the listed path) and resume
+/// fields take together: the listed path and the frames' names spell one
+/// path, so they share one `MAX_KEY_BYTES`.
+const STATUS_POSITION: usize = (1 + varint_len(crate::validate::MAX_KEY_BYTES as u64))
+    + (1 + varint_len(MAX_STATUS_RESUME_BYTES as u64))
+    + (crate::fs::MAX_PATH_DEPTH + 1) * STATUS_FRAME_OVERHEAD
+    + crate::validate::MAX_KEY_BYTES;
+
+/// Most bytes a key-order token's prefix and resume fields take: a prefix
+/// and a key name with an 8-byte suffix (open keys: `key \0 session id`).
+const KEY_POSITION: usize =
+    field_len(crate::validate::MAX_KEY_BYTES) + field_len(crate::validate::MAX_KEY_BYTES + 9);
+
+/// Longest continuation token om issues, in characters, derived from the
+/// request limits: hex of the encoded `ContinuationToken` (version, listing
+/// name, volume, bucket, object id, delimiter, and the larger of the
+/// ListStatus and key-order prefix and resume fields) and its 16-byte digest.
+/// The gRPC edge refuses longer tokens before decoding them.
+pub const MAX_TOKEN_CHARS: usize = 2
+    * (TOKEN_SCALARS
+        + field_len(MAX_LISTING_NAME)
+        + 2 * field_len(MAX_RESOURCE_NAME)
+        + field_len(MAX_DELIMITER)
+        + if STATUS_POSITION > KEY_POSITION {
+            STATUS_POSITION
+        } else {
+            KEY_POSITION
+        }
+        + 16);
+
+/// Room a listing response keeps for everything but its items: the
+/// continuation token, one marker (`next_start_after`, `next_key_marker`), and
+/// flags, totals, scan statistics and an upload-id marker (under 128 bytes).
+/// A page's items take at most the response byte budget minus this.
+pub const PAGE_OVERHEAD_BYTES: usize =
+    field_len(MAX_TOKEN_CHARS) + field_len(crate::validate::MAX_KEY_BYTES) + 128;
+
+/// Refuses a continuation token longer than any om issues, before it is
+/// decoded.
+pub fn check_token_len(token: &str) -> Result<(), OmError> {
+    if token.len() > MAX_TOKEN_CHARS {
+        return Err(OmError::invalid(
+            "INVALID_CONTINUATION_TOKEN",
+            "continuation_token",
+            format!(
+                "continuation token is too long ({} characters; om issues at most {MAX_TOKEN_CHARS})",
+                token.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One directory of a recursive ListStatus walk as its token stores it: the
+/// directory's object id and the last name returned from it, which for every
+/// frame but the innermost is the child directory being walked. Paths are
+/// not stored (a frame's path is the names of the frames above it), so a
+/// token grows with depth times the longest name, not with depth squared.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct StatusFrame {
+    #[prost(uint64, tag = "1")]
+    pub dir: u64,
+    #[prost(string, optional, tag = "2")]
+    pub after: Option<String>,
+}
+
+/// The resume position of a ListStatus token: its frames, outermost first.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct StatusResume {
+    #[prost(message, repeated, tag = "1")]
+    pub frames: Vec<StatusFrame>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +546,83 @@ mod tests {
         assert!(ContinuationToken::decode_token(&s, &recreated).is_err());
         assert!(ContinuationToken::decode_token("zz", &t).is_err());
     }
+
+    #[test]
+    fn the_first_item_always_fits() {
+        assert!(fits(0, 0, usize::MAX, 10));
+        assert!(fits(1, 4, 6, 10));
+        assert!(!fits(1, 4, 7, 10));
+        assert!(!fits(3, usize::MAX - 1, 2, usize::MAX - 1));
+    }
+
+    #[test]
+    fn field_len_matches_prost() {
+        // Singular fields omit empty values; elements of repeated ones (what
+        // field_len sizes) never do, so only non-empty lengths compare here.
+        for len in [1usize, 127, 128, 16_383, 16_384, 3 << 20] {
+            let t = ContinuationToken {
+                listing: "x".repeat(len),
+                ..Default::default()
+            };
+            assert_eq!(field_len(len), t.encoded_len(), "{len}");
+        }
+    }
+
+    /// The largest tokens om can issue for a tree within the path limits
+    /// (the longest names, a frame per level of the deepest path, the
+    /// largest ids) and for a key-order listing (the longest prefix and
+    /// resume key) fit `MAX_TOKEN_CHARS`, which is not loose.
+    #[test]
+    fn the_largest_tokens_fit_the_derived_limit() {
+        let depth = crate::fs::MAX_PATH_DEPTH;
+        let max_key = crate::validate::MAX_KEY_BYTES;
+        let token = |listing: &str, prefix: usize, resume: Vec<u8>| ContinuationToken {
+            version: 1,
+            listing: listing.into(),
+            volume: "v".repeat(63),
+            bucket: "b".repeat(63),
+            bucket_object_id: u64::MAX,
+            prefix: vec![b'p'; prefix],
+            delimiter: vec![b'd'; 16],
+            resume,
+        };
+        let mut longest = 0;
+        // A listed path of `listed` bytes and frames whose names, with it,
+        // spell one path of `max_key` bytes: the longest single name (the
+        // largest length prefixes) at the innermost frame.
+        for listed in [0, 10, max_key / 2, max_key - 24] {
+            // `P/n/n/…/n/NAME`: `levels` one-byte names, then the longest
+            // NAME that keeps the path at `max_key` bytes.
+            let sep = usize::from(listed > 0);
+            let levels = depth.min((max_key - listed - sep - 1) / 2);
+            let mut frames: Vec<StatusFrame> = (0..=levels)
+                .map(|_| StatusFrame {
+                    dir: u64::MAX,
+                    after: Some("n".into()),
+                })
+                .collect();
+            let name = max_key - listed - sep - 2 * levels;
+            assert!(name >= 1);
+            frames[levels].after = Some("n".repeat(name));
+            let resume = StatusResume { frames }.encode_to_vec();
+            assert!(resume.len() <= MAX_STATUS_RESUME_BYTES, "{}", resume.len());
+            let chars = token("status", listed, resume).encode_token().len();
+            assert!(chars <= MAX_TOKEN_CHARS, "{chars} > {MAX_TOKEN_CHARS}");
+            longest = longest.max(chars);
+        }
+        let keys = token("open_files", max_key, vec![b'k'; max_key + 9]);
+        let chars = keys.encode_token().len();
+        assert!(chars <= MAX_TOKEN_CHARS, "{chars} > {MAX_TOKEN_CHARS}");
+        longest = longest.max(chars);
+        // Within 8 bytes per frame of the bound (the frames' length
+        // prefixes and the listing name's slack).
+        assert!(
+            longest + 2 * 8 * (depth + 1) >= MAX_TOKEN_CHARS,
+            "{longest} is far below {MAX_TOKEN_CHARS}"
+        );
+        assert!(check_token_len(&"0".repeat(MAX_TOKEN_CHARS)).is_ok());
+        assert!(check_token_len(&"0".repeat(MAX_TOKEN_CHARS + 1)).is_err());
+    }
 }
 
 /// Where a background scan (the lifecycle scanner, purges) stopped: the table
@@ -426,6 +657,66 @@ impl ScanCursor {
 mod cursor_tests {
     use super::*;
     use crate::store::keys::{KEYS_CF, TABLE_CFS};
+
+    fn scratch_db() -> (tempfile::TempDir, rocksdb::DB) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = rocksdb::Options::default();
+        o.create_if_missing(true);
+        o.create_missing_column_families(true);
+        let db = rocksdb::DB::open_cf(&o, dir.path(), TABLE_CFS).unwrap();
+        (dir, db)
+    }
+
+    /// Pages stop before their items pass the byte budget, a larger item
+    /// goes alone, each page is one seek, and the pages together are the
+    /// whole table in order.
+    #[test]
+    fn pages_stop_by_bytes_and_resume_at_the_first_item_left_out() {
+        let (_dir, db) = scratch_db();
+        let cf = db.cf_handle(KEYS_CF).unwrap();
+        let sizes = [10usize, 30, 30, 5, 100, 1, 1, 1, 60, 40];
+        for (i, n) in sizes.iter().enumerate() {
+            db.put_cf(cf, format!("k{i}"), vec![b'x'; *n]).unwrap();
+        }
+        let budget = 64;
+        let mut start = Start::Beginning;
+        let mut pages: Vec<Vec<usize>> = Vec::new();
+        loop {
+            let spec = ScanSpec {
+                table: KEYS_CF,
+                parent: b"",
+                prefix: b"",
+                delimiter: b"",
+                start: start.clone(),
+                max: 1000,
+                seek_after: usize::MAX,
+                terminator: None,
+            };
+            let page = scan_page_within(&db, &spec, budget, |item| match item {
+                Item::Entry { value, .. } => Ok((value.len(), value.len())),
+                Item::CommonPrefix(_) => unreachable!(),
+            })
+            .unwrap();
+            assert_eq!(page.stats.seeks, 1);
+            let total: usize = page.items.iter().sum();
+            assert!(total <= budget || page.items.len() == 1, "{:?}", page.items);
+            pages.push(page.items);
+            match page.resume {
+                Some(r) => start = Start::At(r),
+                None => break,
+            }
+        }
+        assert_eq!(
+            pages,
+            vec![
+                vec![10, 30],
+                vec![30, 5],
+                vec![100],
+                vec![1, 1, 1, 60],
+                vec![40]
+            ]
+        );
+    }
 
     #[test]
     fn resuming_a_scan_is_one_seek_past_any_deletions() {

@@ -154,6 +154,7 @@ impl Node {
                 cfg.list_seek_after,
             )
             .with_min_part_size(cfg.min_part_size)
+            .with_max_response_bytes(cfg.max_response_bytes)
             .with_clock_offset(opts.clock_offset_ms),
         );
         let (stop, stop_rx) = watch::channel(false);

@@ -21,7 +21,9 @@ pub use files::{Status, StatusListing, StatusPage};
 
 use crate::apply::into_outcome;
 use crate::error::OmError;
-use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page};
+use crate::listing::{
+    ContinuationToken, Item, PAGE_OVERHEAD_BYTES, ScanSpec, Start, field_len, scan_page_within,
+};
 use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{
@@ -62,10 +64,10 @@ pub struct KeyListing {
     pub max_keys: u32,
 }
 
-/// One page of ListKeys.
+/// One page of ListKeys: keys as the caller converted them.
 #[derive(Debug, Clone)]
-pub struct KeyPage {
-    pub keys: Vec<(String, KeyRecord)>,
+pub struct KeyPage<T> {
+    pub keys: Vec<T>,
     pub common_prefixes: Vec<String>,
     pub next_start_after: String,
     /// Empty when the listing is complete.
@@ -73,7 +75,8 @@ pub struct KeyPage {
     pub stats: IterStats,
 }
 
-/// One page of a listing.
+/// One page of a listing: each item's name and the item as the caller
+/// converted it.
 #[derive(Debug, Clone)]
 pub struct Page<T> {
     pub items: Vec<(String, T)>,
@@ -91,9 +94,42 @@ pub struct OmService {
     request_timeout: Duration,
     seek_after: usize,
     min_part_size: u64,
+    /// Most bytes one listing response may encode to (see `item_budget`).
+    max_response_bytes: usize,
     /// Added to the wall clock this node stamps commands with (tests skew
     /// one node's clock with it; 0 in production).
     clock_offset_ms: i64,
+}
+
+/// Default response byte budget of listings: 3 MiB, a quarter under the
+/// 4 MiB a tonic (and grpc-go, grpc-java) client decodes by default, which
+/// leaves room for the largest single item (see `grpc::MAX_KEY_BLOCKS`).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES + PAGE_OVERHEAD_BYTES < 4 * 1024 * 1024);
+
+/// A size for a protobuf-encoded response item: what a repeated field of
+/// the response spends on it.
+pub fn item_len(encoded_len: usize) -> usize {
+    field_len(encoded_len)
+}
+
+/// Most members (voters and learners) a cluster takes. Raft wants a handful
+/// of voters; the cap bounds the membership every log entry and snapshot
+/// carries and the cluster status every client reads (with addresses of at
+/// most `validate::MAX_ADDRESS_BYTES`, a few tens of KiB).
+pub const MAX_MEMBERS: usize = 64;
+
+/// Whether a cluster of `members` nodes can take one more; a node already a
+/// member is always welcome (it is being promoted or re-added).
+pub fn member_room(members: usize, already: bool) -> Result<(), OmError> {
+    if !already && members >= MAX_MEMBERS {
+        return Err(OmError::precondition(
+            "TOO_MANY_MEMBERS",
+            "node_id",
+            format!("the cluster has {members} members; at most {MAX_MEMBERS} are allowed"),
+        ));
+    }
+    Ok(())
 }
 
 pub fn now_ms() -> u64 {
@@ -144,6 +180,7 @@ impl OmService {
             request_timeout,
             seek_after,
             min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             clock_offset_ms: 0,
         }
     }
@@ -168,6 +205,19 @@ impl OmService {
 
     pub fn min_part_size(&self) -> u64 {
         self.min_part_size
+    }
+
+    /// Most bytes one listing response may encode to.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Bytes a page's items may take: the response budget less the room
+    /// kept for the token, markers and statistics. A page stops before its
+    /// items would pass it, except that its first item is always taken.
+    pub fn item_budget(&self) -> usize {
+        self.max_response_bytes.saturating_sub(PAGE_OVERHEAD_BYTES)
     }
 
     pub fn raft(&self) -> &Raft {
@@ -214,6 +264,10 @@ impl OmService {
                 format!("node {id} is already a voter"),
             ));
         }
+        member_room(
+            membership.nodes().count(),
+            membership.get_node(&id).is_some(),
+        )?;
         if let Some(existing) = membership.get_node(&id)
             && *existing != node
         {
@@ -393,25 +447,37 @@ impl OmService {
         })
     }
 
-    pub async fn list_volumes(
+    /// One page of volumes; `convert` turns each into what the response
+    /// carries and says how many bytes it adds there.
+    pub async fn list_volumes<T>(
         &self,
         c: Consistency,
         prefix: &str,
         start_after: &str,
         max: u32,
-    ) -> Result<Page<VolumeRecord>, OmError> {
+        convert: impl FnMut(VolumeRecord) -> (T, usize),
+    ) -> Result<Page<T>, OmError> {
         self.read_barrier(c).await?;
-        list_page::<VolumeTable>(&self.db, &[], prefix, start_after, self.page_size(max))
+        list_page::<VolumeTable, T>(
+            &self.db,
+            &[],
+            prefix,
+            start_after,
+            (self.page_size(max), self.item_budget()),
+            convert,
+        )
     }
 
-    pub async fn list_buckets(
+    /// One page of a volume's buckets; `convert` as for `list_volumes`.
+    pub async fn list_buckets<T>(
         &self,
         c: Consistency,
         volume: &str,
         prefix: &str,
         start_after: &str,
         max: u32,
-    ) -> Result<Page<BucketRecord>, OmError> {
+        convert: impl FnMut(BucketRecord) -> (T, usize),
+    ) -> Result<Page<T>, OmError> {
         self.read_barrier(c).await?;
         if table::get::<VolumeTable>(&self.db, &keys::volume_key(volume))?.is_none() {
             return Err(OmError::not_found(
@@ -420,17 +486,25 @@ impl OmService {
                 format!("volume {volume:?} does not exist"),
             ));
         }
-        list_page::<BucketTable>(
+        list_page::<BucketTable, T>(
             &self.db,
             &keys::bucket_prefix(volume),
             prefix,
             start_after,
-            self.page_size(max),
+            (self.page_size(max), self.item_budget()),
+            convert,
         )
     }
 
-    /// One page of keys, with S3 delimiter roll-up and continuation tokens.
-    pub async fn list_keys(&self, c: Consistency, q: KeyListing) -> Result<KeyPage, OmError> {
+    /// One page of keys, with S3 delimiter roll-up and continuation tokens;
+    /// `convert` turns each key (name, record) into what the response carries
+    /// and says how many bytes it adds there.
+    pub async fn list_keys<T>(
+        &self,
+        c: Consistency,
+        q: KeyListing,
+        mut convert: impl FnMut(String, KeyRecord) -> (T, usize),
+    ) -> Result<KeyPage<T>, OmError> {
         self.read_barrier(c).await?;
         let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
         let expect = ContinuationToken {
@@ -451,7 +525,7 @@ impl OmService {
             Start::After(q.start_after.as_bytes().to_vec())
         };
         let parent = keys::object_prefix(&q.volume, &q.bucket);
-        let page = scan_page(
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::KEYS_CF,
@@ -462,6 +536,19 @@ impl OmService {
                 max: self.page_size(q.max_keys),
                 seek_after: self.seek_after,
                 terminator: None,
+            },
+            self.item_budget(),
+            |item| match item {
+                Item::Entry { name, value } => {
+                    let name = utf8(name)?;
+                    let (t, bytes) = convert(name.clone(), table::decode::<KeyTable>(&value)?);
+                    Ok((Listed::Entry(name, t), bytes))
+                }
+                Item::CommonPrefix(p) => {
+                    let p = utf8(p)?;
+                    let bytes = item_len(p.len());
+                    Ok((Listed::Prefix(p), bytes))
+                }
             },
         )?;
         let mut out = KeyPage {
@@ -474,13 +561,11 @@ impl OmService {
         let mut last = String::new();
         for item in page.items {
             match item {
-                Item::Entry { name, value } => {
-                    let name = utf8(name)?;
-                    last.clone_from(&name);
-                    out.keys.push((name, table::decode::<KeyTable>(&value)?));
+                Listed::Entry(name, t) => {
+                    last = name;
+                    out.keys.push(t);
                 }
-                Item::CommonPrefix(p) => {
-                    let p = utf8(p)?;
+                Listed::Prefix(p) => {
                     last.clone_from(&p);
                     out.common_prefixes.push(p);
                 }
@@ -494,10 +579,17 @@ impl OmService {
     }
 }
 
+/// An item of a page with roll-up: a converted entry with its name, or a
+/// common prefix.
+enum Listed<T> {
+    Entry(String, T),
+    Prefix(String),
+}
+
 /// One page of ListOpenKeys.
 #[derive(Debug, Clone)]
-pub struct OpenKeyPage {
-    pub keys: Vec<(String, OpenKeyRecord)>,
+pub struct OpenKeyPage<T> {
+    pub keys: Vec<T>,
     pub next_continuation_token: String,
     /// Open keys in the whole bucket.
     pub total: u64,
@@ -506,8 +598,8 @@ pub struct OpenKeyPage {
 
 /// One page of ListParts.
 #[derive(Debug, Clone)]
-pub struct PartPage {
-    pub parts: Vec<PartRecord>,
+pub struct PartPage<T> {
+    pub parts: Vec<T>,
     pub truncated: bool,
     pub next_marker: u32,
     pub stats: IterStats,
@@ -527,8 +619,8 @@ pub struct UploadListing {
 
 /// One page of ListMultipartUploads.
 #[derive(Debug, Clone)]
-pub struct UploadPage {
-    pub uploads: Vec<(String, UploadRecord)>,
+pub struct UploadPage<T> {
+    pub uploads: Vec<T>,
     pub common_prefixes: Vec<String>,
     pub truncated: bool,
     pub next_key_marker: String,
@@ -542,8 +634,10 @@ pub type DeletedId = (u64, u32);
 
 /// One page of ListDeletedBlocks.
 #[derive(Debug, Clone)]
-pub struct DeletedPage {
-    pub entries: Vec<(DeletedId, DeletedBlocksRecord)>,
+pub struct DeletedPage<T> {
+    pub entries: Vec<T>,
+    /// The last entry returned, when truncated.
+    pub last: Option<DeletedId>,
     pub truncated: bool,
     pub stats: IterStats,
 }
@@ -557,8 +651,10 @@ impl OmService {
     }
 
     /// Sessions of keys under `prefix` being written, in key order; stops at
-    /// the end of the prefix.
-    pub async fn list_open_keys(
+    /// the end of the prefix. `convert` turns each (name, session) into what
+    /// the response carries and says how many bytes it adds there.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn list_open_keys<T>(
         &self,
         c: Consistency,
         volume: &str,
@@ -566,11 +662,12 @@ impl OmService {
         prefix: &str,
         max: u32,
         token: &str,
-    ) -> Result<OpenKeyPage, OmError> {
+        mut convert: impl FnMut(String, OpenKeyRecord) -> (T, usize),
+    ) -> Result<OpenKeyPage<T>, OmError> {
         self.read_barrier(c).await?;
         let b = self.bucket_now(volume, bucket)?;
         if b.layout == crate::apply::LAYOUT_FSO {
-            return self.list_open_files(&b, prefix, max, token);
+            return self.list_open_files(&b, prefix, max, token, convert);
         }
         let expect = ContinuationToken {
             version: 1,
@@ -588,7 +685,7 @@ impl OmService {
             Start::At(ContinuationToken::decode_token(token, &expect)?.resume)
         };
         let parent = keys::object_prefix(volume, bucket);
-        let page = scan_page(
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::OPEN_KEYS_CF,
@@ -600,21 +697,23 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
             },
+            self.item_budget(),
+            |item| {
+                let (name, value) = entry(item)?;
+                let (key, _) = keys::split_key_run(&name)
+                    .ok_or_else(|| OmError::Internal("malformed open-key entry".to_string()))?;
+                Ok(convert(
+                    utf8(key.to_vec())?,
+                    table::decode::<OpenKeyTable>(&value)?,
+                ))
+            },
         )?;
         let mut out = OpenKeyPage {
-            keys: Vec::new(),
+            keys: page.items,
             next_continuation_token: String::new(),
             total: b.open_key_count,
             stats: page.stats,
         };
-        for item in page.items {
-            if let Item::Entry { name, value } = item {
-                let (key, _) = keys::split_key_run(&name)
-                    .ok_or_else(|| OmError::Internal("malformed open-key entry".to_string()))?;
-                out.keys
-                    .push((utf8(key.to_vec())?, table::decode::<OpenKeyTable>(&value)?));
-            }
-        }
         if let Some(resume) = page.resume {
             out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
         }
@@ -624,20 +723,21 @@ impl OmService {
     /// ListOpenKeys of an FSO bucket: the files being written in the
     /// directory named by `prefix` up to its last `/`, whose names start with
     /// the rest; one seek in `open_files`, bounded by that directory's range.
-    fn list_open_files(
+    fn list_open_files<T>(
         &self,
         b: &BucketRecord,
         prefix: &str,
         max: u32,
         token: &str,
-    ) -> Result<OpenKeyPage, OmError> {
+        mut convert: impl FnMut(String, OpenKeyRecord) -> (T, usize),
+    ) -> Result<OpenKeyPage<T>, OmError> {
         let (dir, name_prefix) = match prefix.rfind('/') {
             Some(i) => (&prefix[..i], &prefix[i + 1..]),
             None => ("", prefix),
         };
         let dir = crate::validate::fs_path("prefix", dir)?;
         let comps = crate::fs::components(&dir);
-        let empty = OpenKeyPage {
+        let empty = OpenKeyPage::<T> {
             keys: Vec::new(),
             next_continuation_token: String::new(),
             total: b.open_key_count,
@@ -663,7 +763,12 @@ impl OmService {
             Start::At(ContinuationToken::decode_token(token, &expect)?.resume)
         };
         let parent = keys::children_prefix(dir_id);
-        let page = scan_page(
+        let base = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::OPEN_FILES_CF,
@@ -675,36 +780,34 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
             },
-        )?;
-        let base = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut out = OpenKeyPage {
-            stats: page.stats,
-            ..empty
-        };
-        for item in page.items {
-            if let Item::Entry { name, value } = item {
+            self.item_budget(),
+            |item| {
+                let (name, value) = entry(item)?;
                 let (name, _) = keys::split_key_run(&name)
                     .ok_or_else(|| OmError::Internal("malformed open-file entry".to_string()))?;
                 let name = utf8(name.to_vec())?;
-                out.keys.push((
+                Ok(convert(
                     format!("{base}{name}"),
                     table::decode::<OpenFileTable>(&value)?,
-                ));
-            }
-        }
+                ))
+            },
+        )?;
+        let mut out = OpenKeyPage {
+            keys: page.items,
+            stats: page.stats,
+            ..empty
+        };
         if let Some(resume) = page.resume {
             out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
         }
         Ok(out)
     }
 
-    /// Parts of one upload after `marker`, in part-number order.
+    /// Parts of one upload after `marker`, in part-number order; `convert`
+    /// turns each into what the response carries and says how many bytes it
+    /// adds there.
     #[allow(clippy::too_many_arguments)]
-    pub async fn list_parts(
+    pub async fn list_parts<T>(
         &self,
         c: Consistency,
         volume: &str,
@@ -713,7 +816,8 @@ impl OmService {
         upload_id: u64,
         marker: u32,
         max: u32,
-    ) -> Result<PartPage, OmError> {
+        mut convert: impl FnMut(PartRecord) -> (T, usize),
+    ) -> Result<PartPage<T>, OmError> {
         self.read_barrier(c).await?;
         self.object_store_bucket_now(volume, bucket)?;
         if table::get::<UploadTable>(&self.db, &keys::upload_key(volume, bucket, key, upload_id))?
@@ -731,7 +835,7 @@ impl OmService {
         } else {
             Start::At((marker + 1).to_be_bytes().to_vec())
         };
-        let page = scan_page(
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::PARTS_CF,
@@ -743,33 +847,35 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
             },
-        )?;
-        let mut parts = Vec::new();
-        for item in page.items {
-            if let Item::Entry { value, .. } = item {
-                parts.push(table::decode::<PartTable>(&value)?);
-            }
-        }
-        let truncated = page.resume.is_some();
-        Ok(PartPage {
-            next_marker: if truncated {
-                parts.last().map_or(0, |p| p.part_number)
-            } else {
-                0
+            self.item_budget(),
+            |item| {
+                let (_, value) = entry(item)?;
+                let part = table::decode::<PartTable>(&value)?;
+                let number = part.part_number;
+                let (t, bytes) = convert(part);
+                Ok(((number, t), bytes))
             },
-            parts,
+        )?;
+        let truncated = page.resume.is_some();
+        let last = page.items.last().map_or(0, |(n, _)| *n);
+        Ok(PartPage {
+            next_marker: if truncated { last } else { 0 },
+            parts: page.items.into_iter().map(|(_, t)| t).collect(),
             truncated,
             stats: page.stats,
         })
     }
 
     /// In-progress uploads in key order (uploads of one key by initiation),
-    /// with S3's marker semantics and delimiter roll-up.
-    pub async fn list_uploads(
+    /// with S3's marker semantics and delimiter roll-up; `convert` turns each
+    /// (key, upload) into what the response carries and says how many bytes
+    /// it adds there.
+    pub async fn list_uploads<T>(
         &self,
         c: Consistency,
         q: UploadListing,
-    ) -> Result<UploadPage, OmError> {
+        mut convert: impl FnMut(String, UploadRecord) -> (T, usize),
+    ) -> Result<UploadPage<T>, OmError> {
         self.read_barrier(c).await?;
         self.object_store_bucket_now(&q.volume, &q.bucket)?;
         let marker = q.key_marker.as_bytes();
@@ -800,7 +906,7 @@ impl OmService {
             }
         };
         let parent = keys::object_prefix(&q.volume, &q.bucket);
-        let page = scan_page(
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::UPLOADS_CF,
@@ -811,6 +917,21 @@ impl OmService {
                 max: self.page_size(q.max_uploads),
                 seek_after: self.seek_after,
                 terminator: Some(0),
+            },
+            self.item_budget(),
+            |item| match item {
+                Item::Entry { name, value } => {
+                    let (key, id) = keys::split_key_run(&name)
+                        .ok_or_else(|| OmError::Internal("malformed upload entry".to_string()))?;
+                    let key = utf8(key.to_vec())?;
+                    let (t, bytes) = convert(key.clone(), table::decode::<UploadTable>(&value)?);
+                    Ok((Listed::Entry(key, (id, t)), bytes))
+                }
+                Item::CommonPrefix(p) => {
+                    let p = utf8(p)?;
+                    let bytes = item_len(p.len());
+                    Ok((Listed::Prefix(p), bytes))
+                }
             },
         )?;
         let mut out = UploadPage {
@@ -823,17 +944,12 @@ impl OmService {
         };
         for item in page.items {
             match item {
-                Item::Entry { name, value } => {
-                    let (key, id) = keys::split_key_run(&name)
-                        .ok_or_else(|| OmError::Internal("malformed upload entry".to_string()))?;
-                    let key = utf8(key.to_vec())?;
-                    out.next_key_marker.clone_from(&key);
+                Listed::Entry(key, (id, t)) => {
+                    out.next_key_marker = key;
                     out.next_upload_id_marker = Some(id);
-                    out.uploads
-                        .push((key, table::decode::<UploadTable>(&value)?));
+                    out.uploads.push(t);
                 }
-                Item::CommonPrefix(p) => {
-                    let p = utf8(p)?;
+                Listed::Prefix(p) => {
                     out.next_key_marker.clone_from(&p);
                     out.next_upload_id_marker = None;
                     out.common_prefixes.push(p);
@@ -849,18 +965,21 @@ impl OmService {
 
     /// Entries of the deleted-blocks table after `after`, oldest first. An
     /// entry stays (and is listed again) until acknowledged.
-    pub async fn list_deleted_blocks(
+    /// `convert` turns each entry into what the response carries and says
+    /// how many bytes it adds there.
+    pub async fn list_deleted_blocks<T>(
         &self,
         c: Consistency,
         after: Option<DeletedId>,
         max: u32,
-    ) -> Result<DeletedPage, OmError> {
+        mut convert: impl FnMut(DeletedId, DeletedBlocksRecord) -> (T, usize),
+    ) -> Result<DeletedPage<T>, OmError> {
         self.read_barrier(c).await?;
         let start = match after {
             None => Start::Beginning,
             Some((index, seq)) => Start::After(keys::deleted_blocks_key(index, seq)),
         };
-        let page = scan_page(
+        let page = scan_page_within(
             &self.db,
             &ScanSpec {
                 table: keys::DELETED_BLOCKS_CF,
@@ -872,10 +991,9 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
             },
-        )?;
-        let mut entries = Vec::new();
-        for item in page.items {
-            if let Item::Entry { name, value } = item {
+            self.item_budget(),
+            |item| {
+                let (name, value) = entry(item)?;
                 if name.len() != 12 {
                     return Err(OmError::Internal(
                         "malformed deleted-blocks key".to_string(),
@@ -883,12 +1001,20 @@ impl OmService {
                 }
                 let index = u64::from_be_bytes(name[..8].try_into().unwrap_or_default());
                 let seq = u32::from_be_bytes(name[8..].try_into().unwrap_or_default());
-                entries.push(((index, seq), table::decode::<DeletedBlocksTable>(&value)?));
-            }
-        }
+                let (t, bytes) =
+                    convert((index, seq), table::decode::<DeletedBlocksTable>(&value)?);
+                Ok((((index, seq), t), bytes))
+            },
+        )?;
+        let truncated = page.resume.is_some();
         Ok(DeletedPage {
-            entries,
-            truncated: page.resume.is_some(),
+            last: if truncated {
+                page.items.last().map(|(id, _)| *id)
+            } else {
+                None
+            },
+            entries: page.items.into_iter().map(|(_, t)| t).collect(),
+            truncated,
             stats: page.stats,
         })
     }
@@ -898,24 +1024,39 @@ fn utf8(b: Vec<u8>) -> Result<String, OmError> {
     String::from_utf8(b).map_err(|_| OmError::Internal("non-UTF-8 name in a table".to_string()))
 }
 
-/// Reads one page of `T` under `parent` + `prefix`, after `start_after`, with
-/// one native seek and at most `max` nexts (the last tells whether more follow).
-pub fn list_page<T: TableSchema>(
+/// The name and value of a table entry; listings without a delimiter see
+/// nothing else.
+fn entry(item: Item) -> Result<(Vec<u8>, Vec<u8>), OmError> {
+    match item {
+        Item::Entry { name, value } => Ok((name, value)),
+        Item::CommonPrefix(_) => Err(OmError::Internal(
+            "a common prefix in a listing without a delimiter".to_string(),
+        )),
+    }
+}
+
+/// Reads one page of `S` under `parent` + `prefix`, after `start_after`, with
+/// one native seek and at most `max` nexts (the last tells whether more
+/// follow), converting each record with `convert`, which also says how many
+/// bytes it adds to the response; the page stops before its items pass
+/// `max_bytes` (its first item is always taken).
+pub fn list_page<S: TableSchema, T>(
     db: &DB,
     parent: &[u8],
     prefix: &str,
     start_after: &str,
-    max: usize,
-) -> Result<Page<T::Value>, OmError> {
+    (max, max_bytes): (usize, usize),
+    mut convert: impl FnMut(S::Value) -> (T, usize),
+) -> Result<Page<T>, OmError> {
     let start = if start_after.is_empty() {
         Start::Beginning
     } else {
         Start::After(start_after.as_bytes().to_vec())
     };
-    let page = scan_page(
+    let page = scan_page_within(
         db,
         &ScanSpec {
-            table: T::CF,
+            table: S::CF,
             parent,
             prefix: prefix.as_bytes(),
             delimiter: b"",
@@ -924,23 +1065,38 @@ pub fn list_page<T: TableSchema>(
             seek_after: usize::MAX,
             terminator: None,
         },
+        max_bytes,
+        |item| {
+            let (name, value) = entry(item)?;
+            let (t, bytes) = convert(table::decode::<S>(&value)?);
+            Ok(((utf8(name)?, t), bytes))
+        },
     )?;
-    let mut items = Vec::with_capacity(page.items.len());
-    for item in page.items {
-        if let Item::Entry { name, value } = item {
-            items.push((utf8(name)?, table::decode::<T>(&value)?));
-        }
-    }
     let truncated = page.resume.is_some();
     let next_start_after = if truncated {
-        items.last().map(|(n, _)| n.clone()).unwrap_or_default()
+        page.items
+            .last()
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default()
     } else {
         String::new()
     };
     Ok(Page {
-        items,
+        items: page.items,
         truncated,
         next_start_after,
         stats: page.stats,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_is_capped_for_newcomers_only() {
+        assert!(member_room(MAX_MEMBERS - 1, false).is_ok());
+        assert!(member_room(MAX_MEMBERS, false).is_err());
+        assert!(member_room(MAX_MEMBERS, true).is_ok());
+    }
 }

@@ -145,19 +145,28 @@ pub fn metadata(
     Ok(())
 }
 
-/// A `host:port` address another node or client can dial.
+/// Longest `host:port` address: a 253-byte DNS name, `:` and a port.
+pub const MAX_ADDRESS_BYTES: usize = 259;
+
+/// A `host:port` address another node or client can dial, at most
+/// `MAX_ADDRESS_BYTES` long (addresses are replicated in the membership and
+/// returned by every cluster status).
 pub fn address(field: &'static str, addr: &str) -> Result<(), OmError> {
-    let ok = match addr.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    };
+    let ok = addr.len() <= MAX_ADDRESS_BYTES
+        && match addr.rsplit_once(':') {
+            Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+            None => false,
+        };
     if ok {
         Ok(())
     } else {
         Err(OmError::invalid(
             "INVALID_ADDRESS",
             field,
-            format!("{field} {addr:?} is not HOST:PORT"),
+            format!(
+                "{field} {} is not HOST:PORT of at most {MAX_ADDRESS_BYTES} bytes",
+                quote_prefix(addr)
+            ),
         ))
     }
 }
@@ -357,6 +366,15 @@ mod tests {
             assert!(fs_path("p", bad).is_err(), "{bad}");
         }
         assert!(fs_path_not_root("p", "/").is_err());
+    }
+
+    #[test]
+    fn addresses_are_bounded() {
+        assert!(address("a", "node-1.example.com:9872").is_ok());
+        let host = "h".repeat(MAX_ADDRESS_BYTES - 5);
+        assert!(address("a", &format!("{host}:9872")).is_ok());
+        assert!(address("a", &format!("{host}x:9872")).is_err());
+        assert!(address("a", "host").is_err());
     }
 
     #[test]

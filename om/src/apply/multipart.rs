@@ -206,6 +206,17 @@ impl Ctx<'_> {
                 ),
             )
         })?;
+        let total: u64 = listed.iter().map(|p| p.size).sum();
+        if c.max_size > 0 && total > c.max_size {
+            return Err(OmError::invalid(
+                "ENTITY_TOO_LARGE",
+                "parts",
+                format!(
+                    "the listed parts make {total} bytes; an object is at most {}",
+                    c.max_size
+                ),
+            ));
+        }
         let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
         // Checks are done; stage writes from here on.
         let mut blocks = Vec::new();

@@ -5,7 +5,7 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::objects::{block_count, block_infos, bucket_names};
-use super::{consistency, scan_stats, unexpected, write_id};
+use super::{consistency, scan_stats, sized, unexpected, write_id};
 use crate::error::OmError;
 use crate::service::{OmService, Status, StatusListing};
 use crate::validate;
@@ -182,13 +182,8 @@ pub async fn list_status(
             ));
         }
     }
-    if r.continuation_token.len() > 16384 {
-        return Err(OmError::invalid(
-            "INVALID_CONTINUATION_TOKEN",
-            "continuation_token",
-            "continuation token is too long",
-        ));
-    }
+    crate::listing::check_token_len(&r.continuation_token)?;
+    let omit_blocks = r.omit_blocks;
     let page = svc
         .list_status(
             consistency(&r.read),
@@ -201,10 +196,20 @@ pub async fn list_status(
                 recursive: r.recursive,
                 continuation_token: r.continuation_token,
             },
+            |s| {
+                let s = match s {
+                    Status::File { path, mut rec } if omit_blocks => {
+                        rec.blocks = Vec::new();
+                        Status::File { path, rec }
+                    }
+                    other => other,
+                };
+                sized(status(s))
+            },
         )
         .await?;
     Ok(ListStatusResponse {
-        entries: page.entries.into_iter().map(status).collect(),
+        entries: page.entries,
         truncated: !page.next_continuation_token.is_empty(),
         next_continuation_token: page.next_continuation_token,
         scan: Some(scan_stats(page.stats)),

@@ -6,7 +6,7 @@
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
-use super::{consistency, key_info, scan_stats, unexpected, write_id};
+use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
 use crate::apply::{MAX_ACK_IDS, MAX_KEY_SIZE};
 use crate::error::OmError;
 use crate::service::{OmService, UploadListing};
@@ -17,6 +17,16 @@ pub const MAX_BLOCKS_PER_CALL: u32 = 64;
 /// S3's largest part: 5 GiB.
 pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 pub const MAX_PART_NUMBER: u32 = 10_000;
+
+/// Most blocks a key can hold, which bounds every response carrying one key
+/// or one key's released blocks. A key committed from a session holds at
+/// most `MAX_SESSION_BLOCKS` (5 TiB in 256 MiB blocks). A completed multipart
+/// upload is at most `MAX_KEY_SIZE` (checked when it completes) in at most
+/// `MAX_PART_NUMBER` parts of `ceil(size / BLOCK_SIZE)` blocks each, so
+/// fewer than `MAX_KEY_SIZE / BLOCK_SIZE + MAX_PART_NUMBER` blocks. Encoded
+/// as a `KeyInfo` with the largest field values, that is under 1 MiB (see
+/// the `largest_records_fit_a_default_client` test).
+pub const MAX_KEY_BLOCKS: usize = crate::apply::MAX_SESSION_BLOCKS + MAX_PART_NUMBER as usize;
 
 pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
     blocks
@@ -207,6 +217,7 @@ pub async fn list_open_keys(
 ) -> Result<ListOpenKeysResponse, OmError> {
     bucket_names(&r.volume, &r.bucket)?;
     validate::optional_key("prefix", &r.prefix)?;
+    crate::listing::check_token_len(&r.continuation_token)?;
     let page = svc
         .list_open_keys(
             consistency(&r.read),
@@ -215,21 +226,20 @@ pub async fn list_open_keys(
             &r.prefix,
             r.max_keys,
             &r.continuation_token,
+            |name, o| {
+                sized(OpenKeyInfo {
+                    name,
+                    session_id: o.session_id,
+                    opened_ms: o.opened_ms,
+                    allocated_blocks: o.allocated,
+                    client_id: o.client_id,
+                })
+            },
         )
         .await?;
     Ok(ListOpenKeysResponse {
         truncated: !page.next_continuation_token.is_empty(),
-        keys: page
-            .keys
-            .into_iter()
-            .map(|(name, o)| OpenKeyInfo {
-                name,
-                session_id: o.session_id,
-                opened_ms: o.opened_ms,
-                allocated_blocks: o.allocated,
-                client_id: o.client_id,
-            })
-            .collect(),
+        keys: page.keys,
         next_continuation_token: page.next_continuation_token,
         total: page.total,
         scan: Some(scan_stats(page.stats)),
@@ -408,6 +418,7 @@ pub async fn complete_multipart(
         parts,
         min_part_size: svc.min_part_size(),
         conditions: conditions(r.conditions)?,
+        max_size: MAX_KEY_SIZE,
     });
     let key = key_response(svc.propose(id, op).await?)?;
     Ok(CompleteMultipartUploadResponse { key: Some(key) })
@@ -452,10 +463,11 @@ pub async fn list_parts(
             upload_id,
             r.part_number_marker,
             r.max_parts,
+            |p| sized(part_info(p)),
         )
         .await?;
     Ok(ListPartsResponse {
-        parts: page.parts.into_iter().map(part_info).collect(),
+        parts: page.parts,
         truncated: page.truncated,
         next_part_number_marker: page.next_marker,
         scan: Some(scan_stats(page.stats)),
@@ -491,21 +503,18 @@ pub async fn list_uploads(
                 upload_id_marker,
                 max_uploads: r.max_uploads,
             },
-        )
-        .await?;
-    Ok(ListMultipartUploadsResponse {
-        uploads: page
-            .uploads
-            .into_iter()
-            .map(|(key, u)| {
-                upload_info(st::UploadResult {
+            |key, u| {
+                sized(upload_info(st::UploadResult {
                     volume: r.volume.clone(),
                     bucket: r.bucket.clone(),
                     key,
                     upload: Some(u),
-                })
-            })
-            .collect(),
+                }))
+            },
+        )
+        .await?;
+    Ok(ListMultipartUploadsResponse {
+        uploads: page.uploads,
         common_prefixes: page.common_prefixes,
         truncated: page.truncated,
         next_key_marker: page.next_key_marker,
@@ -527,24 +536,25 @@ pub async fn list_deleted_blocks(
         Some(validate::deleted_id("after", &r.after)?)
     };
     let page = svc
-        .list_deleted_blocks(consistency(&r.read), after, r.max_entries)
+        .list_deleted_blocks(
+            consistency(&r.read),
+            after,
+            r.max_entries,
+            |(index, seq), rec| {
+                sized(DeletedBlocksEntry {
+                    id: format_deleted_id(index, seq),
+                    blocks: block_infos(rec.blocks),
+                    origin: rec.origin,
+                })
+            },
+        )
         .await?;
-    let entries: Vec<DeletedBlocksEntry> = page
-        .entries
-        .into_iter()
-        .map(|((index, seq), rec)| DeletedBlocksEntry {
-            id: format_deleted_id(index, seq),
-            blocks: block_infos(rec.blocks),
-            origin: rec.origin,
-        })
-        .collect();
     Ok(ListDeletedBlocksResponse {
-        next_after: if page.truncated {
-            entries.last().map(|e| e.id.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        },
-        entries,
+        next_after: page
+            .last
+            .map(|(index, seq)| format_deleted_id(index, seq))
+            .unwrap_or_default(),
+        entries: page.entries,
         truncated: page.truncated,
         scan: Some(scan_stats(page.stats)),
     })
@@ -576,5 +586,290 @@ pub async fn ack_deleted_blocks(
             acknowledged: c.count,
         }),
         other => Err(unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use prost::Message;
+
+    use super::*;
+    use crate::apply::{BLOCK_SIZE, MAX_SESSION_BLOCKS};
+    use crate::listing::{MAX_TOKEN_CHARS, PAGE_OVERHEAD_BYTES};
+    use crate::service::MAX_MEMBERS;
+    use crate::validate::{MAX_ADDRESS_BYTES, MAX_KEY_BYTES};
+
+    /// What a tonic (and grpc-go, grpc-java) client decodes by default.
+    const CLIENT_LIMIT: usize = 4 * 1024 * 1024;
+
+    /// `n` blocks with the longest encodings their fields can have.
+    fn blocks(n: usize) -> Vec<BlockInfo> {
+        (0..n)
+            .map(|_| BlockInfo {
+                block_id: u64::MAX,
+                offset: u64::MAX,
+                length: BLOCK_SIZE,
+            })
+            .collect()
+    }
+
+    /// 2048 bytes of metadata spread over as many entries as distinct
+    /// names allow: the most encoding overhead.
+    fn metadata() -> BTreeMap<String, String> {
+        (0..682)
+            .map(|i| (format!("{i:03}"), String::new()))
+            .collect()
+    }
+
+    fn largest_key() -> KeyInfo {
+        KeyInfo {
+            volume: "v".repeat(63),
+            bucket: "b".repeat(63),
+            name: "k".repeat(MAX_KEY_BYTES),
+            size: u64::MAX,
+            blocks: blocks(MAX_KEY_BLOCKS),
+            etag: format!("{}-10000", "e".repeat(32)),
+            metadata: metadata(),
+            content_type: "c".repeat(256),
+            creation_time_ms: u64::MAX,
+            modification_time_ms: u64::MAX,
+            object_id: u64::MAX,
+            update_id: u64::MAX,
+        }
+    }
+
+    fn largest_stats() -> Option<ScanStats> {
+        Some(ScanStats {
+            seeks: u64::MAX,
+            nexts: u64::MAX,
+            tombstones_skipped: u64::MAX,
+        })
+    }
+
+    /// The largest single item of every response stays well under what a
+    /// default client decodes, alone or as the one item of a page with
+    /// every other field at its largest: a page that holds only its first
+    /// item can always be read.
+    #[test]
+    fn largest_records_fit_a_default_client() {
+        assert!(
+            metadata()
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+                <= 2048
+        );
+        let key = largest_key();
+        assert!(key.encoded_len() < 1024 * 1024, "{}", key.encoded_len());
+        let page = ListKeysResponse {
+            keys: vec![key.clone()],
+            truncated: true,
+            next_start_after: "k".repeat(MAX_KEY_BYTES),
+            common_prefixes: Vec::new(),
+            next_continuation_token: "0".repeat(MAX_TOKEN_CHARS),
+            scan: largest_stats(),
+        };
+        assert!(page.encoded_len() < CLIENT_LIMIT);
+        for len in [
+            LookupKeyResponse {
+                key: Some(key.clone()),
+            }
+            .encoded_len(),
+            CommitKeyResponse {
+                key: Some(key.clone()),
+            }
+            .encoded_len(),
+            CopyKeyResponse {
+                key: Some(key.clone()),
+            }
+            .encoded_len(),
+            CompleteMultipartUploadResponse {
+                key: Some(key.clone()),
+            }
+            .encoded_len(),
+        ] {
+            assert!(len < CLIENT_LIMIT);
+        }
+        let file = FileStatus {
+            path: "p".repeat(MAX_KEY_BYTES),
+            is_directory: false,
+            size: u64::MAX,
+            blocks: blocks(MAX_KEY_BLOCKS),
+            etag: key.etag.clone(),
+            creation_time_ms: u64::MAX,
+            modification_time_ms: u64::MAX,
+            object_id: u64::MAX,
+            update_id: u64::MAX,
+            content_type: key.content_type.clone(),
+            metadata: metadata(),
+        };
+        let statuses = ListStatusResponse {
+            entries: vec![file.clone()],
+            truncated: true,
+            next_continuation_token: "0".repeat(MAX_TOKEN_CHARS),
+            scan: largest_stats(),
+        };
+        assert!(statuses.encoded_len() < CLIENT_LIMIT);
+        assert!(GetFileStatusResponse { status: Some(file) }.encoded_len() < CLIENT_LIMIT);
+        let released = ListDeletedBlocksResponse {
+            entries: vec![DeletedBlocksEntry {
+                id: "0".repeat(24),
+                blocks: blocks(MAX_KEY_BLOCKS),
+                origin: "o".repeat(4 * MAX_KEY_BYTES),
+            }],
+            truncated: true,
+            next_after: "0".repeat(24),
+            scan: largest_stats(),
+        };
+        assert!(released.encoded_len() < CLIENT_LIMIT);
+        let open = ListOpenKeysResponse {
+            keys: vec![OpenKeyInfo {
+                name: "k".repeat(MAX_KEY_BYTES),
+                session_id: u64::MAX,
+                opened_ms: u64::MAX,
+                allocated_blocks: vec![u64::MAX; MAX_SESSION_BLOCKS],
+                client_id: "c".repeat(128),
+            }],
+            truncated: true,
+            next_continuation_token: "0".repeat(MAX_TOKEN_CHARS),
+            total: u64::MAX,
+            scan: largest_stats(),
+        };
+        assert!(open.encoded_len() < CLIENT_LIMIT);
+        // A part is at most 5 GiB: 20 blocks.
+        let part = PartInfo {
+            part_number: MAX_PART_NUMBER,
+            size: MAX_PART_SIZE,
+            etag: "e".repeat(32),
+            blocks: blocks(MAX_PART_SIZE.div_ceil(BLOCK_SIZE) as usize),
+            modification_time_ms: u64::MAX,
+        };
+        assert!(part.encoded_len() < 1024);
+        // Sessions hand out at most 64 blocks per call.
+        let opened = CreateFileResponse {
+            session_id: u64::MAX,
+            opened_ms: u64::MAX,
+            blocks: blocks(MAX_BLOCKS_PER_CALL as usize),
+            path: "p".repeat(MAX_KEY_BYTES),
+        };
+        assert!(opened.encoded_len() < 4 * 1024);
+    }
+
+    /// Everything a listing response carries besides its items fits the
+    /// room the page keeps for it.
+    #[test]
+    fn page_trailers_fit_the_reserved_overhead() {
+        let token = "0".repeat(MAX_TOKEN_CHARS);
+        let marker = "m".repeat(MAX_KEY_BYTES);
+        let trailers = [
+            ListKeysResponse {
+                truncated: true,
+                next_start_after: marker.clone(),
+                next_continuation_token: token.clone(),
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListStatusResponse {
+                truncated: true,
+                next_continuation_token: token.clone(),
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListOpenKeysResponse {
+                truncated: true,
+                next_continuation_token: token.clone(),
+                total: u64::MAX,
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListMultipartUploadsResponse {
+                truncated: true,
+                next_key_marker: marker.clone(),
+                next_upload_id_marker: "0".repeat(16),
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListPartsResponse {
+                truncated: true,
+                next_part_number_marker: MAX_PART_NUMBER,
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListDeletedBlocksResponse {
+                truncated: true,
+                next_after: "0".repeat(24),
+                scan: largest_stats(),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListVolumesResponse {
+                truncated: true,
+                next_start_after: "v".repeat(63),
+                ..Default::default()
+            }
+            .encoded_len(),
+            ListBucketsResponse {
+                truncated: true,
+                next_start_after: "b".repeat(63),
+                ..Default::default()
+            }
+            .encoded_len(),
+        ];
+        for (i, t) in trailers.iter().enumerate() {
+            assert!(
+                *t <= PAGE_OVERHEAD_BYTES,
+                "trailer {i}: {t} > {PAGE_OVERHEAD_BYTES}"
+            );
+        }
+    }
+
+    /// Responses that are not paginated are bounded by the request limits.
+    #[test]
+    fn unpaginated_responses_are_bounded() {
+        // DeleteKeys: at most 1000 outcomes, each a key and a short message
+        // naming it (quoting at most the volume, bucket and key).
+        let outcome = KeyOutcome {
+            key: "k".repeat(MAX_KEY_BYTES),
+            reason: "r".repeat(32),
+            message: "m".repeat(2 * MAX_KEY_BYTES),
+        };
+        let deleted = DeleteKeysResponse {
+            results: vec![outcome; 1000],
+        };
+        assert!(
+            deleted.encoded_len() < CLIENT_LIMIT,
+            "{}",
+            deleted.encoded_len()
+        );
+        // Cluster status: at most MAX_MEMBERS members with bounded addresses.
+        let member = ClusterMember {
+            node_id: u64::MAX,
+            raft_addr: "a".repeat(MAX_ADDRESS_BYTES),
+            grpc_addr: "a".repeat(MAX_ADDRESS_BYTES),
+            voter: true,
+            matched_index: u64::MAX,
+            matched_known: true,
+        };
+        let status = ClusterStatusResponse {
+            node_id: u64::MAX,
+            role: "candidate".into(),
+            term: u64::MAX,
+            leader_id: u64::MAX,
+            has_leader: true,
+            last_log_index: u64::MAX,
+            committed_index: u64::MAX,
+            applied_index: u64::MAX,
+            snapshot_index: u64::MAX,
+            purged_index: u64::MAX,
+            members: vec![member; MAX_MEMBERS],
+        };
+        assert!(status.encoded_len() < 64 * 1024, "{}", status.encoded_len());
     }
 }

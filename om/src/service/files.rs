@@ -4,15 +4,17 @@
 //! keyed by parent id + name) in name order: each table is positioned with one
 //! native seek per page. A recursive listing walks depth first with one pair
 //! of iterators per open directory; its continuation token holds the stack of
-//! directories being walked, and a continuation page seeks only the innermost
+//! directories being walked (each as its id and one name, so the token grows
+//! linearly with depth), and a continuation page seeks only the innermost
 //! one until the page moves to another directory.
 
 use om_proto::store::{BucketRecord, DirectoryRecord, KeyRecord};
+use prost::Message;
 
 use super::{Consistency, OmService};
 use crate::error::OmError;
 use crate::fs::{self, Entry};
-use crate::listing::ContinuationToken;
+use crate::listing::{ContinuationToken, MAX_TOKEN_CHARS, StatusFrame, StatusResume, fits};
 use crate::store::iter::{DeferredSeekIter, IterStats};
 use crate::store::keys;
 use crate::store::table::{self, DirectoryTable, FileTable};
@@ -24,10 +26,10 @@ pub enum Status {
     File { path: String, rec: KeyRecord },
 }
 
-/// One page of ListStatus.
+/// One page of ListStatus: entries as the caller converted them.
 #[derive(Debug, Clone)]
-pub struct StatusPage {
-    pub entries: Vec<Status>,
+pub struct StatusPage<T> {
+    pub entries: Vec<T>,
     pub next_continuation_token: String,
     pub stats: IterStats,
 }
@@ -53,49 +55,45 @@ struct Frame {
     after: Option<String>,
 }
 
+/// A token's resume position: each frame's id and last name. The paths are
+/// left out: each is the names of the frames above it.
 fn encode_frames(frames: &[Frame]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for f in frames {
-        out.extend_from_slice(&f.dir.to_be_bytes());
-        for s in [Some(&f.path), f.after.as_ref()] {
-            match s {
-                Some(s) => {
-                    out.push(1);
-                    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                    out.extend_from_slice(s.as_bytes());
-                }
-                None => out.push(0),
-            }
-        }
+    StatusResume {
+        frames: frames
+            .iter()
+            .map(|f| StatusFrame {
+                dir: f.dir,
+                after: f.after.clone(),
+            })
+            .collect(),
     }
-    out
+    .encode_to_vec()
 }
 
-fn decode_frames(mut b: &[u8]) -> Option<Vec<Frame>> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        if b.len() < n {
+/// The frames of a resume position under `base`, the listed directory's
+/// path: every frame but the innermost must name the child directory being
+/// walked, and a name must be one path component. Whether the directories
+/// are still there is `check_frames`' business.
+fn decode_frames(b: &[u8], base: &str) -> Option<Vec<Frame>> {
+    let resume = StatusResume::decode(b).ok()?;
+    let n = resume.frames.len();
+    let mut frames: Vec<Frame> = Vec::with_capacity(n);
+    let mut path = base.to_string();
+    for (i, f) in resume.frames.into_iter().enumerate() {
+        if let Some(a) = &f.after
+            && (a.is_empty() || a.contains('/'))
+        {
             return None;
         }
-        let (h, t) = b.split_at(n);
-        *b = t;
-        Some(h)
-    }
-    fn string(b: &mut &[u8]) -> Option<Option<String>> {
-        match take(b, 1)?[0] {
-            0 => Some(None),
-            1 => {
-                let n = u32::from_be_bytes(take(b, 4)?.try_into().ok()?) as usize;
-                Some(Some(String::from_utf8(take(b, n)?.to_vec()).ok()?))
-            }
-            _ => None,
+        let frame = Frame {
+            dir: f.dir,
+            path: path.clone(),
+            after: f.after,
+        };
+        if i + 1 < n {
+            path = format!("{}{}/", path, frame.after.as_deref()?);
         }
-    }
-    let mut frames = Vec::new();
-    while !b.is_empty() {
-        let dir = u64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
-        let path = string(&mut b)??;
-        let after = string(&mut b)?;
-        frames.push(Frame { dir, path, after });
+        frames.push(frame);
     }
     (!frames.is_empty()).then_some(frames)
 }
@@ -159,12 +157,13 @@ impl OmService {
     }
 
     /// A token's directories must still be where it says, under the listed
-    /// directory of this bucket: each frame's path is resolved again from the
-    /// root and must name the frame's directory id. So a token reaches only
-    /// what the same request could list, and a listing whose directories were
+    /// directory of this bucket: the top frame must be the listed directory
+    /// (`top`, resolved from the request's path), and each deeper frame the
+    /// child directory the frame above names. So a token reaches only what
+    /// the same request could list, and a listing whose directories were
     /// renamed or deleted since the last page is refused rather than resumed
-    /// somewhere else.
-    fn check_frames(&self, root: u64, base: &str, frames: &[Frame]) -> Result<(), OmError> {
+    /// somewhere else. One point read per level.
+    fn check_frames(&self, top: u64, frames: &[Frame]) -> Result<(), OmError> {
         let changed = || {
             OmError::invalid(
                 "INVALID_CONTINUATION_TOKEN",
@@ -172,28 +171,15 @@ impl OmService {
                 "a directory of this listing was renamed or deleted since the token was issued, or the token is not from this listing; start the listing again",
             )
         };
-        if frames.first().map(|f| f.path.as_str()) != Some(base) {
+        if frames.first().map(|f| f.dir) != Some(top) {
             return Err(changed());
         }
-        let (mut id, mut at) = (root, "");
-        for (i, f) in frames.iter().enumerate() {
-            let rel = f.path.strip_prefix(at).ok_or_else(changed)?;
-            // The top frame is the listed directory itself; each deeper one
-            // is a child directory of the frame above it.
-            let shape_ok = if i == 0 {
-                rel.is_empty() || rel.ends_with('/')
-            } else {
-                rel.len() > 1 && rel.ends_with('/') && !rel[..rel.len() - 1].contains('/')
-            };
-            if !shape_ok {
-                return Err(changed());
-            }
-            let comps = fs::components(rel.trim_end_matches('/'));
-            match fs::walk_dirs(&self.db, id, &comps, "continuation_token")? {
-                fs::Walk::Dir(d) if d == f.dir => id = d,
+        for pair in frames.windows(2) {
+            let name = pair[0].after.as_deref().ok_or_else(changed)?;
+            match fs::get_dir(&self.db, pair[0].dir, name)? {
+                Some(d) if d.object_id == pair[1].dir => {}
                 _ => return Err(changed()),
             }
-            at = &f.path;
         }
         Ok(())
     }
@@ -238,12 +224,16 @@ impl OmService {
         }
     }
 
-    /// One page of a directory's entries (or its subtree's, recursively).
-    pub async fn list_status(
+    /// One page of a directory's entries (or its subtree's, recursively);
+    /// `convert` turns each into what the response carries and says how many
+    /// bytes it adds there. The page stops at its count or before its items
+    /// pass the byte budget (its first item is always taken).
+    pub async fn list_status<T>(
         &self,
         c: Consistency,
         q: StatusListing,
-    ) -> Result<StatusPage, OmError> {
+        mut convert: impl FnMut(Status) -> (T, usize),
+    ) -> Result<StatusPage<T>, OmError> {
         self.read_barrier(c).await?;
         let b = self.fso_bucket_now(&q.volume, &q.bucket)?;
         let comps = fs::components(&q.path);
@@ -257,8 +247,9 @@ impl OmService {
         let top = match entry {
             Entry::File { rec, .. } => {
                 // Listing a file lists the file itself.
+                let (t, _) = convert(Status::File { path: q.path, rec });
                 return Ok(StatusPage {
-                    entries: vec![Status::File { path: q.path, rec }],
+                    entries: vec![t],
                     next_continuation_token: String::new(),
                     stats: IterStats::default(),
                 });
@@ -288,17 +279,19 @@ impl OmService {
             }]
         } else {
             let t = ContinuationToken::decode_token(&q.continuation_token, &expect)?;
-            let frames = decode_frames(&t.resume).ok_or_else(|| {
+            let frames = decode_frames(&t.resume, &base).ok_or_else(|| {
                 OmError::invalid(
                     "INVALID_CONTINUATION_TOKEN",
                     "continuation_token",
                     "continuation token is malformed",
                 )
             })?;
-            self.check_frames(b.object_id, &base, &frames)?;
+            self.check_frames(top, &frames)?;
             frames
         };
         let max = self.page_size(q.max);
+        let max_bytes = self.item_budget();
+        let mut used = 0usize;
         let mut entries = Vec::new();
         let mut stats = IterStats::default();
         // Iterators of the frames entered on this page, innermost last; the
@@ -325,29 +318,39 @@ impl OmService {
             let name = String::from_utf8(name)
                 .map_err(|_| OmError::Internal("non-UTF-8 name in a table".to_string()))?;
             let path = format!("{}{name}", frame.path);
-            frame.after = Some(name);
-            if is_dir {
+            // Converted before it is taken: an entry that does not fit the
+            // byte budget stays where the iterators are, and the token
+            // resumes at it.
+            let (status, child) = if is_dir {
                 let (_, v) = it.dirs.current().expect("peeked");
                 let rec = table::decode::<DirectoryTable>(v)?;
-                it.dirs.advance();
-                let child = rec.object_id;
-                entries.push(Status::Dir {
-                    path: path.clone(),
-                    rec,
-                });
-                if q.recursive {
-                    frames.push(Frame {
-                        dir: child,
-                        path: format!("{path}/"),
-                        after: None,
-                    });
-                    open.push(None);
-                }
+                let child = Frame {
+                    dir: rec.object_id,
+                    path: format!("{path}/"),
+                    after: None,
+                };
+                (Status::Dir { path, rec }, Some(child))
             } else {
                 let (_, v) = it.files.current().expect("peeked");
                 let rec = table::decode::<FileTable>(v)?;
+                (Status::File { path, rec }, None)
+            };
+            let (t, bytes) = convert(status);
+            if !fits(entries.len(), used, bytes, max_bytes) {
+                truncated = true;
+                break;
+            }
+            used += bytes;
+            entries.push(t);
+            frame.after = Some(name);
+            if let Some(child) = child {
+                it.dirs.advance();
+                if q.recursive {
+                    frames.push(child);
+                    open.push(None);
+                }
+            } else {
                 it.files.advance();
-                entries.push(Status::File { path, rec });
             }
         }
         for it in open.iter().flatten() {
@@ -355,11 +358,27 @@ impl OmService {
             add(&mut stats, it.stats());
         }
         let next_continuation_token = if truncated {
-            ContinuationToken {
+            let token = ContinuationToken {
                 resume: encode_frames(&frames),
                 ..expect
             }
-            .encode_token()
+            .encode_token();
+            // Within the path limits a token never passes MAX_TOKEN_CHARS
+            // (see its derivation); only a tree nested deeper than they allow
+            // (by renaming a deep directory under another) can need more, and
+            // a token the next page would refuse is no use to anyone.
+            if token.len() > MAX_TOKEN_CHARS {
+                return Err(OmError::precondition(
+                    "LISTING_TOO_DEEP",
+                    "path",
+                    format!(
+                        "this page ends {} directories below {:?}, deeper or with longer names than the path limits allow; list a deeper directory, or ask for larger pages",
+                        frames.len() - 1,
+                        q.path
+                    ),
+                ));
+            }
+            token
         } else {
             String::new()
         };
@@ -376,21 +395,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_round_trip() {
+    fn frames_round_trip_without_their_paths() {
         let f = vec![
             Frame {
                 dir: 7,
-                path: String::new(),
+                path: "top/".into(),
                 after: Some("a".into()),
             },
             Frame {
                 dir: 9,
-                path: "a/".into(),
+                path: "top/a/".into(),
+                after: Some("b".into()),
+            },
+            Frame {
+                dir: 11,
+                path: "top/a/b/".into(),
                 after: None,
             },
         ];
-        assert_eq!(decode_frames(&encode_frames(&f)), Some(f));
-        assert_eq!(decode_frames(&[1, 2, 3]), None);
-        assert_eq!(decode_frames(&[]), None);
+        let encoded = encode_frames(&f);
+        assert_eq!(decode_frames(&encoded, "top/"), Some(f));
+        // Ids and names only: no frame repeats the path above it.
+        assert!(!encoded.windows(3).any(|w| w == b"top"), "{encoded:?}");
+        assert_eq!(decode_frames(&[1, 2, 3], ""), None);
+        assert_eq!(decode_frames(&[], ""), None);
+    }
+
+    #[test]
+    fn frames_refuse_names_that_are_not_one_component() {
+        let frames = |names: [Option<&str>; 2]| {
+            encode_frames(
+                &names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| Frame {
+                        dir: i as u64,
+                        path: String::new(),
+                        after: a.map(str::to_string),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert!(decode_frames(&frames([Some("a"), None]), "").is_some());
+        // An outer frame must name the directory being walked.
+        assert_eq!(decode_frames(&frames([None, None]), ""), None);
+        assert_eq!(decode_frames(&frames([Some("a/b"), None]), ""), None);
+        assert_eq!(decode_frames(&frames([Some("a"), Some("")]), ""), None);
     }
 }
