@@ -191,6 +191,7 @@ impl OmService {
             now_ms: self.now_ms(),
             op: Some(op),
             request_digest: id.request_digest,
+            rules: crate::apply::RULES,
         };
         match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
@@ -327,15 +328,18 @@ impl OmService {
         }
     }
 
+    /// A volume, its used bytes filled in even before a write kept them.
     pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
         self.read_barrier(c).await?;
-        table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
+        let mut v = table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
             OmError::not_found(
                 "VOLUME_NOT_FOUND",
                 "name",
                 format!("volume {name:?} does not exist"),
             )
-        })
+        })?;
+        v.used_bytes = Some(crate::apply::volume_used_bytes(&self.db, &v)?);
+        Ok(v)
     }
 
     pub async fn get_bucket(

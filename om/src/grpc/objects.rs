@@ -7,16 +7,11 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, unexpected, write_id};
-use crate::apply::{MAX_ACK_IDS, MAX_KEY_SIZE};
+pub use crate::apply::{MAX_BLOCKS_PER_CALL, MAX_PART_NUMBER, MAX_PART_SIZE};
+use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, MAX_KEY_SIZE};
 use crate::error::OmError;
 use crate::service::{OmService, UploadListing};
 use crate::validate::{self, format_deleted_id, format_upload_id, normalize_etag};
-
-/// Most blocks one OpenKey or AllocateBlock call hands out.
-pub const MAX_BLOCKS_PER_CALL: u32 = 64;
-/// S3's largest part: 5 GiB.
-pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
-pub const MAX_PART_NUMBER: u32 = 10_000;
 
 pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
     blocks
@@ -121,6 +116,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
         content_type: r.content_type,
         metadata: r.metadata,
         blocks: r.blocks,
+        block_size: BLOCK_SIZE,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(OpenKeyResponse {
@@ -145,6 +141,7 @@ pub async fn allocate_block(
         key: r.key,
         session_id: r.session_id,
         count: r.count.max(1),
+        max_session_blocks: crate::apply::MAX_SESSION_BLOCKS as u32,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(AllocateBlockResponse {
@@ -207,6 +204,7 @@ pub async fn list_open_keys(
 ) -> Result<ListOpenKeysResponse, OmError> {
     bucket_names(&r.volume, &r.bucket)?;
     validate::optional_key("prefix", &r.prefix)?;
+    validate::token("continuation_token", &r.continuation_token)?;
     let page = svc
         .list_open_keys(
             consistency(&r.read),
@@ -352,6 +350,7 @@ pub async fn commit_part(
         part_number: r.part_number,
         size: r.size,
         etag,
+        block_size: BLOCK_SIZE,
     });
     match svc.propose(id, op).await? {
         command_result::Result::Part(p) => Ok(CommitPartResponse {
@@ -408,6 +407,7 @@ pub async fn complete_multipart(
         parts,
         min_part_size: svc.min_part_size(),
         conditions: conditions(r.conditions)?,
+        max_key_size: MAX_KEY_SIZE,
     });
     let key = key_response(svc.propose(id, op).await?)?;
     Ok(CompleteMultipartUploadResponse { key: Some(key) })
@@ -470,8 +470,9 @@ pub async fn list_uploads(
     validate::optional_key("prefix", &r.prefix)?;
     validate::delimiter("delimiter", &r.delimiter)?;
     validate::optional_key("key_marker", &r.key_marker)?;
-    // As in S3, an upload-id marker without a key marker is ignored.
-    let upload_id_marker = if r.upload_id_marker.is_empty() || r.key_marker.is_empty() {
+    // As in S3, an upload-id marker without a key marker is ignored (but it
+    // must still be an upload id: every field is bounded).
+    let marker = if r.upload_id_marker.is_empty() {
         None
     } else {
         Some(validate::upload_id(
@@ -479,6 +480,7 @@ pub async fn list_uploads(
             &r.upload_id_marker,
         )?)
     };
+    let upload_id_marker = marker.filter(|_| !r.key_marker.is_empty());
     let page = svc
         .list_uploads(
             consistency(&r.read),
