@@ -953,6 +953,9 @@ fn check_conditions(
 }
 
 #[cfg(test)]
+mod limits_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -963,14 +966,14 @@ mod tests {
     }
 
     /// Applies commands one entry at a time, as the state machine does.
-    struct Sm {
+    pub(super) struct Sm {
         _dir: tempfile::TempDir,
-        db: DB,
+        pub db: DB,
         index: u64,
     }
 
     impl Sm {
-        fn new() -> Sm {
+        pub fn new() -> Sm {
             let dir = tempfile::tempdir().unwrap();
             let mut o = rocksdb::Options::default();
             o.create_if_missing(true);
@@ -983,13 +986,20 @@ mod tests {
             }
         }
 
-        /// The result, and how many writes the entry staged.
-        fn apply(&mut self, op: Op) -> (CommandResult, usize) {
+        /// The result, and how many writes the entry staged; stamped with
+        /// this binary's rules, as a leader stamps it.
+        pub fn apply(&mut self, op: Op) -> (CommandResult, usize) {
+            self.apply_rules(op, RULES)
+        }
+
+        /// `apply` of a command stamped with `rules` (0: an old log entry).
+        pub fn apply_rules(&mut self, op: Op, rules: u32) -> (CommandResult, usize) {
             self.index += 1;
             let mut b = WriteBatch::default();
             let cmd = Command {
                 now_ms: 1000 + self.index,
                 op: Some(op),
+                rules,
                 ..Default::default()
             };
             let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
@@ -998,12 +1008,20 @@ mod tests {
             (r, n)
         }
 
-        fn ok(&mut self, op: Op) -> command_result::Result {
+        pub fn ok(&mut self, op: Op) -> command_result::Result {
             into_outcome(self.apply(op).0).unwrap()
         }
 
-        fn rejected(&mut self, op: Op) -> String {
-            let (r, staged) = self.apply(op);
+        pub fn ok_rules(&mut self, op: Op, rules: u32) -> command_result::Result {
+            into_outcome(self.apply_rules(op, rules).0).unwrap()
+        }
+
+        pub fn rejected(&mut self, op: Op) -> String {
+            self.rejected_rules(op, RULES)
+        }
+
+        pub fn rejected_rules(&mut self, op: Op, rules: u32) -> String {
+            let (r, staged) = self.apply_rules(op, rules);
             assert_eq!(staged, 0, "a rejected command staged writes");
             match into_outcome(r) {
                 Err(OmError::Request { reason, .. }) => reason,
@@ -1014,7 +1032,7 @@ mod tests {
 
     use om_proto::store as st;
 
-    fn setup(sm: &mut Sm, layout: u32) {
+    pub(super) fn setup(sm: &mut Sm, layout: u32) {
         sm.ok(Op::CreateVolume(st::CreateVolume {
             name: "vol".into(),
             ..Default::default()
@@ -1053,6 +1071,7 @@ mod tests {
             part_number: 1,
             size: 10,
             etag: etag.clone(),
+            ..Default::default()
         }));
         let part = st::PartRef {
             part_number: 1,
@@ -1084,6 +1103,7 @@ mod tests {
                 bucket: "bkt".into(),
                 from: "a".into(),
                 to: to.into(),
+                ..Default::default()
             }));
             assert_eq!(reason, "RENAME_INTO_ITSELF", "{to}");
         }
@@ -1093,6 +1113,7 @@ mod tests {
             bucket: "bkt".into(),
             from: "a".into(),
             to: "b".into(),
+            ..Default::default()
         }));
     }
 
@@ -1104,6 +1125,7 @@ mod tests {
             db: &sm.db,
             index: 99,
             now: 0,
+            rules: RULES,
             holders: RefCell::new(HashMap::new()),
         };
         let mut b = WriteBatch::default();
