@@ -341,7 +341,7 @@ async fn renames_cannot_push_paths_past_the_limits() {
     let node = TestNode::start().await;
     let c = node.client();
     c.create_volume("vol", "").await.unwrap();
-    c.create_bucket("vol", "fs", BucketLayout::FileSystemOptimized)
+    c.create_bucket("vol", "fsb", BucketLayout::FileSystemOptimized)
         .await
         .unwrap();
     let mkdir = |path: String| {
@@ -349,7 +349,7 @@ async fn renames_cannot_push_paths_past_the_limits() {
         async move {
             c.create_directory(CreateDirectoryRequest {
                 volume: "vol".into(),
-                bucket: "fs".into(),
+                bucket: "fsb".into(),
                 path,
                 ..Default::default()
             })
@@ -359,7 +359,7 @@ async fn renames_cannot_push_paths_past_the_limits() {
     };
     let rename = |from: &str, to: &str| RenamePathRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fsb".into(),
         from: from.into(),
         to: to.into(),
         ..Default::default()

@@ -148,6 +148,8 @@ fn copy(v: &str, b: &str, from: &str, to: &str) -> CopyKeyRequest {
         volume: v.into(),
         bucket: b.into(),
         key: to.into(),
+        // Keys put without an ETag need the content's digest to be copied.
+        content_md5: ETAG.into(),
         ..Default::default()
     }
 }
@@ -167,7 +169,7 @@ async fn space_quotas_bind_every_write_path() {
     let node = TestNode::start().await;
     let c = node.client();
     for (vol, bkt_quota, vol_quota, resource) in
-        [("vb", 130, 0, "bucket"), ("vv", 0, 130, "volume")]
+        [("vbk", 130, 0, "bucket"), ("vvl", 0, 130, "volume")]
     {
         volume(&c, vol, vol_quota).await;
         bucket(&c, vol, "bkt", BucketLayout::ObjectStore, bkt_quota, 0).await;
@@ -201,21 +203,21 @@ async fn a_volume_quota_spans_its_buckets() {
     let c = node.client();
     volume(&c, "vol", 100).await;
     bucket(&c, "vol", "obj", BucketLayout::ObjectStore, 0, 0).await;
-    bucket(&c, "vol", "fs", BucketLayout::FileSystemOptimized, 0, 0).await;
+    bucket(&c, "vol", "fsb", BucketLayout::FileSystemOptimized, 0, 0).await;
     c.put_key("vol", "obj", "a", 70).await.unwrap();
-    let commit = file(&c, "vol", "fs", "d/f", 31).await;
+    let commit = file(&c, "vol", "fsb", "d/f", 31).await;
     exceeded(&node, c.commit_key(commit.clone()), "volume").await;
-    let small = file(&c, "vol", "fs", "d/g", 30).await;
+    let small = file(&c, "vol", "fsb", "d/g", 30).await;
     c.commit_key(small).await.unwrap();
     assert_eq!(c.get_volume("vol").await.unwrap().used_bytes, 100);
-    assert_eq!(c.get_bucket("vol", "fs").await.unwrap().used_bytes, 30);
+    assert_eq!(c.get_bucket("vol", "fsb").await.unwrap().used_bytes, 30);
     // Deleting in one bucket makes room in the other.
     c.delete_key("vol", "obj", "a").await.unwrap();
     c.commit_key(commit).await.unwrap();
     assert_eq!(c.get_volume("vol").await.unwrap().used_bytes, 61);
     c.delete_path(DeletePathRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fsb".into(),
         path: "d/g".into(),
         ..Default::default()
     })
@@ -239,7 +241,7 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
     .await
     .unwrap();
     bucket(&c, "vol", "obj", BucketLayout::ObjectStore, 0, 2).await;
-    bucket(&c, "vol", "fs", BucketLayout::FileSystemOptimized, 0, 3).await;
+    bucket(&c, "vol", "fsb", BucketLayout::FileSystemOptimized, 0, 3).await;
     exceeded(
         &node,
         c.create_bucket("vol", "third", BucketLayout::ObjectStore),
@@ -264,7 +266,7 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
 
     let mkdir = |path: &str| CreateDirectoryRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fsb".into(),
         path: path.into(),
         ..Default::default()
     };
@@ -275,7 +277,7 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
         &node,
         c.create_file(CreateFileRequest {
             volume: "vol".into(),
-            bucket: "fs".into(),
+            bucket: "fsb".into(),
             path: "p/q/f".into(),
             recursive: true,
             ..Default::default()
@@ -283,16 +285,16 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
         "bucket",
     )
     .await;
-    let f = file(&c, "vol", "fs", "x/f", 1).await;
+    let f = file(&c, "vol", "fsb", "x/f", 1).await;
     c.commit_key(f).await.unwrap();
-    let g = file(&c, "vol", "fs", "x/y/g", 1).await;
+    let g = file(&c, "vol", "fsb", "x/y/g", 1).await;
     exceeded(&node, c.commit_key(g.clone()), "bucket").await;
-    assert_eq!(c.get_bucket("vol", "fs").await.unwrap().used_namespace, 3);
+    assert_eq!(c.get_bucket("vol", "fsb").await.unwrap().used_namespace, 3);
     // A recursive delete frees the directory at once, what is under it as
     // the purge goes.
     c.delete_path(DeletePathRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fsb".into(),
         path: "x".into(),
         recursive: true,
         ..Default::default()
@@ -300,7 +302,7 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
     .await
     .unwrap();
     wait_for(std::time::Duration::from_secs(20), "the purge", || async {
-        (c.get_bucket("vol", "fs").await.unwrap().used_namespace == 0).then_some(())
+        (c.get_bucket("vol", "fsb").await.unwrap().used_namespace == 0).then_some(())
     })
     .await;
     c.create_directory(mkdir("p/q")).await.unwrap();
