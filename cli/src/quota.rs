@@ -22,7 +22,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "GB" | "G" => 30,
         "TB" | "T" => 40,
         "PB" | "P" => 50,
-        other => return Err(format!("unknown size unit {other:?} (B, KB, MB, GB, TB, PB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} (B, KB, MB, GB, TB, PB)"
+            ));
+        }
     };
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("{s:?} does not fit in 64 bits"))
@@ -73,7 +77,12 @@ impl ClrArgs {
     }
 }
 
-async fn volume(c: &OmClient, out: Output, name: &str, q: (Option<u64>, Option<u64>)) -> Result<()> {
+async fn volume(
+    c: &OmClient,
+    out: Output,
+    name: &str,
+    q: (Option<u64>, Option<u64>),
+) -> Result<()> {
     let r = c
         .set_volume_quota(SetVolumeQuotaRequest {
             name: name.to_string(),
@@ -86,7 +95,12 @@ async fn volume(c: &OmClient, out: Output, name: &str, q: (Option<u64>, Option<u
     Ok(())
 }
 
-async fn bucket(c: &OmClient, out: Output, path: &str, q: (Option<u64>, Option<u64>)) -> Result<()> {
+async fn bucket(
+    c: &OmClient,
+    out: Output,
+    path: &str,
+    q: (Option<u64>, Option<u64>),
+) -> Result<()> {
     let (v, b) = split2(path)?;
     let r = c
         .set_bucket_quota(SetBucketQuotaRequest {

@@ -33,12 +33,12 @@ pub use write::{
 };
 
 use crate::error::{ErrorKind, OmError};
-use quota::Usage;
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedBlocksTable, KeyTable, RetryCacheTable, VolumeTable,
 };
+use quota::Usage;
 
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
@@ -469,9 +469,7 @@ impl Ctx<'_> {
         let mut vol = self.volume(&c.volume, "volume")?;
         vol.bucket_count = vol.bucket_count.saturating_sub(1);
         if self.rules >= 1 {
-            vol.used_bytes = vol
-                .used_bytes
-                .map(|u| u.saturating_sub(bucket.used_bytes));
+            vol.used_bytes = vol.used_bytes.map(|u| u.saturating_sub(bucket.used_bytes));
         }
         vol.update_id = self.index;
         table::delete::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.name))?;
@@ -512,11 +510,29 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Adds one holder to each block (a copy now shares them).
+    /// Adds one holder to each block (a copy now shares them). Every count
+    /// is checked before the first is staged: from rules 1 a block already
+    /// held `u32::MAX` times refuses the copy (rules-0 entries wrap, as the
+    /// build that applied them did).
     fn share_blocks(&self, b: &mut WriteBatch, blocks: &[BlockRecord]) -> Result<(), OmError> {
+        let mut counts = Vec::with_capacity(blocks.len());
         for blk in blocks {
             let n = self.block_holders(blk.block_id)?;
-            self.set_block_holders(b, blk.block_id, n + 1)?;
+            let more = if self.rules == 0 {
+                n.wrapping_add(1)
+            } else {
+                n.checked_add(1).ok_or_else(|| {
+                    OmError::precondition(
+                        "COUNTER_OVERFLOW",
+                        "src_key",
+                        format!("block {} is shared by too many keys", blk.block_id),
+                    )
+                })?
+            };
+            counts.push((blk.block_id, more));
+        }
+        for (id, n) in counts {
+            self.set_block_holders(b, id, n)?;
         }
         Ok(())
     }
@@ -590,11 +606,7 @@ impl Ctx<'_> {
     fn allocate(&self, b: &mut WriteBatch, n: u64) -> Result<Vec<u64>, OmError> {
         let first = table::get_counter(self.db, keys::NEXT_BLOCK_ID, 1)?;
         let end = first.checked_add(n).ok_or_else(|| {
-            OmError::precondition(
-                "COUNTER_OVERFLOW",
-                "",
-                "the block id counter is exhausted",
-            )
+            OmError::precondition("COUNTER_OVERFLOW", "", "the block id counter is exhausted")
         })?;
         if n > 0 {
             table::put_counter(self.db, b, keys::NEXT_BLOCK_ID, end)?;

@@ -1060,6 +1060,9 @@ mod tests {
         assert_eq!(d.message, s.message());
         assert_eq!(d.reason, "SOME_REASON");
         // Short messages pass unchanged.
-        assert_eq!(to_status(&OmError::invalid("R", "", "short")).message(), "short");
+        assert_eq!(
+            to_status(&OmError::invalid("R", "", "short")).message(),
+            "short"
+        );
     }
 }

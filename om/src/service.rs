@@ -331,13 +331,14 @@ impl OmService {
     /// A volume, its used bytes filled in even before a write kept them.
     pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
         self.read_barrier(c).await?;
-        let mut v = table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
-            OmError::not_found(
-                "VOLUME_NOT_FOUND",
-                "name",
-                format!("volume {name:?} does not exist"),
-            )
-        })?;
+        let mut v =
+            table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
+                OmError::not_found(
+                    "VOLUME_NOT_FOUND",
+                    "name",
+                    format!("volume {name:?} does not exist"),
+                )
+            })?;
         v.used_bytes = Some(crate::apply::volume_used_bytes(&self.db, &v)?);
         Ok(v)
     }

@@ -180,9 +180,7 @@ pub fn metadata(
 pub fn address(field: &'static str, addr: &str) -> Result<(), OmError> {
     let ok = addr.len() <= MAX_ADDRESS_BYTES
         && match addr.rsplit_once(':') {
-            Some((host, port)) => {
-                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-            }
+            Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
             None => false,
         };
     if ok {
@@ -377,10 +375,7 @@ pub fn deleted_id(field: &'static str, id: &str) -> Result<(u64, u32), OmError> 
     if id.len() == 24
         && all_hex(id)
         && let (Some(index), Some(seq)) = (id.get(..16), id.get(16..))
-        && let (Ok(i), Ok(s)) = (
-            u64::from_str_radix(index, 16),
-            u32::from_str_radix(seq, 16),
-        )
+        && let (Ok(i), Ok(s)) = (u64::from_str_radix(index, 16), u32::from_str_radix(seq, 16))
     {
         return Ok((i, s));
     }

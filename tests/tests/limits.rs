@@ -164,8 +164,13 @@ async fn owner_token_and_address_fields_are_bounded() {
         "continuation_token",
     );
     let (reason, msg) = message(
-        c.add_node(4, &format!("{}:9000", "h".repeat(100_000)), "127.0.0.1:1", true)
-            .await,
+        c.add_node(
+            4,
+            &format!("{}:9000", "h".repeat(100_000)),
+            "127.0.0.1:1",
+            true,
+        )
+        .await,
     );
     assert_eq!(reason, "INVALID_ADDRESS");
     assert!(msg.len() < SHORT, "{msg}");

@@ -159,7 +159,14 @@ async fn exceeded<T: std::fmt::Debug>(
     f: impl std::future::Future<Output = Result<T, om_client::ClientError>>,
     resource: &str,
 ) {
-    rejected(node, f, Code::FailedPrecondition, "QUOTA_EXCEEDED", resource).await;
+    rejected(
+        node,
+        f,
+        Code::FailedPrecondition,
+        "QUOTA_EXCEEDED",
+        resource,
+    )
+    .await;
 }
 
 /// A bucket's space quota of 130 through PutKey, CommitKey, CopyKey and
@@ -179,7 +186,12 @@ async fn space_quotas_bind_every_write_path() {
         exceeded(&node, c.commit_key(commit.clone()), resource).await;
         exceeded(&node, c.copy_key(copy(vol, "bkt", "a", "b")), resource).await;
         let complete = upload(&c, vol, "bkt", "m", 41).await;
-        exceeded(&node, c.complete_multipart_upload(complete.clone()), resource).await;
+        exceeded(
+            &node,
+            c.complete_multipart_upload(complete.clone()),
+            resource,
+        )
+        .await;
         // Up to the quota exactly, and an overwrite counts its growth only.
         c.put_key(vol, "bkt", "a", 130).await.unwrap();
         c.put_key(vol, "bkt", "a", 90).await.unwrap();
@@ -256,7 +268,12 @@ async fn namespace_quotas_bind_keys_files_directories_and_buckets() {
     exceeded(&node, c.commit_key(commit.clone()), "bucket").await;
     exceeded(&node, c.copy_key(copy("vol", "obj", "a", "c")), "bucket").await;
     let complete = upload(&c, "vol", "obj", "c", 1).await;
-    exceeded(&node, c.complete_multipart_upload(complete.clone()), "bucket").await;
+    exceeded(
+        &node,
+        c.complete_multipart_upload(complete.clone()),
+        "bucket",
+    )
+    .await;
     // Replacing an existing key adds no entry.
     c.put_key("vol", "obj", "a", 5).await.unwrap();
     c.copy_key(copy("vol", "obj", "a", "b")).await.unwrap();
@@ -376,7 +393,10 @@ async fn quotas_are_set_cleared_and_never_below_usage() {
         .unwrap()
         .volume
         .unwrap();
-    assert_eq!((v.quota_bytes, v.quota_namespace, v.used_bytes), (101, 1, 101));
+    assert_eq!(
+        (v.quota_bytes, v.quota_namespace, v.used_bytes),
+        (101, 1, 101)
+    );
     exceeded(&node, c.put_key("vol", "bkt", "b", 51), "volume").await;
     node.node.shutdown().await;
 }
@@ -406,7 +426,10 @@ async fn omctl_sets_clears_and_shows_quotas() {
     let node = TestNode::start().await;
     let ep = node.endpoint();
     ok_json(&ep, &["volume", "create", "vol", "--space-quota", "1KB"]);
-    let b = ok_json(&ep, &["bucket", "create", "vol/bkt", "--namespace-quota", "1"]);
+    let b = ok_json(
+        &ep,
+        &["bucket", "create", "vol/bkt", "--namespace-quota", "1"],
+    );
     assert_eq!(b["quota_namespace"], 1);
     ok_json(&ep, &["key", "put", "vol/bkt/a", "--size", "1000"]);
     let o = omctl(&ep, &["key", "put", "vol/bkt/b", "--size", "1"]);
@@ -426,11 +449,28 @@ async fn omctl_sets_clears_and_shows_quotas() {
     ok_json(&ep, &["volume", "setquota", "vol", "--space-quota", "2KB"]);
     ok_json(&ep, &["key", "put", "vol/bkt/b", "--size", "25"]);
     let v = ok_json(&ep, &["volume", "info", "vol"]);
-    assert_eq!((v["used_bytes"].as_u64(), v["quota_bytes"].as_u64()), (Some(1025), Some(2048)));
-    let b = ok_json(&ep, &["bucket", "setquota", "vol/bkt", "--space-quota", "1025", "--namespace-quota", "5"]);
+    assert_eq!(
+        (v["used_bytes"].as_u64(), v["quota_bytes"].as_u64()),
+        (Some(1025), Some(2048))
+    );
+    let b = ok_json(
+        &ep,
+        &[
+            "bucket",
+            "setquota",
+            "vol/bkt",
+            "--space-quota",
+            "1025",
+            "--namespace-quota",
+            "5",
+        ],
+    );
     assert_eq!(b["quota_bytes"], 1025);
     let b = ok_json(&ep, &["bucket", "info", "vol/bkt"]);
-    assert_eq!((b["used_bytes"].as_u64(), b["used_namespace"].as_u64()), (Some(1025), Some(2)));
+    assert_eq!(
+        (b["used_bytes"].as_u64(), b["used_namespace"].as_u64()),
+        (Some(1025), Some(2))
+    );
     let v = ok_json(&ep, &["volume", "clrquota", "vol", "--space-quota"]);
     assert_eq!(v["quota_bytes"], 0);
     // Neither quota named: a usage error, nothing sent.

@@ -34,7 +34,7 @@ const NOTHING_BELOW: SubtreeBounds = SubtreeBounds { depth: 0, bytes: 0 };
 fn bounds_at(comps: &[&str], i: usize, below: &SubtreeBounds) -> SubtreeBounds {
     let rel = &comps[i.min(comps.len())..];
     if rel.is_empty() {
-        return below.clone();
+        return *below;
     }
     let rel_bytes = rel.iter().map(|c| c.len()).sum::<usize>() + rel.len() - 1;
     let under = if below.depth > 0 {
@@ -220,8 +220,7 @@ impl Ctx<'_> {
         let parent = match walk {
             Walk::Dir(id) => id,
             Walk::Missing { depth, parent } => {
-                self.make_dirs(b, parent, parents, depth, &comps)?
-                    .object_id
+                self.make_dirs(b, parent, parents, depth, &comps)?.object_id
             }
         };
         if self.rules >= 1 {
@@ -404,7 +403,7 @@ impl Ctx<'_> {
         // the leader stamped (a directory made before rules 1 has no bounds
         // and moves unchecked, as everything did before).
         let below = match &entry {
-            Entry::Dir { rec, .. } => rec.below.clone(),
+            Entry::Dir { rec, .. } => rec.below,
             _ => Some(NOTHING_BELOW),
         };
         if let Some(below) = &below

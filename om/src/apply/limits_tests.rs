@@ -92,7 +92,10 @@ fn parts_and_completed_uploads_are_bounded() {
     };
     assert_eq!(sm.rejected(part(1, MAX_PART_SIZE + 1)), "ENTITY_TOO_LARGE");
     assert_eq!(sm.rejected(part(0, 1)), "INVALID_PART_NUMBER");
-    assert_eq!(sm.rejected(part(MAX_PART_NUMBER + 1, 1)), "INVALID_PART_NUMBER");
+    assert_eq!(
+        sm.rejected(part(MAX_PART_NUMBER + 1, 1)),
+        "INVALID_PART_NUMBER"
+    );
     sm.ok(part(1, 10));
     sm.ok(part(2, 10));
     let complete = |max_key_size| {
@@ -129,7 +132,9 @@ fn lists_and_names_are_bounded_in_apply() {
     let too_many = Op::DeleteKeys(st::DeleteKeys {
         volume: "vol".into(),
         bucket: "bkt".into(),
-        keys: (0..=validate::MAX_DELETE_KEYS).map(|i| format!("k{i}")).collect(),
+        keys: (0..=validate::MAX_DELETE_KEYS)
+            .map(|i| format!("k{i}"))
+            .collect(),
     });
     assert_eq!(sm.rejected(too_many), "INVALID_KEY_COUNT");
     let acks = Op::AckDeletedBlocks(st::AckDeletedBlocks {
@@ -227,6 +232,36 @@ fn counters_refuse_to_overflow() {
     // Old entries wrap, as the build that applied them did.
     sm.ok_rules(put("k", 10), 0);
     assert_eq!(bucket_record(&sm).used_bytes, 4);
+}
+
+#[test]
+fn a_block_shared_by_u32_max_keys_refuses_another_copy() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    let etag = "0cc175b9c0f1b6a831c399e269772661";
+    sm.ok(Op::PutKey(st::PutKey {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: "src".into(),
+        size: 1,
+        etag: etag.into(),
+        block_size: BLOCK_SIZE,
+        ..Default::default()
+    }));
+    let mut b = WriteBatch::default();
+    let cf = table::cf(&sm.db, keys::BLOCK_REFS_CF).unwrap();
+    b.put_cf(cf, keys::block_ref_key(1), u32::MAX.to_be_bytes());
+    sm.db.write(b).unwrap();
+    let copy = Op::CopyKey(st::CopyKey {
+        src_volume: "vol".into(),
+        src_bucket: "bkt".into(),
+        src_key: "src".into(),
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: "dst".into(),
+        ..Default::default()
+    });
+    assert_eq!(sm.rejected(copy), "COUNTER_OVERFLOW");
 }
 
 #[test]
@@ -451,7 +486,10 @@ fn renames_keep_subtrees_within_the_stamped_path_limits() {
         Some(st::SubtreeBounds { depth: 3, bytes: 5 })
     );
     // "k/l/m/y/a/b/c" would have 7 components.
-    assert_eq!(sm.rejected(rename("y", "k/l/m/y", 6, 1024)), "PATH_TOO_DEEP");
+    assert_eq!(
+        sm.rejected(rename("y", "k/l/m/y", 6, 1024)),
+        "PATH_TOO_DEEP"
+    );
     // ... and 13 bytes.
     assert_eq!(sm.rejected(rename("y", "k/l/m/y", 7, 12)), "PATH_TOO_LONG");
     // Entries without the limits (written before they existed) move freely.

@@ -88,7 +88,8 @@ pub fn volume_used_bytes(db: &DB, v: &VolumeRecord) -> Result<u64, OmError> {
     if let Some(n) = v.used_bytes {
         return Ok(n);
     }
-    let mut it = DeferredSeekIter::with_prefix(db, keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
+    let mut it =
+        DeferredSeekIter::with_prefix(db, keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
     let mut sum = 0u64;
     while let Some((_, val)) = it.current() {
         sum = sum.saturating_add(table::decode::<BucketTable>(val)?.used_bytes);
@@ -274,7 +275,14 @@ impl Ctx<'_> {
         let mut bucket = self.bucket(&c.volume, &c.name)?;
         let path = format!("{}/{}", c.volume, c.name);
         if let Some(q) = c.quota_bytes {
-            below_usage("quota_bytes", "bucket", &path, q, bucket.used_bytes, "bytes")?;
+            below_usage(
+                "quota_bytes",
+                "bucket",
+                &path,
+                q,
+                bucket.used_bytes,
+                "bytes",
+            )?;
             bucket.quota_bytes = q;
         }
         if let Some(q) = c.quota_namespace {

@@ -385,7 +385,12 @@ impl Ctx<'_> {
                     "expired session {} in {}/{}",
                     rec.session_id, rec.volume, rec.bucket
                 );
-                self.release_blocks(b, n, lay_out_unwritten(rec.allocated, rec.block_size), origin)?;
+                self.release_blocks(
+                    b,
+                    n,
+                    lay_out_unwritten(rec.allocated, rec.block_size),
+                    origin,
+                )?;
             }
             it.status()?;
         }

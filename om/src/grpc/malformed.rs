@@ -51,7 +51,11 @@ fn is_decode_failure(s: &Status) -> bool {
 /// The response unchanged, or for a decode failure (tonic keeps the status
 /// in the response's extensions) om's INVALID_ARGUMENT in its place.
 fn rewrite(resp: http::Response<Body>) -> http::Response<Body> {
-    if !resp.extensions().get::<Status>().is_some_and(is_decode_failure) {
+    if !resp
+        .extensions()
+        .get::<Status>()
+        .is_some_and(is_decode_failure)
+    {
         return resp;
     }
     super::to_status(&OmError::invalid(
@@ -75,7 +79,8 @@ mod tests {
         assert_eq!(r.headers()["grpc-status"], "3");
         assert_eq!(r.headers()["om-reason"], "MALFORMED_REQUEST");
         // Om's own internal errors stay what they are.
-        let own = super::super::to_status(&OmError::Internal("storage: x".into())).into_http::<Body>();
+        let own =
+            super::super::to_status(&OmError::Internal("storage: x".into())).into_http::<Body>();
         assert_eq!(rewrite(own).headers()["grpc-status"], "13");
     }
 }

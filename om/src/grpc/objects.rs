@@ -7,8 +7,8 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, unexpected, write_id};
-pub use crate::apply::{MAX_BLOCKS_PER_CALL, MAX_PART_NUMBER, MAX_PART_SIZE};
 use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, MAX_KEY_SIZE};
+pub use crate::apply::{MAX_BLOCKS_PER_CALL, MAX_PART_NUMBER, MAX_PART_SIZE};
 use crate::error::OmError;
 use crate::service::{OmService, UploadListing};
 use crate::validate::{self, format_deleted_id, format_upload_id, normalize_etag};
