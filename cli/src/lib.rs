@@ -362,13 +362,21 @@ impl OmClient {
         name: &str,
         layout: BucketLayout,
     ) -> Result<BucketInfo, ClientError> {
-        let req = CreateBucketRequest {
-            header: Some(self.next_header()),
+        self.create_bucket_with(CreateBucketRequest {
             volume: volume.to_string(),
             name: name.to_string(),
             layout: layout as i32,
-            metadata: Default::default(),
-        };
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Creates a bucket from a full request (quotas, metadata).
+    pub async fn create_bucket_with(
+        &self,
+        mut req: CreateBucketRequest,
+    ) -> Result<BucketInfo, ClientError> {
+        req.header = Some(self.next_header());
         let r = self
             .call(|ch| {
                 let req = req.clone();
@@ -699,6 +707,10 @@ impl OmClient {
         create_file(CreateFileRequest) -> CreateFileResponse;
         delete_path(DeletePathRequest) -> DeletePathResponse;
         rename_path(RenamePathRequest) -> RenamePathResponse;
+        /// Sets or clears a volume's quotas (absent fields stay as they are).
+        set_volume_quota(SetVolumeQuotaRequest) -> SetVolumeQuotaResponse;
+        /// Sets or clears a bucket's quotas (absent fields stay as they are).
+        set_bucket_quota(SetBucketQuotaRequest) -> SetBucketQuotaResponse;
     }
 
     read_rpcs! {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 mod bench;
 mod files;
 mod objects;
+mod quota;
 
 #[derive(Parser)]
 #[command(
@@ -53,10 +54,10 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Volumes: create, info, list, delete.
+    /// Volumes: create, info, list, delete, setquota, clrquota.
     #[command(subcommand)]
     Volume(VolumeCmd),
-    /// Buckets: create, info, list, delete.
+    /// Buckets: create, info, list, delete, setquota, clrquota.
     #[command(subcommand)]
     Bucket(BucketCmd),
     /// Keys: put, info, list, delete, rename, and writing in steps (open,
@@ -103,10 +104,11 @@ enum VolumeCmd {
         name: String,
         #[arg(long, default_value = "")]
         owner: String,
-        #[arg(long, default_value_t = 0)]
+        /// Most committed bytes in its buckets, e.g. 10GB (0 = unlimited).
+        #[arg(long, alias = "space-quota", default_value = "0", value_parser = quota::parse_size)]
         quota_bytes: u64,
         /// Most buckets the volume may hold (0 = unlimited).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, alias = "namespace-quota", default_value_t = 0)]
         quota_buckets: u64,
         /// Metadata as KEY=VALUE, repeatable.
         #[arg(long = "meta")]
@@ -119,6 +121,10 @@ enum VolumeCmd {
     Delete {
         name: String,
     },
+    /// Set the volume's space and/or namespace (bucket count) quota.
+    Setquota(quota::SetArgs),
+    /// Clear the volume's space and/or namespace quota.
+    Clrquota(quota::ClrArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -134,6 +140,12 @@ enum BucketCmd {
         path: String,
         #[arg(long, value_enum, default_value_t = Layout::ObjectStore)]
         layout: Layout,
+        /// Most committed bytes, e.g. 10GB (0 = unlimited).
+        #[arg(long, default_value = "0", value_parser = quota::parse_size)]
+        space_quota: u64,
+        /// Most keys, files and directories (0 = unlimited).
+        #[arg(long, default_value_t = 0)]
+        namespace_quota: u64,
     },
     Info {
         path: String,
@@ -147,6 +159,10 @@ enum BucketCmd {
     Delete {
         path: String,
     },
+    /// Set the bucket's space and/or namespace quota.
+    Setquota(quota::SetArgs),
+    /// Clear the bucket's space and/or namespace quota.
+    Clrquota(quota::ClrArgs),
 }
 
 #[derive(Subcommand)]
@@ -296,6 +312,7 @@ fn parse_meta(items: &[String]) -> Result<BTreeMap<String, String>> {
 fn volume_json(v: &VolumeInfo) -> Value {
     json!({
         "name": v.name, "owner": v.owner, "quota_bytes": v.quota_bytes,
+        "used_bytes": v.used_bytes,
         "quota_buckets": v.quota_namespace, "buckets": v.bucket_count,
         "created_ms": v.creation_time_ms, "modified_ms": v.modification_time_ms,
         "object_id": v.object_id, "update_id": v.update_id, "metadata": v.metadata,
@@ -313,6 +330,8 @@ fn bucket_json(b: &BucketInfo) -> Value {
     json!({
         "volume": b.volume, "name": b.name, "layout": layout_name(b.layout),
         "keys": b.key_count, "used_bytes": b.used_bytes, "open_keys": b.open_key_count,
+        "quota_bytes": b.quota_bytes, "used_namespace": b.used_namespace,
+        "quota_namespace": b.quota_namespace,
         "created_ms": b.creation_time_ms, "modified_ms": b.modification_time_ms,
         "object_id": b.object_id, "update_id": b.update_id, "metadata": b.metadata,
     })
@@ -483,15 +502,32 @@ async fn run(cli: Cli) -> Result<()> {
                     println!("deleted volume {name}");
                 }
             }
+            VolumeCmd::Setquota(a) => quota::set_volume(&c, out, a).await?,
+            VolumeCmd::Clrquota(a) => quota::clr_volume(&c, out, a).await?,
         },
         Cmd::Bucket(b) => match b {
-            BucketCmd::Create { path, layout } => {
+            BucketCmd::Create {
+                path,
+                layout,
+                space_quota,
+                namespace_quota,
+            } => {
                 let (v, n) = split2(&path)?;
                 let layout = match layout {
                     Layout::ObjectStore => BucketLayout::ObjectStore,
                     Layout::Fso => BucketLayout::FileSystemOptimized,
                 };
-                print_kv(out, bucket_json(&c.create_bucket(v, n, layout).await?));
+                let b = c
+                    .create_bucket_with(CreateBucketRequest {
+                        volume: v.to_string(),
+                        name: n.to_string(),
+                        layout: layout as i32,
+                        quota_bytes: space_quota,
+                        quota_namespace: namespace_quota,
+                        ..Default::default()
+                    })
+                    .await?;
+                print_kv(out, bucket_json(&b));
             }
             BucketCmd::Info { path } => {
                 let (v, n) = split2(&path)?;
@@ -529,6 +565,8 @@ async fn run(cli: Cli) -> Result<()> {
                     println!("deleted bucket {path}");
                 }
             }
+            BucketCmd::Setquota(a) => quota::set_bucket(&c, out, a).await?,
+            BucketCmd::Clrquota(a) => quota::clr_bucket(&c, out, a).await?,
         },
         Cmd::Key(k) => match k {
             KeyCmd::Put {

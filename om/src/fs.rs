@@ -70,13 +70,33 @@ pub fn get_file(db: &DB, parent: u64, name: &str) -> Result<Option<KeyRecord>, O
     table::get::<FileTable>(db, &keys::fs_key(parent, name))
 }
 
+/// The existing directories along a path, root excluded: each one's parent
+/// id and record (its name is the path's component at the same position).
+pub type Chain = Vec<(u64, DirectoryRecord)>;
+
 /// Follows `comps` as directories from `root`. A file in the way is
 /// FAILED_PRECONDITION `NOT_A_DIRECTORY` on `field`.
 pub fn walk_dirs(db: &DB, root: u64, comps: &[&str], field: &str) -> Result<Walk, OmError> {
+    walk_chain(db, root, comps, field).map(|(walk, _)| walk)
+}
+
+/// `walk_dirs`, also handing back the directories it passed (for writes
+/// that update their ancestors, at no extra read).
+pub fn walk_chain(
+    db: &DB,
+    root: u64,
+    comps: &[&str],
+    field: &str,
+) -> Result<(Walk, Chain), OmError> {
     let mut id = root;
+    let mut chain = Vec::with_capacity(comps.len());
     for (depth, name) in comps.iter().enumerate() {
         match get_dir(db, id, name)? {
-            Some(d) => id = d.object_id,
+            Some(d) => {
+                let next = d.object_id;
+                chain.push((id, d));
+                id = next;
+            }
             None => {
                 if get_file(db, id, name)?.is_some() {
                     return Err(OmError::precondition(
@@ -85,20 +105,30 @@ pub fn walk_dirs(db: &DB, root: u64, comps: &[&str], field: &str) -> Result<Walk
                         format!("{} is a file", comps[..=depth].join("/")),
                     ));
                 }
-                return Ok(Walk::Missing { depth, parent: id });
+                return Ok((Walk::Missing { depth, parent: id }, chain));
             }
         }
     }
-    Ok(Walk::Dir(id))
+    Ok((Walk::Dir(id), chain))
 }
 
 /// The id of the directory holding the last component of `comps`; missing
 /// parents are NOT_FOUND `DIRECTORY_NOT_FOUND` on `field`.
 pub fn parent_dir(db: &DB, root: u64, comps: &[&str], field: &str) -> Result<u64, OmError> {
+    parent_chain(db, root, comps, field).map(|(id, _)| id)
+}
+
+/// `parent_dir`, also handing back the directories on the way to it.
+pub fn parent_chain(
+    db: &DB,
+    root: u64,
+    comps: &[&str],
+    field: &str,
+) -> Result<(u64, Chain), OmError> {
     let parents = &comps[..comps.len().saturating_sub(1)];
-    match walk_dirs(db, root, parents, field)? {
-        Walk::Dir(id) => Ok(id),
-        Walk::Missing { depth, .. } => Err(OmError::not_found(
+    match walk_chain(db, root, parents, field)? {
+        (Walk::Dir(id), chain) => Ok((id, chain)),
+        (Walk::Missing { depth, .. }, _) => Err(OmError::not_found(
             "DIRECTORY_NOT_FOUND",
             field,
             format!("directory {} does not exist", parents[..=depth].join("/")),

@@ -19,9 +19,32 @@ use crate::service::{Consistency, KeyListing, OmService, WriteId, item_len};
 use crate::validate;
 
 mod files;
+mod malformed;
 mod objects;
+mod quota;
 
-pub use objects::MAX_KEY_BLOCKS;
+pub use malformed::MalformedAsInvalid;
+
+/// Longest message a status carries (in `grpc-message` and again in the
+/// `ErrorDetail`). Messages quote at most a short prefix of any input
+/// (`validate::quote_prefix`); this cap is the last line of defence, so no
+/// error can outgrow a client's header limits.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 1024;
+
+/// `m` cut to `MAX_STATUS_MESSAGE_BYTES` on a character boundary, with its
+/// full length noted when cut.
+fn capped(m: String) -> String {
+    if m.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return m;
+    }
+    let mut end = MAX_STATUS_MESSAGE_BYTES;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…({} bytes)", &m[..end], m.len())
+}
+
+pub use objects::MAX_RECORD_BLOCKS;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 pub fn to_status(e: &OmError) -> Status {
@@ -49,14 +72,15 @@ pub fn to_status(e: &OmError) -> Status {
         OmError::Unavailable(_) => (tonic::Code::Unavailable, String::new(), None, None),
         OmError::Internal(_) => (tonic::Code::Internal, String::new(), None, None),
     };
+    let message = capped(e.to_string());
     let detail = ErrorDetail {
         reason: e.reason().to_string(),
         field: field.clone(),
-        message: e.to_string(),
+        message: message.clone(),
         leader_id: leader_id.unwrap_or(0),
         leader_addr: leader_addr.clone().unwrap_or_default(),
     };
-    let mut status = Status::with_details(code, e.to_string(), detail.encode_to_vec().into());
+    let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
     let md = status.metadata_mut();
     if let Ok(v) = e.reason().parse() {
         md.insert("om-reason", v);
@@ -127,10 +151,12 @@ pub fn volume_info(v: st::VolumeRecord) -> VolumeInfo {
         update_id: v.update_id,
         metadata: v.metadata,
         bucket_count: v.bucket_count,
+        used_bytes: v.used_bytes.unwrap_or(0),
     }
 }
 
 pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
+    let used_namespace = crate::apply::bucket_namespace(&b);
     let layout = match b.layout {
         crate::apply::LAYOUT_FSO => BucketLayout::FileSystemOptimized,
         _ => BucketLayout::ObjectStore,
@@ -144,9 +170,12 @@ pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
         object_id: b.object_id,
         update_id: b.update_id,
         metadata: b.metadata,
+        used_namespace,
         key_count: b.key_count,
         used_bytes: b.used_bytes,
         open_key_count: b.open_key_count,
+        quota_bytes: b.quota_bytes,
+        quota_namespace: b.quota_namespace,
     }
 }
 
@@ -234,6 +263,7 @@ impl OzoneManager for OmGrpc {
         let r = req.into_inner();
         observe("CreateVolume", async {
             validate::resource_name("name", &r.name)?;
+            validate::owner("owner", &r.owner)?;
             validate::metadata("metadata", &r.metadata)?;
             let id = write_id(&r.header, &r)?;
             match self
@@ -349,6 +379,8 @@ impl OzoneManager for OmGrpc {
                         name: r.name,
                         layout,
                         metadata: r.metadata,
+                        quota_bytes: r.quota_bytes,
+                        quota_namespace: r.quota_namespace,
                     }),
                 )
                 .await?
@@ -445,13 +477,7 @@ impl OzoneManager for OmGrpc {
             let etag = validate::normalize_etag(&r.etag);
             validate::etag("etag", &etag)?;
             validate::metadata("metadata", &r.metadata)?;
-            if r.content_type.len() > 256 {
-                return Err(OmError::invalid(
-                    "INVALID_CONTENT_TYPE",
-                    "content_type",
-                    "content type is longer than 256 bytes",
-                ));
-            }
+            validate::content_type("content_type", &r.content_type)?;
             if r.size > crate::apply::MAX_KEY_SIZE {
                 return Err(OmError::invalid(
                     "KEY_TOO_LARGE",
@@ -473,6 +499,7 @@ impl OzoneManager for OmGrpc {
                         content_type: r.content_type,
                         metadata: r.metadata,
                         conditions: objects::conditions(r.conditions)?,
+                        block_size: crate::apply::BLOCK_SIZE,
                     }),
                 )
                 .await?
@@ -544,11 +571,15 @@ impl OzoneManager for OmGrpc {
         observe("DeleteKeys", async {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("bucket", &r.bucket)?;
-            if r.keys.is_empty() || r.keys.len() > 1000 {
+            if r.keys.is_empty() || r.keys.len() > validate::MAX_DELETE_KEYS {
                 return Err(OmError::invalid(
                     "INVALID_KEY_COUNT",
                     "keys",
-                    format!("between 1 and 1000 keys per request, got {}", r.keys.len()),
+                    format!(
+                        "between 1 and {} keys per request, got {}",
+                        validate::MAX_DELETE_KEYS,
+                        r.keys.len()
+                    ),
                 ));
             }
             for k in &r.keys {
@@ -674,6 +705,28 @@ impl OzoneManager for OmGrpc {
         })
         .await
     }
+    async fn set_volume_quota(
+        &self,
+        req: Request<SetVolumeQuotaRequest>,
+    ) -> Result<Response<SetVolumeQuotaResponse>, Status> {
+        observe(
+            "SetVolumeQuota",
+            quota::set_volume_quota(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn set_bucket_quota(
+        &self,
+        req: Request<SetBucketQuotaRequest>,
+    ) -> Result<Response<SetBucketQuotaResponse>, Status> {
+        observe(
+            "SetBucketQuota",
+            quota::set_bucket_quota(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
     async fn open_key(
         &self,
         req: Request<OpenKeyRequest>,
@@ -995,5 +1048,26 @@ impl Cluster for ClusterGrpc {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_messages_are_capped_on_a_character_boundary() {
+        let e = OmError::invalid("SOME_REASON", "name", "é".repeat(600_000));
+        let s = to_status(&e);
+        assert!(s.message().len() < MAX_STATUS_MESSAGE_BYTES + 32);
+        assert!(s.message().ends_with("…(1200000 bytes)"), "{}", s.message());
+        let d = ErrorDetail::decode(s.details()).unwrap();
+        assert_eq!(d.message, s.message());
+        assert_eq!(d.reason, "SOME_REASON");
+        // Short messages pass unchanged.
+        assert_eq!(
+            to_status(&OmError::invalid("R", "", "short")).message(),
+            "short"
+        );
     }
 }

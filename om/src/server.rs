@@ -184,8 +184,8 @@ impl Node {
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
-                .add_service(om)
-                .add_service(cluster)
+                .add_service(crate::grpc::MalformedAsInvalid(om))
+                .add_service(crate::grpc::MalformedAsInvalid(cluster))
                 .serve_with_incoming_shutdown(nodelay(grpc_listener), stopped(rx))
                 .await;
             if let Err(e) = r {
@@ -495,10 +495,13 @@ async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::R
             if !open_sessions_expired(&svc, before_ms) {
                 break;
             }
-            let op = Op::ExpireOpenKeys(om_proto::store::ExpireOpenKeys { before_ms });
+            let op = Op::ExpireOpenKeys(om_proto::store::ExpireOpenKeys {
+                before_ms,
+                max_entries: crate::apply::OPEN_KEY_EXPIRY_BATCH,
+            });
             match svc.propose(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c))
-                    if c.count as usize == crate::apply::OPEN_KEY_EXPIRY_BATCH => {}
+                    if c.count == u64::from(crate::apply::OPEN_KEY_EXPIRY_BATCH) => {}
                 Ok(_) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "open-key expiry not proposed");

@@ -103,7 +103,7 @@ pub struct OmService {
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
 /// 4 MiB a tonic (and grpc-go, grpc-java) client decodes by default, which
-/// leaves room for the largest single item (see `grpc::MAX_KEY_BLOCKS`).
+/// leaves room for the largest single item (see `grpc::MAX_RECORD_BLOCKS`).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
 const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES + PAGE_OVERHEAD_BYTES < 4 * 1024 * 1024);
 
@@ -241,6 +241,7 @@ impl OmService {
             now_ms: self.now_ms(),
             op: Some(op),
             request_digest: id.request_digest,
+            rules: crate::apply::RULES,
         };
         match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
@@ -381,15 +382,19 @@ impl OmService {
         }
     }
 
+    /// A volume, its used bytes filled in even before a write kept them.
     pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
         self.read_barrier(c).await?;
-        table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
-            OmError::not_found(
-                "VOLUME_NOT_FOUND",
-                "name",
-                format!("volume {name:?} does not exist"),
-            )
-        })
+        let mut v =
+            table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
+                OmError::not_found(
+                    "VOLUME_NOT_FOUND",
+                    "name",
+                    format!("volume {name:?} does not exist"),
+                )
+            })?;
+        v.used_bytes = Some(crate::apply::volume_used_bytes(&self.db, &v)?);
+        Ok(v)
     }
 
     pub async fn get_bucket(

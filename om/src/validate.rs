@@ -3,8 +3,30 @@
 
 use crate::error::OmError;
 
-/// Longest key name in bytes (S3's limit).
+/// Longest key name in bytes (S3's limit); also the longest FSO path,
+/// listing prefix and marker.
 pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Longest volume or bucket name (S3's bucket-name limit).
+pub const MAX_NAME_BYTES: usize = 63;
+
+/// Longest volume owner.
+pub const MAX_OWNER_BYTES: usize = 256;
+
+/// Most bytes of a metadata map (names plus values; S3 allows 2 KiB).
+pub const MAX_METADATA_BYTES: usize = 2048;
+
+/// Longest content type.
+pub const MAX_CONTENT_TYPE_BYTES: usize = 256;
+
+/// Longest listing delimiter.
+pub const MAX_DELIMITER_BYTES: usize = 16;
+
+/// Longest ETag as stored: a multipart `<32 hex>-<up to 5 digits>`.
+pub const MAX_ETAG_BYTES: usize = 38;
+
+/// Most keys one DeleteKeys request names.
+pub const MAX_DELETE_KEYS: usize = 1000;
 
 /// Most bytes of a bad value an error message quotes.
 pub const QUOTED_PREFIX_BYTES: usize = 64;
@@ -32,7 +54,7 @@ pub fn resource_name(field: &'static str, name: &str) -> Result<(), OmError> {
         Err(OmError::invalid(
             "INVALID_NAME",
             field,
-            format!("invalid {field} {name:?}: {why}"),
+            format!("invalid {field} {}: {why}", quote_prefix(name)),
         ))
     };
     let len = name.len();
@@ -112,7 +134,7 @@ pub fn optional_key(field: &'static str, key: &str) -> Result<(), OmError> {
 
 /// A listing delimiter: empty, or up to 16 bytes without NUL.
 pub fn delimiter(field: &'static str, d: &str) -> Result<(), OmError> {
-    if d.len() > 16 || d.contains('\0') {
+    if d.len() > MAX_DELIMITER_BYTES || d.contains('\0') {
         return Err(OmError::invalid(
             "INVALID_DELIMITER",
             field,
@@ -127,12 +149,14 @@ pub fn metadata(
     field: &'static str,
     map: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), OmError> {
-    let total: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if total > 2048 {
+    let total = map
+        .iter()
+        .fold(0usize, |n, (k, v)| n.saturating_add(k.len() + v.len()));
+    if total > MAX_METADATA_BYTES {
         return Err(OmError::invalid(
             "METADATA_TOO_LARGE",
             field,
-            format!("{field} is {total} bytes; at most 2048 are allowed"),
+            format!("{field} is {total} bytes; at most {MAX_METADATA_BYTES} are allowed"),
         ));
     }
     if map.keys().any(|k| k.is_empty()) {
@@ -194,7 +218,10 @@ pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {
         Err(OmError::invalid(
             "INVALID_ETAG",
             field,
-            format!("{field} {etag:?} is neither a hex MD5 nor a multipart ETag"),
+            format!(
+                "{field} {} is neither a hex MD5 nor a multipart ETag",
+                quote_prefix(etag)
+            ),
         ))
     }
 }
@@ -216,18 +243,36 @@ pub fn md5_hex(field: &'static str, value: &str) -> Result<(), OmError> {
         Err(OmError::invalid(
             "INVALID_ETAG",
             field,
-            format!("{field} {value:?} is not a hex MD5 (32 hex digits)"),
+            format!(
+                "{field} {} is not a hex MD5 (32 hex digits)",
+                quote_prefix(value)
+            ),
         ))
     }
 }
 
-/// A content type: at most 256 bytes.
+/// A content type: at most `MAX_CONTENT_TYPE_BYTES`.
 pub fn content_type(field: &'static str, ct: &str) -> Result<(), OmError> {
-    if ct.len() > 256 {
+    if ct.len() > MAX_CONTENT_TYPE_BYTES {
         return Err(OmError::invalid(
             "INVALID_CONTENT_TYPE",
             field,
-            "content type is longer than 256 bytes",
+            format!("content type is longer than {MAX_CONTENT_TYPE_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A volume owner: at most `MAX_OWNER_BYTES`, without NUL.
+pub fn owner(field: &'static str, owner: &str) -> Result<(), OmError> {
+    if owner.len() > MAX_OWNER_BYTES || owner.contains('\0') {
+        return Err(OmError::invalid(
+            "INVALID_OWNER",
+            field,
+            format!(
+                "{field} is {} bytes; at most {MAX_OWNER_BYTES} without NUL are allowed",
+                owner.len()
+            ),
         ));
     }
     Ok(())
@@ -259,7 +304,8 @@ pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
     for c in &comps {
         if c.is_empty() || *c == "." || *c == ".." {
             return bad(format!(
-                "{field} {path:?} has an empty, '.' or '..' component"
+                "{field} {} has an empty, '.' or '..' component",
+                quote_prefix(path)
             ));
         }
     }
@@ -279,9 +325,16 @@ pub fn fs_path_not_root(field: &'static str, path: &str) -> Result<String, OmErr
     Ok(p)
 }
 
+/// Whether `s` is all ASCII hex digits (`from_str_radix` alone would also
+/// take a leading `+`).
+fn all_hex(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// An upload id as om hands it out: 16 hex digits.
 pub fn upload_id(field: &'static str, id: &str) -> Result<u64, OmError> {
     if id.len() == 16
+        && all_hex(id)
         && let Ok(v) = u64::from_str_radix(id, 16)
     {
         return Ok(v);
@@ -289,7 +342,10 @@ pub fn upload_id(field: &'static str, id: &str) -> Result<u64, OmError> {
     Err(OmError::invalid(
         "INVALID_UPLOAD_ID",
         field,
-        format!("{field} {id:?} is not an upload id (16 hex digits)"),
+        format!(
+            "{field} {} is not an upload id (16 hex digits)",
+            quote_prefix(id)
+        ),
     ))
 }
 
@@ -298,19 +354,23 @@ pub fn format_upload_id(id: u64) -> String {
 }
 
 /// A deleted-blocks entry id: 16 hex digits of log index, 8 of sequence.
+/// Checked to be hex before it is split, so a multi-byte character can never
+/// put the split inside a character.
 pub fn deleted_id(field: &'static str, id: &str) -> Result<(u64, u32), OmError> {
     if id.len() == 24
-        && let (Ok(i), Ok(s)) = (
-            u64::from_str_radix(&id[..16], 16),
-            u32::from_str_radix(&id[16..], 16),
-        )
+        && all_hex(id)
+        && let (Some(index), Some(seq)) = (id.get(..16), id.get(16..))
+        && let (Ok(i), Ok(s)) = (u64::from_str_radix(index, 16), u32::from_str_radix(seq, 16))
     {
         return Ok((i, s));
     }
     Err(OmError::invalid(
         "INVALID_ENTRY_ID",
         field,
-        format!("{field} {id:?} is not a deleted-blocks entry id (24 hex digits)"),
+        format!(
+            "{field} {} is not a deleted-blocks entry id (24 hex digits)",
+            quote_prefix(id)
+        ),
     ))
 }
 
@@ -384,7 +444,45 @@ mod tests {
         assert!(upload_id("u", "zzzzzzzzzzzzzzzz").is_err());
         assert_eq!(deleted_id("id", &format_deleted_id(7, 3)).unwrap(), (7, 3));
         assert!(deleted_id("id", "00").is_err());
+        // 24 bytes whose 16th byte is inside a character: refused, no panic.
+        let split_char = format!("{}é{}", "0".repeat(15), "0".repeat(7));
+        assert_eq!(split_char.len(), 24);
+        assert!(!split_char.is_char_boundary(16));
+        assert!(deleted_id("id", &split_char).is_err());
+        assert!(deleted_id("id", &format!("+{}", "0".repeat(23))).is_err());
+        assert!(upload_id("u", "+00000000000000a").is_err());
         assert_eq!(normalize_etag("\"ABC\""), "abc");
+    }
+
+    #[test]
+    fn errors_quote_a_short_prefix_of_bad_values() {
+        let huge = "A".repeat(1 << 20);
+        let checks: Vec<OmError> = vec![
+            resource_name("name", &huge).unwrap_err(),
+            address("raft_addr", &huge).unwrap_err(),
+            etag("etag", &huge).unwrap_err(),
+            md5_hex("etag", &huge).unwrap_err(),
+            fs_path("path", &format!("a//{}", "b".repeat(900))).unwrap_err(),
+            upload_id("upload_id", &huge).unwrap_err(),
+            deleted_id("after", &huge).unwrap_err(),
+            owner("owner", &huge).unwrap_err(),
+            token("continuation_token", &huge).unwrap_err(),
+            key_name("key", &huge).unwrap_err(),
+        ];
+        for e in checks {
+            let m = e.to_string();
+            assert!(m.len() < 200, "{} bytes: {m}", m.len());
+        }
+    }
+
+    #[test]
+    fn limits_of_owner_token_and_address() {
+        assert!(owner("owner", &"o".repeat(MAX_OWNER_BYTES)).is_ok());
+        assert!(owner("owner", &"o".repeat(MAX_OWNER_BYTES + 1)).is_err());
+        assert!(owner("owner", "a\0b").is_err());
+        let long_host = format!("{}:80", "h".repeat(MAX_ADDRESS_BYTES));
+        assert!(address("a", &long_host).is_err());
+        assert!(address("a", "h:80").is_ok());
     }
 
     #[test]

@@ -51,6 +51,8 @@ impl std::fmt::Display for store::Command {
             Some(Op::DeletePath(_)) => "DeletePath",
             Some(Op::RenamePath(_)) => "RenamePath",
             Some(Op::PurgeDeletedDirs(_)) => "PurgeDeletedDirs",
+            Some(Op::SetVolumeQuota(_)) => "SetVolumeQuota",
+            Some(Op::SetBucketQuota(_)) => "SetBucketQuota",
             None => "Empty",
         };
         write!(f, "{op}")

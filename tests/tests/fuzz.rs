@@ -40,8 +40,9 @@ fn cases() -> u32 {
 }
 
 /// Longest error message a refusal may carry (bad values are quoted by a
-/// short prefix, never echoed whole).
-const MAX_ERROR_MESSAGE: usize = 1024;
+/// short prefix, never echoed whole; the status mapping caps the rest and
+/// notes the full length).
+const MAX_ERROR_MESSAGE: usize = om::grpc::MAX_STATUS_MESSAGE_BYTES + 32;
 
 type CallFuture = Pin<Box<dyn Future<Output = Option<Result<(), Status>>> + Send>>;
 
@@ -895,6 +896,7 @@ impl Scratch {
         st::Command {
             now_ms: 1_000_000 + self.index,
             op: Some(op),
+            rules: om::apply::RULES,
             ..Default::default()
         }
     }

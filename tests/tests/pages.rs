@@ -648,7 +648,7 @@ async fn a_full_delete_keys_response_decodes() {
 }
 
 /// S3 refuses to complete an upload into more than 5 TiB; om does too, so a
-/// key never holds more blocks than `MAX_KEY_BLOCKS` and always decodes.
+/// key never holds more blocks than `MAX_RECORD_BLOCKS` and always decodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_complete_into_at_most_5_tib() {
     let (node, c) = node_with(None).await;
@@ -707,7 +707,7 @@ async fn uploads_complete_into_at_most_5_tib() {
         &node,
         c.complete_multipart_upload(complete(1025)),
         Code::InvalidArgument,
-        "ENTITY_TOO_LARGE",
+        "KEY_TOO_LARGE",
         "parts",
     )
     .await;

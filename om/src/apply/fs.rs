@@ -5,14 +5,16 @@
 use om_proto::store::{
     BucketRecord, CommandResult, CountResult, CreateDirectory, CreateFile, DeletePath,
     DeletedDirRecord, DirectoryRecord, FileStatusResult, OpenKeyRecord, OpenKeyResult,
-    PurgeDeletedDirs, RenamePath, command_result,
+    PurgeDeletedDirs, RenamePath, SubtreeBounds, command_result,
 };
 use rocksdb::WriteBatch;
 
+use super::limits::MAX_PURGE_BATCH;
+use super::quota::Usage;
 use super::write::lay_out_unwritten;
 use super::{Ctx, object_id, ok};
 use crate::error::OmError;
-use crate::fs::{self, Entry, Walk};
+use crate::fs::{self, Chain, Entry, Walk};
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{
@@ -22,6 +24,31 @@ use crate::store::table::{
 /// The per-entry object-id counter reserved for a file session, above any
 /// directory a command creates (paths are at most `MAX_PATH_DEPTH` deep).
 const SESSION_ID_SLOT: u8 = 255;
+
+/// What lies below a file, or a new directory: nothing.
+const NOTHING_BELOW: SubtreeBounds = SubtreeBounds { depth: 0, bytes: 0 };
+
+/// The bounds, relative to the directory at `comps[..i]` (the bucket root
+/// for 0), of the entry at `comps` with `below` under it: for "a/b/f" and
+/// i = 1, the path "b/f" (2 components, 3 bytes).
+fn bounds_at(comps: &[&str], i: usize, below: &SubtreeBounds) -> SubtreeBounds {
+    let rel = &comps[i.min(comps.len())..];
+    if rel.is_empty() {
+        return *below;
+    }
+    let rel_bytes = rel.iter().map(|c| c.len()).sum::<usize>() + rel.len() - 1;
+    let under = if below.depth > 0 {
+        below.bytes.saturating_add(1)
+    } else {
+        0
+    };
+    SubtreeBounds {
+        depth: (rel.len() as u32).saturating_add(below.depth),
+        bytes: u32::try_from(rel_bytes)
+            .unwrap_or(u32::MAX)
+            .saturating_add(under),
+    }
+}
 
 fn dir_status(path: &str, rec: DirectoryRecord) -> CommandResult {
     CommandResult {
@@ -36,15 +63,20 @@ fn dir_status(path: &str, rec: DirectoryRecord) -> CommandResult {
 
 impl Ctx<'_> {
     /// Stages directories for `comps[from..]` under `parent`; returns the last.
+    /// `leaf` is the whole path of the deepest entry the command creates
+    /// (`comps` itself, or a file under it), whose bounds the new directories
+    /// start with (rules 1).
     fn make_dirs(
         &self,
         b: &mut WriteBatch,
         mut parent: u64,
         comps: &[&str],
         from: usize,
+        leaf: &[&str],
     ) -> Result<DirectoryRecord, OmError> {
         let mut last = DirectoryRecord::default();
         for (n, name) in comps.iter().enumerate().skip(from) {
+            // `limits` keeps paths within MAX_PATH_DEPTH (< 255) components.
             let mut rec = DirectoryRecord {
                 format: 0,
                 object_id: object_id(self.index, n as u8),
@@ -52,12 +84,41 @@ impl Ctx<'_> {
                 creation_time_ms: self.now,
                 modification_time_ms: self.now,
                 update_id: self.index,
+                below: (self.rules >= 1).then(|| bounds_at(leaf, n + 1, &NOTHING_BELOW)),
             };
             table::put::<DirectoryTable>(self.db, b, &keys::fs_key(parent, name), &mut rec)?;
             parent = rec.object_id;
             last = rec;
         }
         Ok(last)
+    }
+
+    /// Raises the bounds of the existing directories `chain` on the way to
+    /// the entry at `comps` that has `below` under it (rules 1). Unknown
+    /// bounds stay unknown, and an entry of unknown bounds makes its new
+    /// ancestors' unknown too.
+    fn raise_bounds(
+        &self,
+        b: &mut WriteBatch,
+        chain: Chain,
+        comps: &[&str],
+        below: Option<SubtreeBounds>,
+    ) -> Result<(), OmError> {
+        for (j, (parent, mut rec)) in chain.into_iter().enumerate() {
+            let want = below.as_ref().map(|bl| bounds_at(comps, j + 1, bl));
+            rec.below = match (rec.below, want) {
+                (None, _) => continue,
+                (Some(_), None) => None,
+                (Some(cur), Some(w)) if w.depth <= cur.depth && w.bytes <= cur.bytes => continue,
+                (Some(cur), Some(w)) => Some(SubtreeBounds {
+                    depth: cur.depth.max(w.depth),
+                    bytes: cur.bytes.max(w.bytes),
+                }),
+            };
+            let key = keys::fs_key(parent, comps[j]);
+            table::put::<DirectoryTable>(self.db, b, &key, &mut rec)?;
+        }
+        Ok(())
     }
 
     /// Creates a directory and any missing parents; an existing directory is
@@ -76,7 +137,8 @@ impl Ctx<'_> {
                 "the root directory always exists",
             ));
         };
-        let (parent, from) = match fs::walk_dirs(self.db, bucket.object_id, parents, "path")? {
+        let (walk, chain) = fs::walk_chain(self.db, bucket.object_id, parents, "path")?;
+        let (parent, from) = match walk {
             Walk::Missing { depth, parent } => (parent, depth),
             Walk::Dir(parent) => {
                 if fs::get_file(self.db, parent, name)?.is_some() {
@@ -92,9 +154,15 @@ impl Ctx<'_> {
                 (parent, parents.len())
             }
         };
-        let rec = self.make_dirs(b, parent, &comps, from)?;
+        let vol = self.charge(&mut bucket, Usage::dirs_added((comps.len() - from) as u64))?;
+        // Checks are done; stage writes from here on.
+        let rec = self.make_dirs(b, parent, &comps, from, &comps)?;
+        if self.rules >= 1 {
+            self.raise_bounds(b, chain, &comps, Some(NOTHING_BELOW))?;
+        }
         bucket.update_id = self.index;
         self.put_bucket(b, &mut bucket)?;
+        self.put_volume(b, vol)?;
         Ok(dir_status(&c.path, rec))
     }
 
@@ -105,7 +173,6 @@ impl Ctx<'_> {
         c: &CreateFile,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
-        super::write::check_block_count(c.blocks)?;
         let comps = fs::components(&c.path);
         let Some((name, parents)) = comps.split_last() else {
             return Err(OmError::invalid(
@@ -114,7 +181,7 @@ impl Ctx<'_> {
                 "a file needs a name",
             ));
         };
-        let walk = fs::walk_dirs(self.db, bucket.object_id, parents, "path")?;
+        let (walk, chain) = fs::walk_chain(self.db, bucket.object_id, parents, "path")?;
         if let (Walk::Missing { depth, .. }, false) = (walk, c.recursive) {
             return Err(OmError::not_found(
                 "DIRECTORY_NOT_FOUND",
@@ -141,13 +208,25 @@ impl Ctx<'_> {
                 ));
             }
         }
-        // Checks are done; stage writes from here on.
+        let new_dirs = match walk {
+            Walk::Missing { depth, .. } => parents.len() - depth,
+            Walk::Dir(_) => 0,
+        };
+        let vol = self.charge(&mut bucket, Usage::dirs_added(new_dirs as u64))?;
+        bucket.open_key_count = self.grow(bucket.open_key_count, 1, "path", "open files")?;
+        // Checks are done; stage writes from here on (allocation first: it
+        // refuses an exhausted block counter before anything else is staged).
+        let ids = self.allocate(b, u64::from(c.blocks))?;
         let parent = match walk {
             Walk::Dir(id) => id,
-            Walk::Missing { depth, parent } => self.make_dirs(b, parent, parents, depth)?.object_id,
+            Walk::Missing { depth, parent } => {
+                self.make_dirs(b, parent, parents, depth, &comps)?.object_id
+            }
         };
+        if self.rules >= 1 {
+            self.raise_bounds(b, chain, &comps, Some(NOTHING_BELOW))?;
+        }
         let session_id = object_id(self.index, SESSION_ID_SLOT);
-        let ids = self.allocate(b, u64::from(c.blocks))?;
         let mut rec = OpenKeyRecord {
             format: 0,
             session_id,
@@ -160,6 +239,7 @@ impl Ctx<'_> {
             parent_id: parent,
             name: name.to_string(),
             no_overwrite: !c.overwrite,
+            block_size: c.block_size,
             ..Default::default()
         };
         let key = keys::open_file_key(parent, name, session_id);
@@ -169,13 +249,13 @@ impl Ctx<'_> {
             keys::open_file_expiry_key(self.now, &key),
             [],
         );
-        bucket.open_key_count += 1;
         bucket.update_id = self.index;
         self.put_bucket(b, &mut bucket)?;
+        self.put_volume(b, vol)?;
         ok(command_result::Result::OpenKey(OpenKeyResult {
             session_id,
             opened_ms: self.now,
-            blocks: lay_out_unwritten(ids),
+            blocks: lay_out_unwritten(ids, c.block_size),
         }))
     }
 
@@ -220,13 +300,13 @@ impl Ctx<'_> {
                 "the root directory cannot be deleted",
             )),
             Entry::File { parent, name, rec } => {
-                bucket.key_count = bucket.key_count.saturating_sub(1);
-                bucket.used_bytes = bucket.used_bytes.saturating_sub(rec.size);
+                let vol = self.charge(&mut bucket, Usage::removal(rec.size))?;
                 bucket.update_id = self.index;
                 let origin = format!("delete {}/{}/{}", c.volume, c.bucket, c.path);
                 self.release_blocks(b, 0, rec.blocks, origin)?;
                 table::delete::<FileTable>(self.db, b, &keys::fs_key(parent, &name))?;
                 self.put_bucket(b, &mut bucket)?;
+                self.put_volume(b, vol)?;
                 ok(command_result::Result::Count(CountResult { count: 1 }))
             }
             Entry::Dir { parent, name, rec } => {
@@ -241,6 +321,13 @@ impl Ctx<'_> {
                 // Files still being written in it can no longer commit: the
                 // purge releases their sessions and blocks with the rest.
                 let has_sessions = self.has_entries_under(rec.object_id, &[keys::OPEN_FILES_CF])?;
+                // The directory leaves the namespace now, what is under it
+                // as it is purged.
+                let freed = Usage {
+                    free_dirs: 1,
+                    ..Usage::default()
+                };
+                let vol = self.charge(&mut bucket, freed)?;
                 table::delete::<DirectoryTable>(self.db, b, &keys::fs_key(parent, &name))?;
                 if non_empty || has_sessions {
                     let mut dd = DeletedDirRecord {
@@ -260,6 +347,7 @@ impl Ctx<'_> {
                 }
                 bucket.update_id = self.index;
                 self.put_bucket(b, &mut bucket)?;
+                self.put_volume(b, vol)?;
                 ok(command_result::Result::Count(CountResult { count: 1 }))
             }
         }
@@ -300,7 +388,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let new_parent = fs::parent_dir(self.db, root, &to, "to")?;
+        let (new_parent, chain) = fs::parent_chain(self.db, root, &to, "to")?;
         let new_name = to.last().copied().unwrap_or_default();
         if fs::get_dir(self.db, new_parent, new_name)?.is_some()
             || fs::get_file(self.db, new_parent, new_name)?.is_some()
@@ -310,6 +398,38 @@ impl Ctx<'_> {
                 "to",
                 format!("{} exists", c.to),
             ));
+        }
+        // What lies below the moved entry must stay within the path limits
+        // the leader stamped (a directory made before rules 1 has no bounds
+        // and moves unchecked, as everything did before).
+        let below = match &entry {
+            Entry::Dir { rec, .. } => rec.below,
+            _ => Some(NOTHING_BELOW),
+        };
+        if let Some(below) = &below
+            && c.max_path_depth != 0
+        {
+            let deepest = bounds_at(&to, 0, below);
+            if deepest.depth > c.max_path_depth {
+                return Err(OmError::precondition(
+                    "PATH_TOO_DEEP",
+                    "to",
+                    format!(
+                        "moved there, a path under it would have {} components; at most {} are allowed",
+                        deepest.depth, c.max_path_depth
+                    ),
+                ));
+            }
+            if c.max_path_bytes != 0 && deepest.bytes > c.max_path_bytes {
+                return Err(OmError::precondition(
+                    "PATH_TOO_LONG",
+                    "to",
+                    format!(
+                        "moved there, a path under it would be {} bytes long; at most {} are allowed",
+                        deepest.bytes, c.max_path_bytes
+                    ),
+                ));
+            }
         }
         let new_key = keys::fs_key(new_parent, new_name);
         let status = match entry {
@@ -354,6 +474,9 @@ impl Ctx<'_> {
                 }
             }
         };
+        if self.rules >= 1 {
+            self.raise_bounds(b, chain, &to, below)?;
+        }
         bucket.update_id = self.index;
         self.put_bucket(b, &mut bucket)?;
         ok(command_result::Result::FileStatus(status))
@@ -378,12 +501,13 @@ impl Ctx<'_> {
         let dd_key = dd_key.to_vec();
         let dd = table::decode::<DeletedDirTable>(dd_val)?;
         drop(it);
-        let max = c.max_children.max(1) as usize;
+        let max = c.max_children.clamp(1, MAX_PURGE_BATCH) as usize;
         let prefix = keys::children_prefix(dd.object_id);
         let mut bucket: Option<BucketRecord> =
             table::get::<BucketTable>(self.db, &keys::bucket_key(&dd.volume, &dd.bucket))?;
         let mut purged = 0usize;
         let mut seq = 1u32;
+        let mut freed = Usage::default();
         let mut point_deletes: Vec<(&'static str, Vec<u8>)> = Vec::new();
         for cf in [keys::DIRECTORIES_CF, keys::FILES_CF, keys::OPEN_FILES_CF] {
             let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
@@ -405,9 +529,14 @@ impl Ctx<'_> {
                         "session {} under purged {}/{}/{}",
                         session.session_id, dd.volume, dd.bucket, dd.path
                     );
-                    self.release_blocks(b, seq, lay_out_unwritten(session.allocated), origin)?;
+                    let unwritten = lay_out_unwritten(session.allocated, session.block_size);
+                    self.release_blocks(b, seq, unwritten, origin)?;
                 } else if cf == keys::DIRECTORIES_CF {
                     let sub = table::decode::<DirectoryTable>(v)?;
+                    freed.free(Usage {
+                        free_dirs: 1,
+                        ..Usage::default()
+                    });
                     let mut rec = DeletedDirRecord {
                         format: 0,
                         volume: dd.volume.clone(),
@@ -424,10 +553,7 @@ impl Ctx<'_> {
                     )?;
                 } else {
                     let file = table::decode::<FileTable>(v)?;
-                    if let Some(bk) = bucket.as_mut() {
-                        bk.key_count = bk.key_count.saturating_sub(1);
-                        bk.used_bytes = bk.used_bytes.saturating_sub(file.size);
-                    }
+                    freed.free(Usage::removal(file.size));
                     let origin = format!("purge {}/{}/{}/{name}", dd.volume, dd.bucket, dd.path);
                     self.release_blocks(b, seq, file.blocks, origin)?;
                 }
@@ -452,8 +578,11 @@ impl Ctx<'_> {
             }
         }
         if let Some(mut bk) = bucket {
+            // Frees only: never refused, so it may follow the staged purge.
+            let vol = self.charge(&mut bk, freed)?;
             bk.update_id = self.index;
             self.put_bucket(b, &mut bk)?;
+            self.put_volume(b, vol)?;
         }
         ok(command_result::Result::Count(CountResult {
             count: purged as u64 + u64::from(purged < max),

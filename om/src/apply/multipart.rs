@@ -10,7 +10,8 @@ use om_proto::store::{
 };
 use rocksdb::WriteBatch;
 
-use super::{BLOCK_SIZE, Ctx, lay_out, object_id, ok};
+use super::limits::block_size_or_legacy;
+use super::{Ctx, lay_out, object_id, ok};
 use crate::error::OmError;
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
@@ -18,6 +19,12 @@ use crate::store::table::{self, PartTable, UploadTable};
 
 /// S3's default smallest part (all but the last): 5 MiB.
 pub const DEFAULT_MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+
+/// S3's largest part: 5 GiB.
+pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+
+/// S3's highest part number, and so the most parts an upload completes with.
+pub const MAX_PART_NUMBER: u32 = 10_000;
 
 /// The ETag S3 gives a completed multipart upload: the hex MD5 of the
 /// concatenated binary MD5s of the listed parts, then `-` and their count.
@@ -122,20 +129,23 @@ impl Ctx<'_> {
         self.object_store_bucket(&c.volume, &c.bucket)?;
         self.upload(&c.volume, &c.bucket, &c.key, c.upload_id)?;
         let pk = keys::part_key(c.upload_id, c.part_number);
-        if let Some(old) = table::get::<PartTable>(self.db, &pk)? {
+        let replaced = table::get::<PartTable>(self.db, &pk)?;
+        // `limits` bounded the block count; allocating is the first write.
+        let block_size = block_size_or_legacy(c.block_size);
+        let ids = self.allocate(b, c.size.div_ceil(block_size))?;
+        if let Some(old) = replaced {
             let origin = format!(
                 "replaced part {} of upload {:016x}",
                 c.part_number, c.upload_id
             );
             self.release_blocks(b, 0, old.blocks, origin)?;
         }
-        let ids = self.allocate(b, c.size.div_ceil(BLOCK_SIZE))?;
         let mut rec = PartRecord {
             format: 0,
             part_number: c.part_number,
             size: c.size,
             etag: c.etag.clone(),
-            blocks: lay_out(ids, c.size),
+            blocks: lay_out(ids, c.size, block_size),
             modification_time_ms: self.now,
         };
         table::put::<PartTable>(self.db, b, &pk, &mut rec)?;
@@ -206,31 +216,33 @@ impl Ctx<'_> {
                 ),
             )
         })?;
-        let total: u64 = listed.iter().map(|p| p.size).sum();
-        if c.max_size > 0 && total > c.max_size {
-            return Err(OmError::invalid(
-                "ENTITY_TOO_LARGE",
-                "parts",
-                format!(
-                    "the listed parts make {total} bytes; an object is at most {}",
-                    c.max_size
-                ),
-            ));
-        }
         let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
-        // Checks are done; stage writes from here on.
+        // At most 10,000 parts of at most 5 GiB each: the sums cannot
+        // overflow; they saturate rather than wrap all the same.
         let mut blocks = Vec::new();
         let mut size = 0u64;
         for p in &listed {
             for blk in &p.blocks {
                 blocks.push(BlockRecord {
                     block_id: blk.block_id,
-                    offset: size + blk.offset,
+                    offset: size.saturating_add(blk.offset),
                     length: blk.length,
                 });
             }
-            size += p.size;
+            size = size.saturating_add(p.size);
         }
+        if c.max_key_size != 0 && size > c.max_key_size {
+            return Err(OmError::invalid(
+                "KEY_TOO_LARGE",
+                "parts",
+                format!(
+                    "the listed parts add up to {size} bytes; an object is at most {}",
+                    c.max_key_size
+                ),
+            ));
+        }
+        let vol = self.charge_write(&mut bucket, old.as_ref(), size)?;
+        // Checks are done; stage writes from here on.
         let listed_numbers: std::collections::HashSet<u32> =
             c.parts.iter().map(|p| p.part_number).collect();
         let mut seq = 1;
@@ -253,7 +265,7 @@ impl Ctx<'_> {
             content_type: upload.content_type,
             ..Default::default()
         };
-        self.write_key(b, &mut bucket, &c.key, old, rec)
+        self.write_key(b, &mut bucket, &c.key, old, rec, vol)
     }
 
     /// Ends an upload without a key: every part's blocks are freed.

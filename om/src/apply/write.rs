@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use om_proto::store::{
     AckDeletedBlocks, AllocateBlock, BucketRecord, CommandResult, CommitKey, CopyKey, CountResult,
-    KeyRecord, OpenKey, OpenKeyRecord, OpenKeyResult, command_result,
+    ExpireOpenKeys, KeyRecord, OpenKey, OpenKeyRecord, OpenKeyResult, command_result,
 };
 use rocksdb::WriteBatch;
 
-use super::{BLOCK_SIZE, Ctx, LAYOUT_FSO, MAX_KEY_SIZE, is_plain_md5, object_id, ok};
+use super::limits::block_size_or_legacy;
+use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok};
 use crate::error::OmError;
 use crate::fs;
 use crate::store::iter::DeferredSeekIter;
@@ -27,14 +28,33 @@ pub(super) struct Session {
     pub file: Option<(u64, String)>,
 }
 
-/// Most blocks one session may hold: a 5 TiB key in 256 MiB blocks.
-pub const MAX_SESSION_BLOCKS: usize = (MAX_KEY_SIZE / BLOCK_SIZE) as usize;
+/// Most blocks one key, part or commit lists (a 5 TiB key in 256 MiB
+/// blocks): a stateless limit apply re-checks (never lower it).
+pub const MAX_KEY_BLOCKS: usize = 20_480;
 
-/// Most open-key entries one `ExpireOpenKeys` command removes.
-pub const OPEN_KEY_EXPIRY_BATCH: usize = 1_000;
+/// Most blocks a session may hold, which the leader stamps into every
+/// `AllocateBlock` (the check depends on the session, so its value travels
+/// in the command).
+pub const MAX_SESSION_BLOCKS: usize = MAX_KEY_BLOCKS;
+
+/// The session limit of `AllocateBlock` commands that carry none (written
+/// before they did). Never change it.
+pub const LEGACY_MAX_SESSION_BLOCKS: u32 = 20_480;
+
+/// Sessions one `ExpireOpenKeys` command removes, as the leader stamps it.
+pub const OPEN_KEY_EXPIRY_BATCH: u32 = 1_000;
+
+/// The batch of `ExpireOpenKeys` commands that carry none. Never change it.
+pub const LEGACY_OPEN_KEY_EXPIRY_BATCH: u32 = 1_000;
+
+/// Most sessions one `ExpireOpenKeys` removes, whatever it asks for.
+pub const MAX_OPEN_KEY_EXPIRY_BATCH: u32 = 100_000;
 
 /// Most entries one `AckDeletedBlocks` command removes.
 pub const MAX_ACK_IDS: usize = 1_000;
+
+/// Most blocks one OpenKey, CreateFile or AllocateBlock hands out.
+pub const MAX_BLOCKS_PER_CALL: u32 = 64;
 
 fn session_not_found(c_key: &str, session: u64) -> OmError {
     OmError::precondition(
@@ -51,7 +71,7 @@ impl Ctx<'_> {
         c: &OpenKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        check_block_count(c.blocks)?;
+        bucket.open_key_count = self.grow(bucket.open_key_count, 1, "key", "open keys")?;
         let session_id = object_id(self.index, 0);
         let ids = self.allocate(b, u64::from(c.blocks))?;
         let mut rec = OpenKeyRecord {
@@ -63,6 +83,7 @@ impl Ctx<'_> {
             metadata: c.metadata.clone(),
             volume: c.volume.clone(),
             bucket: c.bucket.clone(),
+            block_size: c.block_size,
             ..Default::default()
         };
         let key = keys::open_key(&c.volume, &c.bucket, &c.key, session_id);
@@ -72,12 +93,11 @@ impl Ctx<'_> {
             keys::open_expiry_key(self.now, &key),
             [],
         );
-        bucket.open_key_count += 1;
         self.put_bucket(b, &mut bucket)?;
         ok(command_result::Result::OpenKey(OpenKeyResult {
             session_id,
             opened_ms: self.now,
-            blocks: lay_out_unwritten(ids),
+            blocks: lay_out_unwritten(ids, c.block_size),
         }))
     }
 
@@ -124,12 +144,16 @@ impl Ctx<'_> {
         let bucket = self.bucket(&c.volume, &c.bucket)?;
         let mut s = self.session(&bucket, &c.key, c.session_id)?;
         let count = c.count.max(1) as usize;
-        if s.rec.allocated.len() + count > MAX_SESSION_BLOCKS {
+        let max = match c.max_session_blocks {
+            0 => LEGACY_MAX_SESSION_BLOCKS,
+            n => n,
+        } as usize;
+        if s.rec.allocated.len().saturating_add(count) > max {
             return Err(OmError::precondition(
                 "TOO_MANY_BLOCKS",
                 "count",
                 format!(
-                    "a session holds at most {MAX_SESSION_BLOCKS} blocks (5 TiB); it has {}",
+                    "a session holds at most {max} blocks; it has {}",
                     s.rec.allocated.len()
                 ),
             ));
@@ -140,7 +164,7 @@ impl Ctx<'_> {
         ok(command_result::Result::OpenKey(OpenKeyResult {
             session_id: c.session_id,
             opened_ms: s.rec.opened_ms,
-            blocks: lay_out_unwritten(ids),
+            blocks: lay_out_unwritten(ids, s.rec.block_size),
         }))
     }
 
@@ -154,7 +178,7 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.bucket(&c.volume, &c.bucket)?;
         let s = self.session(&bucket, &c.key, c.session_id)?;
-        check_committed_blocks(&s.rec.allocated, c)?;
+        check_committed_blocks(&s.rec.allocated, block_size_or_legacy(s.rec.block_size), c)?;
         let old = match &s.file {
             None => self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?,
             Some((parent, name)) => {
@@ -179,6 +203,7 @@ impl Ctx<'_> {
                 old
             }
         };
+        let vol = self.charge_write(&mut bucket, old.as_ref(), c.size)?;
         // Checks are done; stage writes from here on.
         let used: HashSet<u64> = c.blocks.iter().map(|blk| blk.block_id).collect();
         let unused: Vec<_> = lay_out_unwritten(
@@ -188,6 +213,7 @@ impl Ctx<'_> {
                 .copied()
                 .filter(|id| !used.contains(id))
                 .collect(),
+            s.rec.block_size,
         );
         let origin = format!("unused by commit of {}/{}/{}", c.volume, c.bucket, c.key);
         self.release_blocks(b, 1, unused, origin)?;
@@ -207,13 +233,13 @@ impl Ctx<'_> {
             ..Default::default()
         };
         match &s.file {
-            None => self.write_key(b, &mut bucket, &c.key, old, rec),
+            None => self.write_key(b, &mut bucket, &c.key, old, rec, vol),
             Some((parent, name)) => self.write_entry::<FileTable>(
                 b,
                 &mut bucket,
                 &c.key,
                 &keys::fs_key(*parent, name),
-                old,
+                (old, vol),
                 rec,
             ),
         }
@@ -278,6 +304,7 @@ impl Ctx<'_> {
             self.object_store_bucket(&c.volume, &c.bucket)?
         };
         let mut old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
+        let vol = self.charge_write(&mut bucket, old.as_ref(), src.size)?;
         let (metadata, content_type) = if c.metadata_directive == 1 {
             (c.metadata.clone(), c.content_type.clone())
         } else {
@@ -300,7 +327,7 @@ impl Ctx<'_> {
             content_type,
             ..Default::default()
         };
-        self.write_key(b, &mut bucket, &c.key, old, rec)
+        self.write_key(b, &mut bucket, &c.key, old, rec, vol)
     }
 
     /// Drops up to a batch of sessions (keys and files) opened before
@@ -308,8 +335,13 @@ impl Ctx<'_> {
     pub(super) fn expire_open_keys(
         &self,
         b: &mut WriteBatch,
-        before_ms: u64,
+        c: &ExpireOpenKeys,
     ) -> Result<CommandResult, OmError> {
+        let before_ms = c.before_ms;
+        let batch = match c.max_entries {
+            0 => LEGACY_OPEN_KEY_EXPIRY_BATCH,
+            n => n.min(MAX_OPEN_KEY_EXPIRY_BATCH),
+        };
         let mut buckets: BTreeMap<Vec<u8>, BucketRecord> = BTreeMap::new();
         let mut n = 0u32;
         for (cf_name, prefix) in [
@@ -321,7 +353,7 @@ impl Ctx<'_> {
             let mut it =
                 DeferredSeekIter::new(self.db, cf_name, Some(prefix.to_vec()), Some(upper))?;
             let cf = table::cf(self.db, cf_name)?;
-            while (n as usize) < OPEN_KEY_EXPIRY_BATCH {
+            while n < batch {
                 let Some((k, _)) = it.current() else { break };
                 let index_key = k.to_vec();
                 it.advance();
@@ -353,7 +385,12 @@ impl Ctx<'_> {
                     "expired session {} in {}/{}",
                     rec.session_id, rec.volume, rec.bucket
                 );
-                self.release_blocks(b, n, lay_out_unwritten(rec.allocated), origin)?;
+                self.release_blocks(
+                    b,
+                    n,
+                    lay_out_unwritten(rec.allocated, rec.block_size),
+                    origin,
+                )?;
             }
             it.status()?;
         }
@@ -388,32 +425,30 @@ impl Ctx<'_> {
     }
 }
 
-/// A new session's blocks stay within what one session may hold.
-pub(super) fn check_block_count(n: u32) -> Result<(), OmError> {
-    if n as usize > MAX_SESSION_BLOCKS {
-        return Err(OmError::invalid(
-            "TOO_MANY_BLOCKS",
-            "blocks",
-            format!("a session holds at most {MAX_SESSION_BLOCKS} blocks"),
-        ));
-    }
-    Ok(())
-}
-
-/// Allocated but not yet written blocks: ids with a full block's capacity.
-pub(super) fn lay_out_unwritten(ids: Vec<u64>) -> Vec<om_proto::store::BlockRecord> {
+/// Allocated but not yet written blocks: ids with a full block's capacity
+/// (`block_size` as the session or command carries it; 0 is the legacy size).
+pub(super) fn lay_out_unwritten(
+    ids: Vec<u64>,
+    block_size: u64,
+) -> Vec<om_proto::store::BlockRecord> {
+    let length = block_size_or_legacy(block_size);
     ids.into_iter()
         .map(|block_id| om_proto::store::BlockRecord {
             block_id,
             offset: 0,
-            length: BLOCK_SIZE,
+            length,
         })
         .collect()
 }
 
 /// The blocks a commit names must be allocated to its session, each once, in
-/// order: offsets contiguous from 0, lengths within a block, summing to size.
-fn check_committed_blocks(allocated: &[u64], c: &CommitKey) -> Result<(), OmError> {
+/// order: offsets contiguous from 0, lengths within a block of the session's
+/// size, summing to size.
+fn check_committed_blocks(
+    allocated: &[u64],
+    block_size: u64,
+    c: &CommitKey,
+) -> Result<(), OmError> {
     let bad = |why: String| Err(OmError::invalid("INVALID_BLOCKS", "blocks", why));
     let allocated: HashSet<u64> = allocated.iter().copied().collect();
     let mut seen = HashSet::new();
@@ -434,13 +469,14 @@ fn check_committed_blocks(allocated: &[u64], c: &CommitKey) -> Result<(), OmErro
                 blk.block_id, blk.offset
             ));
         }
-        if blk.length == 0 || blk.length > BLOCK_SIZE {
+        if blk.length == 0 || blk.length > block_size {
             return bad(format!(
-                "block {} has length {}; 1..={BLOCK_SIZE} allowed",
+                "block {} has length {}; 1..={block_size} allowed",
                 blk.block_id, blk.length
             ));
         }
-        offset += blk.length;
+        // At most MAX_KEY_BLOCKS blocks of at most 5 GiB: cannot overflow.
+        offset = offset.saturating_add(blk.length);
     }
     if offset != c.size {
         return Err(OmError::invalid(

@@ -91,6 +91,7 @@ pub async fn create_file(
         blocks: r.blocks,
         content_type: r.content_type,
         metadata: r.metadata,
+        block_size: crate::apply::BLOCK_SIZE,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(CreateFileResponse {
@@ -161,6 +162,8 @@ pub async fn rename_path(
         bucket: r.bucket,
         from,
         to,
+        max_path_depth: crate::fs::MAX_PATH_DEPTH as u32,
+        max_path_bytes: validate::MAX_KEY_BYTES as u32,
     });
     let s = status_result(svc.propose(id, op).await?)?;
     Ok(RenamePathResponse { status: Some(s) })

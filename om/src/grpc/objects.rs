@@ -7,16 +7,11 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
-use crate::apply::{MAX_ACK_IDS, MAX_KEY_SIZE};
+use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, MAX_KEY_SIZE};
+pub use crate::apply::{MAX_BLOCKS_PER_CALL, MAX_PART_NUMBER, MAX_PART_SIZE};
 use crate::error::OmError;
 use crate::service::{OmService, UploadListing};
 use crate::validate::{self, format_deleted_id, format_upload_id, normalize_etag};
-
-/// Most blocks one OpenKey or AllocateBlock call hands out.
-pub const MAX_BLOCKS_PER_CALL: u32 = 64;
-/// S3's largest part: 5 GiB.
-pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
-pub const MAX_PART_NUMBER: u32 = 10_000;
 
 /// Most blocks a key can hold, which bounds every response carrying one key
 /// or one key's released blocks. A key committed from a session holds at
@@ -26,7 +21,7 @@ pub const MAX_PART_NUMBER: u32 = 10_000;
 /// fewer than `MAX_KEY_SIZE / BLOCK_SIZE + MAX_PART_NUMBER` blocks. Encoded
 /// as a `KeyInfo` with the largest field values, that is under 1 MiB (see
 /// the `largest_records_fit_a_default_client` test).
-pub const MAX_KEY_BLOCKS: usize = crate::apply::MAX_SESSION_BLOCKS + MAX_PART_NUMBER as usize;
+pub const MAX_RECORD_BLOCKS: usize = crate::apply::MAX_SESSION_BLOCKS + MAX_PART_NUMBER as usize;
 
 pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
     blocks
@@ -131,6 +126,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
         content_type: r.content_type,
         metadata: r.metadata,
         blocks: r.blocks,
+        block_size: BLOCK_SIZE,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(OpenKeyResponse {
@@ -155,6 +151,7 @@ pub async fn allocate_block(
         key: r.key,
         session_id: r.session_id,
         count: r.count.max(1),
+        max_session_blocks: crate::apply::MAX_SESSION_BLOCKS as u32,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(AllocateBlockResponse {
@@ -362,6 +359,7 @@ pub async fn commit_part(
         part_number: r.part_number,
         size: r.size,
         etag,
+        block_size: BLOCK_SIZE,
     });
     match svc.propose(id, op).await? {
         command_result::Result::Part(p) => Ok(CommitPartResponse {
@@ -418,7 +416,7 @@ pub async fn complete_multipart(
         parts,
         min_part_size: svc.min_part_size(),
         conditions: conditions(r.conditions)?,
-        max_size: MAX_KEY_SIZE,
+        max_key_size: MAX_KEY_SIZE,
     });
     let key = key_response(svc.propose(id, op).await?)?;
     Ok(CompleteMultipartUploadResponse { key: Some(key) })
@@ -482,8 +480,9 @@ pub async fn list_uploads(
     validate::optional_key("prefix", &r.prefix)?;
     validate::delimiter("delimiter", &r.delimiter)?;
     validate::optional_key("key_marker", &r.key_marker)?;
-    // As in S3, an upload-id marker without a key marker is ignored.
-    let upload_id_marker = if r.upload_id_marker.is_empty() || r.key_marker.is_empty() {
+    // As in S3, an upload-id marker without a key marker is ignored (but it
+    // must still be an upload id: every field is bounded).
+    let marker = if r.upload_id_marker.is_empty() {
         None
     } else {
         Some(validate::upload_id(
@@ -491,6 +490,7 @@ pub async fn list_uploads(
             &r.upload_id_marker,
         )?)
     };
+    let upload_id_marker = marker.filter(|_| !r.key_marker.is_empty());
     let page = svc
         .list_uploads(
             consistency(&r.read),
@@ -629,7 +629,7 @@ mod tests {
             bucket: "b".repeat(63),
             name: "k".repeat(MAX_KEY_BYTES),
             size: u64::MAX,
-            blocks: blocks(MAX_KEY_BLOCKS),
+            blocks: blocks(MAX_RECORD_BLOCKS),
             etag: format!("{}-10000", "e".repeat(32)),
             metadata: metadata(),
             content_type: "c".repeat(256),
@@ -696,7 +696,7 @@ mod tests {
             path: "p".repeat(MAX_KEY_BYTES),
             is_directory: false,
             size: u64::MAX,
-            blocks: blocks(MAX_KEY_BLOCKS),
+            blocks: blocks(MAX_RECORD_BLOCKS),
             etag: key.etag.clone(),
             creation_time_ms: u64::MAX,
             modification_time_ms: u64::MAX,
@@ -716,7 +716,7 @@ mod tests {
         let released = ListDeletedBlocksResponse {
             entries: vec![DeletedBlocksEntry {
                 id: "0".repeat(24),
-                blocks: blocks(MAX_KEY_BLOCKS),
+                blocks: blocks(MAX_RECORD_BLOCKS),
                 origin: "o".repeat(4 * MAX_KEY_BYTES),
             }],
             truncated: true,
