@@ -981,6 +981,7 @@ fn apply_refuses_random_commands_without_staging() {
         part_number: 1,
         size: 10,
         etag: ETAG.into(),
+        block_size: om::apply::BLOCK_SIZE,
     }));
     sm.ok(Op::CreateDirectory(st::CreateDirectory {
         volume: "vol1".into(),
@@ -1024,7 +1025,8 @@ fn apply_refuses_random_commands_without_staging() {
                 volume: "vol1".into(),
                 name: "bkt2".into(),
                 layout: 1,
-                metadata: meta()
+                metadata: meta(),
+                ..Default::default()
             }
         ),
         op!(
@@ -1096,7 +1098,8 @@ fn apply_refuses_random_commands_without_staging() {
                 bucket: "bkt1".into(),
                 key: "open".into(),
                 session_id: session.session_id,
-                count: 2
+                count: 2,
+                max_session_blocks: om::apply::MAX_SESSION_BLOCKS as u32,
             }
         ),
         op!(
@@ -1142,7 +1145,8 @@ fn apply_refuses_random_commands_without_staging() {
                 upload_id,
                 part_number: 2,
                 size: 10,
-                etag: ETAG.into()
+                etag: ETAG.into(),
+                block_size: om::apply::BLOCK_SIZE,
             }
         ),
         op!(
@@ -1181,7 +1185,8 @@ fn apply_refuses_random_commands_without_staging() {
         op!(
             ExpireOpenKeys,
             st::ExpireOpenKeys {
-                before_ms: 2_000_000
+                before_ms: 2_000_000,
+                max_entries: 10,
             }
         ),
         op!(
@@ -1218,7 +1223,9 @@ fn apply_refuses_random_commands_without_staging() {
                 volume: "vol1".into(),
                 bucket: "fs1".into(),
                 from: "x/y".into(),
-                to: "q".into()
+                to: "q".into(),
+                max_path_depth: 200,
+                max_path_bytes: 1024,
             }
         ),
         op!(PurgeDeletedDirs, st::PurgeDeletedDirs { max_children: 5 }),

@@ -827,10 +827,12 @@ async fn recursive_tokens_of_the_deepest_longest_tree_are_accepted() {
     node.node.shutdown().await;
 }
 
-/// Renaming deep directories under each other nests a tree deeper than the
-/// path limits allow; a page that would end inside such a tree is refused
-/// with LISTING_TOO_DEEP rather than issuing a token the next page refuses,
-/// and the tree still lists in larger pages.
+/// Renaming deep directories under each other could nest a tree deeper than
+/// the path limits allow. Today's renames refuse that (PATH_TOO_LONG or PATH_TOO_DEEP), but
+/// renames applied under the rules of older log entries did not check; a page
+/// that would end inside such a tree is refused with LISTING_TOO_DEEP rather
+/// than issuing a token the next page refuses, and the tree still lists in
+/// larger pages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_nested_past_the_limits_is_refused_with_a_clear_reason() {
     let (node, c) = node_with(None).await;
@@ -843,16 +845,35 @@ async fn a_tree_nested_past_the_limits_is_refused_with_a_clear_reason() {
     for k in 0..6 {
         mkdir(&c, "nest", &join(&chain(k))).await;
     }
-    for k in 0..5 {
-        c.rename_path(RenamePathRequest {
+    let rename = |k: usize| om_proto::store::RenamePath {
+        volume: "vol-00".into(),
+        bucket: "nest".into(),
+        from: chain(k)[0].clone(),
+        to: format!("{}/{}", join(&chain(k + 1)), chain(k)[0]),
+        ..Default::default()
+    };
+    let before = node.dump();
+    let r = c
+        .rename_path(RenamePathRequest {
             volume: "vol-00".into(),
             bucket: "nest".into(),
-            from: chain(k)[0].clone(),
-            to: format!("{}/{}", join(&chain(k + 1)), chain(k)[0]),
+            from: rename(0).from,
+            to: rename(0).to,
             ..Default::default()
         })
-        .await
-        .unwrap();
+        .await;
+    assert_err(r, Code::FailedPrecondition, "PATH_TOO_LONG", "to");
+    assert_eq!(before, node.dump());
+    // The same renames as entries of rules 0 (before renames checked depth).
+    for k in 0..5 {
+        let cmd = om_proto::store::Command {
+            now_ms: om::service::now_ms(),
+            rules: 0,
+            op: Some(om_proto::store::command::Op::RenamePath(rename(k))),
+            ..Default::default()
+        };
+        let r = node.node.raft.client_write(cmd).await.unwrap();
+        om::apply::into_outcome(r.data).unwrap();
     }
     let mut token = String::new();
     let mut pages = 0;
