@@ -163,7 +163,7 @@ impl Node {
             let _ = rx.wait_for(|s| *s).await;
         };
 
-        let raft_svc = RaftGrpcService::new(raft.clone(), &cfg.data_dir).into_server();
+        let raft_svc = RaftGrpcService::new(raft.clone()).into_server();
         let rx = stop_rx.clone();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()

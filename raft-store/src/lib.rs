@@ -17,7 +17,9 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod snapshot;
+pub mod snapshot_store;
 pub mod state_machine;
+pub mod transient;
 
 use std::fmt;
 use std::path::Path;
@@ -27,7 +29,7 @@ use om_proto::store::{Command, CommandResult};
 use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
 
 pub use log_store::LogStore;
-pub use state_machine::StateMachine;
+pub use state_machine::{SnapshotInbox, StateMachine};
 
 pub type NodeId = u64;
 
