@@ -112,6 +112,12 @@ impl TmpFile {
     fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// Removes the file at once; for code already on a blocking thread.
+    fn remove_now(mut self) {
+        self.armed = false;
+        remove_quietly(&self.path);
+    }
 }
 
 impl Drop for TmpFile {
@@ -120,7 +126,8 @@ impl Drop for TmpFile {
             return;
         }
         let path = std::mem::take(&mut self.path);
-        // Off the async workers when there is a runtime to run it on.
+        // Off the async workers when there is a runtime to run it on (code on
+        // a blocking thread calls `remove_now` instead).
         match tokio::runtime::Handle::try_current() {
             Ok(h) => {
                 h.spawn_blocking(move || remove_quietly(&path));
@@ -230,10 +237,27 @@ impl SnapshotStore {
             last_membership: membership,
         };
         let (tmp, file) = self.create_tmp("build")?;
-        let mut w = SnapshotWriter::new(file, &codec::snapshot_meta_to_pb(&meta), &self.tables)?;
+        match self.write_state(&snap, &meta, file, tmp.path()) {
+            Ok((read, bytes)) => Ok((meta, tmp, read, bytes)),
+            Err(e) => {
+                tmp.remove_now();
+                Err(e)
+            }
+        }
+    }
+
+    fn write_state(
+        &self,
+        snap: &rocksdb::Snapshot<'_>,
+        meta: &SnapshotMeta,
+        file: File,
+        path: &Path,
+    ) -> Result<(File, u64), SnapshotError> {
+        let db = &self.db;
+        let mut w = SnapshotWriter::new(file, &codec::snapshot_meta_to_pb(meta), &self.tables)?;
         for (i, name) in self.tables.iter().enumerate() {
             let mut ro = ReadOptions::default();
-            ro.set_snapshot(&snap);
+            ro.set_snapshot(snap);
             ro.fill_cache(false);
             let mut it = db.raw_iterator_cf_opt(cf(db, name)?, ro);
             it.seek_to_first();
@@ -247,8 +271,7 @@ impl SnapshotStore {
             it.status()?;
         }
         let bytes = w.finish()?;
-        let read = File::open(tmp.path())?;
-        Ok((meta, tmp, read, bytes))
+        Ok((File::open(path)?, bytes))
     }
 
     /// Builds a snapshot and publishes it, retrying transient errors while
@@ -401,14 +424,14 @@ impl SnapshotStore {
             || {
                 let (s, src, meta) = (self.clone(), src.clone(), meta.clone());
                 blocking(move || {
-                    let (tmp, mut out) = s.create_tmp("install")?;
-                    let mut input = &*src;
-                    input.seek(SeekFrom::Start(0))?;
-                    std::io::copy(&mut input, &mut out)?;
-                    out.sync_all()?;
-                    drop(out);
-                    s.verify(tmp.path(), Some(&meta))?;
-                    Ok(tmp)
+                    let (tmp, out) = s.create_tmp("install")?;
+                    match s.stage(&src, out, tmp.path(), &meta) {
+                        Ok(()) => Ok(tmp),
+                        Err(e) => {
+                            tmp.remove_now();
+                            Err(e)
+                        }
+                    }
                 })
             },
             SnapshotError::is_transient,
@@ -437,6 +460,24 @@ impl SnapshotStore {
             || true,
         )
         .await
+    }
+
+    /// Copies `src` into `out` (the staging file at `path`), fsyncs it and
+    /// verifies the copy.
+    fn stage(
+        &self,
+        src: &File,
+        mut out: File,
+        path: &Path,
+        meta: &SnapshotMeta,
+    ) -> Result<(), SnapshotError> {
+        let mut input = src;
+        input.seek(SeekFrom::Start(0))?;
+        std::io::copy(&mut input, &mut out)?;
+        out.sync_all()?;
+        drop(out);
+        self.verify(path, Some(meta))?;
+        Ok(())
     }
 
     /// Replaces every state column family and the applied state with the
