@@ -183,7 +183,10 @@ impl PeerClient {
     /// `wait` makes the caller sleep until then (replication streams, which
     /// openraft would otherwise reopen at once); otherwise a peer in backoff
     /// fails at once as unreachable, without a connection attempt.
-    async fn ready(&self, wait: bool) -> Result<(RaftServiceClient<Channel>, Arc<PeerHealth>), RpcErr> {
+    async fn ready(
+        &self,
+        wait: bool,
+    ) -> Result<(RaftServiceClient<Channel>, Arc<PeerHealth>), RpcErr> {
         let Some(link) = &self.link else {
             return Err(RPCError::Unreachable(Unreachable::from_string(format!(
                 "bad address {:?} for node {}",

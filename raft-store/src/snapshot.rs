@@ -125,11 +125,7 @@ pub struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Starts a snapshot in `file` (created by the caller, which owns its path).
-    pub fn new(
-        file: File,
-        meta: &pb::SnapshotMeta,
-        cfs: &[String],
-    ) -> Result<Self, SnapshotError> {
+    pub fn new(file: File, meta: &pb::SnapshotMeta, cfs: &[String]) -> Result<Self, SnapshotError> {
         let mut w = SnapshotWriter {
             out: BufWriter::with_capacity(1 << 20, file),
             crc: crc32fast::Hasher::new(),
@@ -141,10 +137,18 @@ impl SnapshotWriter {
         check_limit("meta", m.len() as u64, MAX_META_BYTES as u64)?;
         w.put(&(m.len() as u32).to_le_bytes())?;
         w.put(&m)?;
-        check_limit("column-family count", cfs.len() as u64, MAX_COLUMN_FAMILIES as u64)?;
+        check_limit(
+            "column-family count",
+            cfs.len() as u64,
+            MAX_COLUMN_FAMILIES as u64,
+        )?;
         w.put(&(cfs.len() as u32).to_le_bytes())?;
         for cf in cfs {
-            check_limit("column-family name", cf.len() as u64, MAX_CF_NAME_BYTES as u64)?;
+            check_limit(
+                "column-family name",
+                cf.len() as u64,
+                MAX_CF_NAME_BYTES as u64,
+            )?;
             w.put(&(cf.len() as u16).to_le_bytes())?;
             w.put(cf.as_bytes())?;
         }

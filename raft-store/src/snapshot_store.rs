@@ -207,9 +207,10 @@ impl SnapshotStore {
     /// A new staging file, created through the fault hook.
     pub(crate) fn create_tmp(&self, kind: &str) -> Result<(TmpFile, File), SnapshotError> {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .dir
-            .join(format!("{TMP_PREFIX}{kind}-{}-{n}.snap", std::process::id()));
+        let path = self.dir.join(format!(
+            "{TMP_PREFIX}{kind}-{}-{n}.snap",
+            std::process::id()
+        ));
         if let Some(e) = self.faults.create_failure() {
             return Err(e.into());
         }

@@ -175,7 +175,11 @@ fn mutate(valid: &[u8], m: &Mutation) -> Vec<u8> {
         Mutation::UnknownColumnFamily(name) => {
             // Same length as "kv" keeps every other offset valid.
             let name: String = name.chars().chain(std::iter::repeat('z')).take(2).collect();
-            let name = if name == common::KV { "zz".to_string() } else { name };
+            let name = if name == common::KV {
+                "zz".to_string()
+            } else {
+                name
+            };
             b[l.cf_name_at..l.cf_name_at + 2].copy_from_slice(name.as_bytes());
             fix_crc(&mut b);
         }

@@ -12,7 +12,10 @@ use om_raft_store::snapshot::verify_file;
 use openraft::RaftSnapshotBuilder;
 use openraft::storage::{RaftStateMachine, StorageHelper};
 
-fn stat(sm: &om_raft_store::StateMachine, f: impl Fn(&om_raft_store::snapshot_store::SnapshotStats) -> &std::sync::atomic::AtomicU64) -> u64 {
+fn stat(
+    sm: &om_raft_store::StateMachine,
+    f: impl Fn(&om_raft_store::snapshot_store::SnapshotStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
     f(&sm.snapshot_stats()).load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -69,7 +72,8 @@ async fn a_corrupt_current_snapshot_does_not_prevent_start_up() {
     std::fs::write(&path, b"garbage").unwrap();
     let (mut ls, mut sm, db) = open_store(dir.path()).unwrap();
     // What openraft runs when a node starts.
-    let state = StorageHelper::new(&mut ls, &mut sm).with_id(1)
+    let state = StorageHelper::new(&mut ls, &mut sm)
+        .with_id(1)
         .get_initial_state()
         .await
         .unwrap();
@@ -83,9 +87,12 @@ async fn a_crash_between_publishing_a_snapshot_and_committing_its_state_is_compl
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
     let (_, mut sm_a, _) = open_store(a.path()).unwrap();
-    apply(&mut sm_a, vec![put(1, "x", "from-a"), put(2, "y", "from-a")])
-        .await
-        .unwrap();
+    apply(
+        &mut sm_a,
+        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
+    )
+    .await
+    .unwrap();
     let snap = sm_a
         .get_snapshot_builder()
         .await
@@ -109,7 +116,8 @@ async fn a_crash_between_publishing_a_snapshot_and_committing_its_state_is_compl
         assert_eq!(cur.meta.last_log_id, Some(log_id(1, 2)));
     }
     let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
-    let state = StorageHelper::new(&mut ls, &mut sm_b).with_id(2)
+    let state = StorageHelper::new(&mut ls, &mut sm_b)
+        .with_id(2)
         .get_initial_state()
         .await
         .unwrap();
@@ -141,7 +149,9 @@ async fn transient_errors_while_building_or_installing_are_retried() {
     let b = tempfile::tempdir().unwrap();
     let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
     sm_b.snapshot_faults().fail_next_creates(2, libc::ENOSPC);
-    sm_b.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+    sm_b.install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
     assert_eq!(kv(&db_b, "k").as_deref(), Some("v"));
     assert_eq!(stat(&sm_b, |s| &s.retries), 2);
 }
@@ -156,7 +166,8 @@ async fn other_errors_are_returned_and_a_retrying_build_ends_with_its_state_mach
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO));
     assert_eq!(stat(&sm, |s| &s.retries), 0);
 
-    sm.snapshot_faults().fail_next_creates(u32::MAX, libc::EMFILE);
+    sm.snapshot_faults()
+        .fail_next_creates(u32::MAX, libc::EMFILE);
     let mut builder = sm.get_snapshot_builder().await;
     let build = tokio::spawn(async move { builder.build_snapshot().await });
     // Wait until it is retrying, then let the state machine go.

@@ -260,7 +260,11 @@ mod tests {
                 failures: 9
             })
         );
-        assert_eq!(s.succeeded(now), None, "only the first success is a transition");
+        assert_eq!(
+            s.succeeded(now),
+            None,
+            "only the first success is a transition"
+        );
         assert_eq!(s.admit(now), Admit::Now);
     }
 

@@ -93,9 +93,7 @@ pub(super) async fn install_snapshot(
         if end > max {
             return Err(refused(
                 "too_large",
-                Status::resource_exhausted(format!(
-                    "snapshot exceeds the limit of {max} bytes"
-                )),
+                Status::resource_exhausted(format!("snapshot exceeds the limit of {max} bytes")),
             ));
         }
         crc.update(&chunk.data);
