@@ -8,8 +8,10 @@
 //! is delegated to an [`Applier`] supplied by the application.
 //!
 //! It must never: acknowledge an append before the WAL is fsynced, return from
-//! `save_vote` before the vote is durable, or write table data and the applied
-//! log id in separate batches.
+//! `save_vote` before the vote is durable, write table data and the applied
+//! log id in separate batches, hand openraft a snapshot file it has not
+//! verified, or turn a transient storage shortage in the snapshot paths into
+//! an error (openraft ends its core on any storage error).
 
 pub mod codec;
 pub mod keys;
