@@ -179,13 +179,10 @@ fn cut_error(me: NodeId, target: NodeId) -> RpcErr {
 }
 
 impl PeerClient {
-    /// The client for one RPC, once the peer's backoff allows an attempt:
-    /// `wait` makes the caller sleep until then (replication streams, which
-    /// openraft would otherwise reopen at once); otherwise a peer in backoff
-    /// fails at once as unreachable, without a connection attempt.
+    /// The client for one RPC, once the peer's backoff (see `Gate`) allows it.
     async fn ready(
         &self,
-        wait: bool,
+        gate: Gate,
     ) -> Result<(RaftServiceClient<Channel>, Arc<PeerHealth>), RpcErr> {
         let Some(link) = &self.link else {
             return Err(RPCError::Unreachable(Unreachable::from_string(format!(
@@ -193,10 +190,10 @@ impl PeerClient {
                 self.addr, self.target
             ))));
         };
-        loop {
+        while gate != Gate::Always {
             match link.health.admit() {
                 Admit::Now => break,
-                Admit::At(t) if wait => tokio::time::sleep_until(t.into()).await,
+                Admit::At(t) if gate == Gate::Wait => tokio::time::sleep_until(t.into()).await,
                 Admit::At(t) => {
                     return Err(RPCError::Unreachable(Unreachable::from_string(format!(
                         "node {} at {} is unreachable; next attempt in {:?}",
@@ -215,6 +212,56 @@ impl PeerClient {
         }
         Ok((link.client.clone(), link.health.clone()))
     }
+
+    async fn vote_rpc(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+        pre: bool,
+    ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
+        let mut req = Request::new(pb::VoteRequest {
+            vote: Some(codec::vote_to_pb(&rpc.vote)),
+            last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
+            leadership_transfer: rpc.leadership_transfer,
+        });
+        req.set_timeout(option.soft_ttl());
+        let (mut client, health) = self.ready(Gate::Always).await?;
+        let r = if pre {
+            match client.pre_vote(req).await {
+                // A peer that predates PreVote: count it as granting, as
+                // openraft does for networks without it, so an upgrade can
+                // proceed node by node.
+                Err(s) if s.code() == tonic::Code::Unimplemented => {
+                    health.succeeded();
+                    return Ok(VoteResponse::new(rpc.vote, None, true));
+                }
+                r => r,
+            }
+        } else {
+            client.vote(req).await
+        };
+        let r = observe(&health, r)?.into_inner();
+        Ok(VoteResponse {
+            vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
+            vote_granted: r.vote_granted,
+            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
+        })
+    }
+}
+
+/// How an RPC meets a peer's reconnect backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Sleep until the next attempt is due: `StreamAppend`, which carries
+    /// replication (openraft would otherwise reopen it at once) and
+    /// heartbeats (whose own timeout ends the wait).
+    Wait,
+    /// Fail at once as unreachable, without a connection attempt: single
+    /// appends and snapshots (openraft backs off between snapshot attempts).
+    FailFast,
+    /// Always attempt: votes and leader transfers are paced by election
+    /// timeouts and rare; their success also ends a peer's backoff early.
+    Always,
 }
 
 /// Records the outcome of one exchange in the peer's health and converts
@@ -244,7 +291,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<TypeConfig>, RpcErr> {
         let mut req = Request::new(append_to_pb(&rpc));
         req.set_timeout(option.soft_ttl());
-        let (mut client, health) = self.ready(false).await?;
+        let (mut client, health) = self.ready(Gate::FailFast).await?;
         let resp = observe(&health, client.append_entries(req).await)?.into_inner();
         append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
     }
@@ -263,7 +310,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
-            let (mut client, health) = self.ready(true).await?;
+            let (mut client, health) = self.ready(Gate::Wait).await?;
             let ranges: Arc<Mutex<VecDeque<InFlight>>> = Arc::default();
             let sent = ranges.clone();
             // Injected faults apply to every message, not just to opening the stream.
@@ -327,19 +374,15 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
-        let mut req = Request::new(pb::VoteRequest {
-            vote: Some(codec::vote_to_pb(&rpc.vote)),
-            last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
-            leadership_transfer: rpc.leadership_transfer,
-        });
-        req.set_timeout(option.soft_ttl());
-        let (mut client, health) = self.ready(false).await?;
-        let r = observe(&health, client.vote(req).await)?.into_inner();
-        Ok(VoteResponse {
-            vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
-            vote_granted: r.vote_granted,
-            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
-        })
+        self.vote_rpc(rpc, option, false).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
+        self.vote_rpc(rpc, option, true).await
     }
 
     async fn full_snapshot(
@@ -349,7 +392,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let (mut client, health) = self.ready(false).await?;
+        let (mut client, health) = self.ready(Gate::FailFast).await?;
         let meta = codec::snapshot_meta_to_pb(&snapshot.meta);
         let vote_pb = codec::vote_to_pb(&vote);
         let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
@@ -417,7 +460,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             last_log_id: req.last_log_id().map(codec::log_id_to_pb),
         });
         r.set_timeout(option.soft_ttl());
-        let (mut client, health) = self.ready(false).await?;
+        let (mut client, health) = self.ready(Gate::Always).await?;
         observe(&health, client.transfer_leader(r).await)?;
         Ok(Ok(()))
     }
@@ -522,6 +565,22 @@ impl RaftGrpcService {
     }
 }
 
+fn vote_from_pb(r: pb::VoteRequest) -> Result<VoteRequest<TypeConfig>, Status> {
+    Ok(VoteRequest {
+        vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
+        last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
+        leadership_transfer: r.leadership_transfer,
+    })
+}
+
+fn vote_resp_to_pb(resp: &VoteResponse<TypeConfig>) -> pb::VoteResponse {
+    pb::VoteResponse {
+        vote: Some(codec::vote_to_pb(&resp.vote)),
+        vote_granted: resp.vote_granted,
+        last_log_id: codec::opt_log_id_to_pb(&resp.last_log_id),
+    }
+}
+
 fn fatal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("raft: {e}"))
 }
@@ -534,18 +593,18 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        let r = req.into_inner();
-        let rpc = VoteRequest {
-            vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
-            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
-            leadership_transfer: r.leadership_transfer,
-        };
+        let rpc = vote_from_pb(req.into_inner())?;
         let resp = self.raft.vote(rpc).await.map_err(fatal)?;
-        Ok(Response::new(pb::VoteResponse {
-            vote: Some(codec::vote_to_pb(&resp.vote)),
-            vote_granted: resp.vote_granted,
-            last_log_id: codec::opt_log_id_to_pb(&resp.last_log_id),
-        }))
+        Ok(Response::new(vote_resp_to_pb(&resp)))
+    }
+
+    async fn pre_vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        let rpc = vote_from_pb(req.into_inner())?;
+        let resp = self.raft.pre_vote(rpc).await.map_err(fatal)?;
+        Ok(Response::new(vote_resp_to_pb(&resp)))
     }
 
     async fn append_entries(

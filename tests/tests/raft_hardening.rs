@@ -146,11 +146,17 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
         "only {during} connection attempts: the down peer is not being probed"
     );
     // The leader stays leader and keeps committing with the other follower.
-    assert_eq!(
-        metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap()).current_leader,
-        Some(leader)
-    );
+    let lm = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+    assert_eq!(lm.current_leader, Some(leader));
 
+    // Come back right after a failed probe, so the next one is a full backoff
+    // step (1 s) away: longer than the returning node's election timeout.
+    let seen = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
+    wait_for(Duration::from_secs(5), "the next probe", || async {
+        let now = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
+        (now > seen).then_some(())
+    })
+    .await;
     nodes[victim] =
         Some(TestNode::start_member_in(dir, &addrs[victim], &addrs, None, |_| {}).await);
     let lc = local_client(&addrs[victim]);
@@ -160,6 +166,13 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
         async move { lc.lookup_key("vol1", "bkt1", last).await.ok() }
     })
     .await;
+    // Coming back while the leader still backs off did not depose it: the
+    // returning node asked (pre-vote) before raising its term.
+    for n in nodes.iter().flatten() {
+        let m = metrics_of(n);
+        assert_eq!(m.current_leader, Some(leader), "node {}", m.id);
+        assert_eq!(m.current_term, lm.current_term, "node {}", m.id);
+    }
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;
     }
