@@ -190,17 +190,19 @@ impl PeerClient {
                 self.addr, self.target
             ))));
         };
-        while gate != Gate::Always {
-            match link.health.admit() {
-                Admit::Now => break,
-                Admit::At(t) if gate == Gate::Wait => tokio::time::sleep_until(t.into()).await,
-                Admit::At(t) => {
-                    return Err(RPCError::Unreachable(Unreachable::from_string(format!(
-                        "node {} at {} is unreachable; next attempt in {:?}",
-                        self.target,
-                        self.addr,
-                        t.saturating_duration_since(std::time::Instant::now())
-                    ))));
+        if gate != Gate::Always {
+            loop {
+                match link.health.admit() {
+                    Admit::Now => break,
+                    Admit::At(t) if gate == Gate::Wait => tokio::time::sleep_until(t.into()).await,
+                    Admit::At(t) => {
+                        return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                            "node {} at {} is unreachable; next attempt in {:?}",
+                            self.target,
+                            self.addr,
+                            t.saturating_duration_since(std::time::Instant::now())
+                        ))));
+                    }
                 }
             }
         }
