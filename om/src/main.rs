@@ -6,11 +6,19 @@ use om::config::{Args, Config};
 use om::server::Node;
 use tracing_subscriber::EnvFilter;
 
+/// openraft logs every failed RPC to a peer at WARN (heartbeats every
+/// interval, replication on every retry); om's Raft network logs a peer's
+/// state changes instead (one WARN when it becomes unreachable, one INFO when
+/// it is back), so by default those openraft modules log errors only.
+/// `OM_LOG` / `RUST_LOG` replace the whole filter.
+const DEFAULT_LOG_FILTER: &str = "info,openraft::core::heartbeat=error,\
+    openraft::replication=error,openraft::engine::handler::replication_handler=error";
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_from_env("OM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let cfg = match Config::load(args) {
         Ok(c) => c,
@@ -53,5 +61,13 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_log_filter_parses() {
+        tracing_subscriber::EnvFilter::try_new(super::DEFAULT_LOG_FILTER).unwrap();
     }
 }

@@ -109,6 +109,10 @@ fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
         // Purge in steps no larger than the snapshot interval, so a purge
         // follows every snapshot once enough log lies behind it.
         purge_batch_size: cfg.snapshot_every.clamp(1, 256),
+        // A node that cannot win an election (just restarted while the leader
+        // still backs off reconnecting to it, or cut off) asks first instead
+        // of raising its term and deposing a healthy leader.
+        enable_pre_vote: Some(true),
         ..Default::default()
     };
     Ok(c.validate()?)
@@ -164,7 +168,7 @@ impl Node {
             let _ = rx.wait_for(|s| *s).await;
         };
 
-        let raft_svc = RaftGrpcService::new(raft.clone(), &cfg.data_dir).into_server();
+        let raft_svc = RaftGrpcService::new(raft.clone()).into_server();
         let rx = stop_rx.clone();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()

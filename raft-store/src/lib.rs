@@ -8,8 +8,10 @@
 //! is delegated to an [`Applier`] supplied by the application.
 //!
 //! It must never: acknowledge an append before the WAL is fsynced, return from
-//! `save_vote` before the vote is durable, or write table data and the applied
-//! log id in separate batches.
+//! `save_vote` before the vote is durable, write table data and the applied
+//! log id in separate batches, hand openraft a snapshot file it has not
+//! verified, or turn a transient storage shortage in the snapshot paths into
+//! an error (openraft ends its core on any storage error).
 
 pub mod codec;
 pub mod keys;
@@ -17,7 +19,9 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod snapshot;
+pub mod snapshot_store;
 pub mod state_machine;
+pub mod transient;
 
 use std::fmt;
 use std::path::Path;
@@ -27,7 +31,7 @@ use om_proto::store::{Command, CommandResult};
 use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
 
 pub use log_store::LogStore;
-pub use state_machine::StateMachine;
+pub use state_machine::{SnapshotInbox, StateMachine};
 
 pub type NodeId = u64;
 

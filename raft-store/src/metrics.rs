@@ -16,3 +16,40 @@ pub fn snapshot_installed(seconds: f64) {
     metrics::counter!("om_raft_snapshots_installed_total").increment(1);
     metrics::histogram!("om_raft_snapshot_install_seconds").record(seconds);
 }
+
+/// A snapshot file operation (`op`: build, publish, install, …) hit a
+/// transient storage error and will be retried.
+pub fn snapshot_retry(op: &'static str) {
+    metrics::counter!("om_raft_snapshot_retries_total", "op" => op).increment(1);
+}
+
+/// A corrupt `current.snap` was moved aside (and a new snapshot built).
+pub fn snapshot_quarantined() {
+    metrics::counter!("om_raft_snapshots_quarantined_total").increment(1);
+}
+
+/// An incoming snapshot was refused before it reached openraft; `reason` is
+/// a short stable word (corrupt, too_large, busy, transient, protocol).
+pub fn snapshot_refused(reason: &'static str) {
+    metrics::counter!("om_raft_snapshots_refused_total", "reason" => reason).increment(1);
+}
+
+/// One TCP connection attempt to peer `peer` at `addr`.
+pub fn peer_connect_attempt(peer: u64, addr: &str) {
+    metrics::counter!(
+        "om_raft_peer_connect_attempts_total",
+        "peer" => peer.to_string(),
+        "addr" => addr.to_string()
+    )
+    .increment(1);
+}
+
+/// Whether this node currently reaches `peer` (1) or backs off from it (0).
+pub fn peer_up(peer: u64, addr: &str, up: bool) {
+    metrics::gauge!(
+        "om_raft_peer_up",
+        "peer" => peer.to_string(),
+        "addr" => addr.to_string()
+    )
+    .set(if up { 1.0 } else { 0.0 });
+}

@@ -1,14 +1,18 @@
 //! Raft transport over gRPC: the client side (`NetworkFactory`, one cached
-//! channel per peer address) and the server side (`RaftGrpcService`).
+//! channel per peer address, with the peer's reachability in `peer`) and the
+//! server side (`RaftGrpcService`, receiving snapshots in `receive`).
 //!
 //! Snapshots travel as a stream of chunks; the last chunk carries the meta and
-//! a CRC32 of all data bytes, which the receiver checks before installing.
-//! Message sizes are capped explicitly on both ends.
+//! a CRC32 of all data bytes. The receiver stages the chunks in a file, checks
+//! the CRC and verifies the whole file before openraft sees it (see
+//! `receive`). Message sizes are capped explicitly on both ends.
+
+pub mod peer;
+mod receive;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Read;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,10 +21,9 @@ use futures::{Stream, StreamExt};
 use om_proto::raft as pb;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_proto::raft::raft_service_server::RaftService;
-use openraft::Snapshot;
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::RPCOption;
+use openraft::network::{Backoff, RPCOption};
 use openraft::raft::StreamAppendResult;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
@@ -31,7 +34,8 @@ use openraft::{OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::{LogId, NodeId, OmNode, Raft, TypeConfig, Vote, codec};
+use crate::{LogId, NodeId, OmNode, Raft, SnapshotInbox, TypeConfig, Vote, codec};
+use peer::{Admit, PeerConnector, PeerHealth};
 
 /// Largest gRPC message either side accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -74,10 +78,18 @@ impl Faults {
     }
 }
 
-/// Creates clients to peers; channels are shared per address and reconnect lazily.
+/// One peer's channel and reachability, shared by every client to it.
+#[derive(Clone)]
+struct PeerLink {
+    client: RaftServiceClient<Channel>,
+    health: Arc<PeerHealth>,
+}
+
+/// Creates clients to peers; channels are shared per peer and address and
+/// connect lazily, through `PeerConnector` and `PeerHealth`.
 #[derive(Clone, Default)]
 pub struct NetworkFactory {
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    links: Arc<Mutex<HashMap<(NodeId, String), PeerLink>>>,
     me: NodeId,
     faults: Option<Arc<Faults>>,
 }
@@ -86,25 +98,32 @@ impl NetworkFactory {
     /// The network of node `me`, with optional fault injection.
     pub fn new(me: NodeId, faults: Option<Arc<Faults>>) -> Self {
         NetworkFactory {
-            channels: Arc::default(),
+            links: Arc::default(),
             me,
             faults,
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, String> {
-        let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = map.get(addr) {
-            return Ok(c.clone());
+    fn link(&self, target: NodeId, addr: &str) -> Result<PeerLink, String> {
+        let mut map = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (target, addr.to_string());
+        if let Some(l) = map.get(&key) {
+            return Ok(l.clone());
         }
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| e.to_string())?
             .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5));
-        let c = endpoint.connect_lazy();
-        map.insert(addr.to_string(), c.clone());
-        Ok(c)
+        let health = Arc::new(PeerHealth::new(target, addr.to_string()));
+        let channel = endpoint.connect_with_connector_lazy(PeerConnector {
+            health: health.clone(),
+        });
+        let client = RaftServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let l = PeerLink { client, health };
+        map.insert(key, l.clone());
+        Ok(l)
     }
 }
 
@@ -112,15 +131,10 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &OmNode) -> PeerClient {
-        let client = self.channel(&node.raft_addr).ok().map(|c| {
-            RaftServiceClient::new(c)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
-        });
         PeerClient {
             target,
             addr: node.raft_addr.clone(),
-            client,
+            link: self.link(target, &node.raft_addr).ok(),
             me: self.me,
             faults: self.faults.clone(),
         }
@@ -131,7 +145,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub struct PeerClient {
     target: NodeId,
     addr: String,
-    client: Option<RaftServiceClient<Channel>>,
+    link: Option<PeerLink>,
     me: NodeId,
     faults: Option<Arc<Faults>>,
 }
@@ -149,22 +163,123 @@ fn invalid(msg: &str) -> Status {
     Status::invalid_argument(msg.to_string())
 }
 
+/// Status codes that mean the peer could not be reached (as opposed to a
+/// peer that answered with an error).
+fn unreachable_code(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    )
+}
+
+fn cut_error(me: NodeId, target: NodeId) -> RpcErr {
+    RPCError::Unreachable(Unreachable::from_string(format!(
+        "link {me} -> {target} is cut"
+    )))
+}
+
 impl PeerClient {
-    fn client(&self) -> Result<RaftServiceClient<Channel>, RpcErr> {
+    /// The client for one RPC, once the peer's backoff (see `Gate`) allows it.
+    async fn ready(
+        &self,
+        gate: Gate,
+    ) -> Result<(RaftServiceClient<Channel>, Arc<PeerHealth>), RpcErr> {
+        let Some(link) = &self.link else {
+            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                "bad address {:?} for node {}",
+                self.addr, self.target
+            ))));
+        };
+        if gate != Gate::Always {
+            loop {
+                match link.health.admit() {
+                    Admit::Now => break,
+                    Admit::At(t) if gate == Gate::Wait => tokio::time::sleep_until(t.into()).await,
+                    Admit::At(t) => {
+                        return Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                            "node {} at {} is unreachable; next attempt in {:?}",
+                            self.target,
+                            self.addr,
+                            t.saturating_duration_since(std::time::Instant::now())
+                        ))));
+                    }
+                }
+            }
+        }
         if let Some(f) = &self.faults
             && f.is_cut(self.me, self.target)
         {
-            return Err(RPCError::Unreachable(Unreachable::from_string(format!(
-                "link {} -> {} is cut",
-                self.me, self.target
-            ))));
+            link.health.failed(&"link is cut");
+            return Err(cut_error(self.me, self.target));
         }
-        self.client.clone().ok_or_else(|| {
-            RPCError::Unreachable(Unreachable::from_string(format!(
-                "bad address {:?} for node {}",
-                self.addr, self.target
-            )))
+        Ok((link.client.clone(), link.health.clone()))
+    }
+
+    async fn vote_rpc(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+        pre: bool,
+    ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
+        let mut req = Request::new(pb::VoteRequest {
+            vote: Some(codec::vote_to_pb(&rpc.vote)),
+            last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
+            leadership_transfer: rpc.leadership_transfer,
+        });
+        req.set_timeout(option.soft_ttl());
+        let (mut client, health) = self.ready(Gate::Always).await?;
+        let r = if pre {
+            match client.pre_vote(req).await {
+                // A peer that predates PreVote: count it as granting, as
+                // openraft does for networks without it, so an upgrade can
+                // proceed node by node.
+                Err(s) if s.code() == tonic::Code::Unimplemented => {
+                    health.succeeded();
+                    return Ok(VoteResponse::new(rpc.vote, None, true));
+                }
+                r => r,
+            }
+        } else {
+            client.vote(req).await
+        };
+        let r = observe(&health, r)?.into_inner();
+        Ok(VoteResponse {
+            vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
+            vote_granted: r.vote_granted,
+            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
         })
+    }
+}
+
+/// How an RPC meets a peer's reconnect backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Sleep until the next attempt is due: `StreamAppend`, which carries
+    /// replication (openraft would otherwise reopen it at once) and
+    /// heartbeats (whose own timeout ends the wait).
+    Wait,
+    /// Fail at once as unreachable, without a connection attempt: single
+    /// appends and snapshots (openraft backs off between snapshot attempts).
+    FailFast,
+    /// Always attempt: votes and leader transfers are paced by election
+    /// timeouts and rare; their success also ends a peer's backoff early.
+    Always,
+}
+
+/// Records the outcome of one exchange in the peer's health and converts
+/// the error for openraft.
+fn observe<T>(health: &PeerHealth, r: Result<T, Status>) -> Result<T, RpcErr> {
+    match r {
+        Ok(v) => {
+            health.succeeded();
+            Ok(v)
+        }
+        Err(s) => {
+            if unreachable_code(s.code()) {
+                health.failed(&s.message());
+            }
+            Err(status_to_rpc(s))
+        }
     }
 }
 
@@ -178,12 +293,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<TypeConfig>, RpcErr> {
         let mut req = Request::new(append_to_pb(&rpc));
         req.set_timeout(option.soft_ttl());
-        let resp = self
-            .client()?
-            .append_entries(req)
-            .await
-            .map_err(status_to_rpc)?
-            .into_inner();
+        let (mut client, health) = self.ready(Gate::FailFast).await?;
+        let resp = observe(&health, client.append_entries(req).await)?.into_inner();
         append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
     }
 
@@ -201,7 +312,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
-            let mut client = self.client()?;
+            let (mut client, health) = self.ready(Gate::Wait).await?;
             let ranges: Arc<Mutex<VecDeque<InFlight>>> = Arc::default();
             let sent = ranges.clone();
             // Injected faults apply to every message, not just to opening the stream.
@@ -217,22 +328,19 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                         .push_back((req.prev_log_id, last));
                     append_to_pb(&req)
                 });
-            let responses = client
-                .stream_append(Request::new(outbound))
-                .await
-                .map_err(status_to_rpc)?
-                .into_inner();
+            let responses =
+                observe(&health, client.stream_append(Request::new(outbound)).await)?.into_inner();
+            let (me, target) = (self.me, self.target);
             let results = responses.scan(false, move |ended, r| {
                 if *ended {
                     return futures::future::ready(None);
                 }
                 let item = (|| {
                     if cut() {
-                        return Err(RPCError::Unreachable(Unreachable::from_string(
-                            "link is cut",
-                        )));
+                        health.failed(&"link is cut");
+                        return Err(cut_error(me, target));
                     }
-                    let r = r.map_err(status_to_rpc)?;
+                    let r = observe(&health, r)?;
                     let (prev, last) = ranges
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -268,23 +376,15 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
-        let mut req = Request::new(pb::VoteRequest {
-            vote: Some(codec::vote_to_pb(&rpc.vote)),
-            last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
-            leadership_transfer: rpc.leadership_transfer,
-        });
-        req.set_timeout(option.soft_ttl());
-        let r = self
-            .client()?
-            .vote(req)
-            .await
-            .map_err(status_to_rpc)?
-            .into_inner();
-        Ok(VoteResponse {
-            vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
-            vote_granted: r.vote_granted,
-            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
-        })
+        self.vote_rpc(rpc, option, false).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
+        self.vote_rpc(rpc, option, true).await
     }
 
     async fn full_snapshot(
@@ -294,7 +394,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let mut client = self.client()?;
+        let (mut client, health) = self.ready(Gate::FailFast).await?;
         let meta = codec::snapshot_meta_to_pb(&snapshot.meta);
         let vote_pb = codec::vote_to_pb(&vote);
         let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
@@ -330,7 +430,17 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 Err(StreamingError::Closed(closed))
             }
             r = call => {
-                let resp = r.map_err(|s| StreamingError::from(status_to_rpc(s)))?.into_inner();
+                if let Err(s) = &r
+                    && !unreachable_code(s.code())
+                {
+                    tracing::warn!(
+                        peer = self.target,
+                        code = ?s.code(),
+                        error = %s.message(),
+                        "the peer refused a snapshot; it will be sent again"
+                    );
+                }
+                let resp = observe(&health, r).map_err(StreamingError::from)?.into_inner();
                 match reader.await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(StreamingError::Network(NetworkError::new(&e))),
@@ -352,11 +462,16 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             last_log_id: req.last_log_id().map(codec::log_id_to_pb),
         });
         r.set_timeout(option.soft_ttl());
-        self.client()?
-            .transfer_leader(r)
-            .await
-            .map_err(status_to_rpc)?;
+        let (mut client, health) = self.ready(Gate::Always).await?;
+        observe(&health, client.transfer_leader(r).await)?;
         Ok(Ok(()))
+    }
+
+    /// openraft's own backoff (between requests of a stream after errors,
+    /// and between snapshot attempts to an unreachable peer) follows the same
+    /// schedule as reconnecting.
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new((1u32..).map(peer::retry_delay)))
     }
 }
 
@@ -417,15 +532,16 @@ pub fn append_resp_from_pb(
 /// The server side: hands incoming Raft RPCs to the local `Raft`.
 pub struct RaftGrpcService {
     raft: Raft,
-    /// Where incoming snapshots are received before they are installed.
-    incoming_dir: PathBuf,
+    /// Where and how incoming snapshots are staged: the state machine's,
+    /// fetched from it on the first transfer.
+    inbox: tokio::sync::OnceCell<SnapshotInbox>,
 }
 
 impl RaftGrpcService {
-    pub fn new(raft: Raft, data_dir: &std::path::Path) -> Self {
+    pub fn new(raft: Raft) -> Self {
         RaftGrpcService {
             raft,
-            incoming_dir: data_dir.join("snapshots"),
+            inbox: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -434,6 +550,36 @@ impl RaftGrpcService {
         om_proto::raft::raft_service_server::RaftServiceServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    async fn inbox(&self) -> Result<&SnapshotInbox, Status> {
+        self.inbox
+            .get_or_try_init(|| async {
+                self.raft
+                    .with_state_machine(|sm: &mut crate::StateMachine| {
+                        let inbox = sm.snapshot_inbox();
+                        Box::pin(async move { inbox })
+                    })
+                    .await
+                    .map_err(fatal)
+            })
+            .await
+    }
+}
+
+fn vote_from_pb(r: pb::VoteRequest) -> Result<VoteRequest<TypeConfig>, Status> {
+    Ok(VoteRequest {
+        vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
+        last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
+        leadership_transfer: r.leadership_transfer,
+    })
+}
+
+fn vote_resp_to_pb(resp: &VoteResponse<TypeConfig>) -> pb::VoteResponse {
+    pb::VoteResponse {
+        vote: Some(codec::vote_to_pb(&resp.vote)),
+        vote_granted: resp.vote_granted,
+        last_log_id: codec::opt_log_id_to_pb(&resp.last_log_id),
     }
 }
 
@@ -449,18 +595,18 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        let r = req.into_inner();
-        let rpc = VoteRequest {
-            vote: codec::vote_from_pb(&r.vote.ok_or_else(|| invalid("vote missing"))?),
-            last_log_id: codec::opt_log_id_from_pb(&r.last_log_id),
-            leadership_transfer: r.leadership_transfer,
-        };
+        let rpc = vote_from_pb(req.into_inner())?;
         let resp = self.raft.vote(rpc).await.map_err(fatal)?;
-        Ok(Response::new(pb::VoteResponse {
-            vote: Some(codec::vote_to_pb(&resp.vote)),
-            vote_granted: resp.vote_granted,
-            last_log_id: codec::opt_log_id_to_pb(&resp.last_log_id),
-        }))
+        Ok(Response::new(vote_resp_to_pb(&resp)))
+    }
+
+    async fn pre_vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        let rpc = vote_from_pb(req.into_inner())?;
+        let resp = self.raft.pre_vote(rpc).await.map_err(fatal)?;
+        Ok(Response::new(vote_resp_to_pb(&resp)))
     }
 
     async fn append_entries(
@@ -496,79 +642,9 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
-        let mut input = req.into_inner();
-        std::fs::create_dir_all(&self.incoming_dir).map_err(|e| Status::internal(e.to_string()))?;
-        let path = self.incoming_dir.join(format!(
-            "tmp-incoming-{}-{}.snap",
-            std::process::id(),
-            rand_suffix()
-        ));
-        let mut file = File::create(&path).map_err(|e| Status::internal(e.to_string()))?;
-        let mut crc = crc32fast::Hasher::new();
-        let mut expected_offset = 0u64;
-        let mut last: Option<pb::SnapshotChunk> = None;
-        let cleanup = |p: &PathBuf| {
-            let _ = std::fs::remove_file(p);
-        };
-        while let Some(chunk) = input.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    cleanup(&path);
-                    return Err(e);
-                }
-            };
-            if chunk.offset != expected_offset {
-                cleanup(&path);
-                return Err(invalid("snapshot chunk out of order"));
-            }
-            crc.update(&chunk.data);
-            if let Err(e) = file.write_all(&chunk.data) {
-                cleanup(&path);
-                return Err(Status::internal(e.to_string()));
-            }
-            expected_offset += chunk.data.len() as u64;
-            if chunk.done {
-                last = Some(chunk);
-                break;
-            }
-        }
-        let Some(last) = last else {
-            cleanup(&path);
-            return Err(invalid("snapshot stream ended early"));
-        };
-        if crc.finalize() != last.crc32c {
-            cleanup(&path);
-            return Err(Status::data_loss("snapshot checksum mismatch"));
-        }
-        let meta = last
-            .meta
-            .as_ref()
-            .ok_or_else(|| invalid("snapshot meta missing"))
-            .and_then(|m| codec::snapshot_meta_from_pb(m).map_err(|e| invalid(&e.to_string())));
-        let meta = match meta {
-            Ok(m) => m,
-            Err(e) => {
-                cleanup(&path);
-                return Err(e);
-            }
-        };
-        let vote = codec::vote_from_pb(&last.vote.unwrap_or_default());
-        let result = async {
-            file.sync_all()
-                .map_err(|e| Status::internal(e.to_string()))?;
-            let f = File::open(&path).map_err(|e| Status::internal(e.to_string()))?;
-            self.raft
-                .install_full_snapshot(vote, Snapshot { meta, snapshot: f })
-                .await
-                .map_err(fatal)
-        }
-        .await;
-        cleanup(&path);
-        let resp = result?;
-        Ok(Response::new(pb::SnapshotResponse {
-            vote: Some(codec::vote_to_pb(&resp.vote)),
-        }))
+        let inbox = self.inbox().await?;
+        let resp = receive::install_snapshot(&self.raft, inbox, req.into_inner()).await?;
+        Ok(Response::new(resp))
     }
 
     async fn transfer_leader(
@@ -586,10 +662,4 @@ impl RaftService for RaftGrpcService {
             Err(e) => Err(Status::failed_precondition(e.to_string())),
         }
     }
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }

@@ -1,0 +1,560 @@
+//! The `snapshots/` directory: the current snapshot, staging files, and the
+//! build, read and install procedures over them.
+//!
+//! - `current.snap` is the one snapshot openraft knows. It is replaced only by
+//!   renaming a complete, fsynced file over it, followed by a directory fsync.
+//! - Before it is handed to openraft (to send it to a follower, or at
+//!   start-up), `current.snap` is verified end to end. A corrupt file is moved
+//!   to `quarantined.snap` (one kept for diagnosis) and a new snapshot is built
+//!   from the current state, so no follower is ever sent a bad file and a
+//!   restart does not find it again.
+//! - Installing first stages a verified copy of the received file, then
+//!   publishes it as `current.snap`, and only then replaces the state in one
+//!   synced batch. A crash between the two leaves a published snapshot newer
+//!   than the applied state; at start-up openraft installs such a snapshot
+//!   (`StorageHelper::get_initial_state` → `restore_from_snapshot`), so the
+//!   state and the snapshot describing it never disagree for long, and never
+//!   in the direction that matters (a snapshot older than the state it claims
+//!   to describe, which would let openraft send a stale file).
+//! - Every file operation runs on a blocking thread; transient shortages
+//!   (`EMFILE`, `ENFILE`, `ENOSPC`) are retried (see `transient`), anything else
+//!   is returned.
+//! - If verification fails inside install (the receiver verified the file
+//!   before handing it to openraft, so only a disk error can cause it), the
+//!   error is returned and openraft stops this replica: its state and
+//!   `current.snap` are unchanged, and after a restart the leader sends the
+//!   snapshot again.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use om_proto::raft as pb;
+use prost::Message;
+use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter, VerifiedSnapshot};
+use crate::transient::retry;
+use crate::{LogId, SnapshotMeta, codec, io_err, keys};
+
+pub(crate) const CURRENT: &str = "current.snap";
+pub(crate) const QUARANTINED: &str = "quarantined.snap";
+/// Prefix of every staging file; leftovers are removed at open.
+pub(crate) const TMP_PREFIX: &str = "tmp-";
+
+/// The most bytes one incoming snapshot may stage. Installing holds the whole
+/// state in one write batch in memory (see ARCHITECTURE.md), so a state this
+/// large is already past what a replica can install.
+pub const MAX_SNAPSHOT_BYTES: u64 = 4 << 30;
+
+/// Fault injection for tests of the snapshot paths. Production nodes never
+/// arm these.
+#[derive(Debug, Default)]
+pub struct SnapshotFaults {
+    fail_creates: AtomicU32,
+    create_errno: AtomicI32,
+    fail_install_commit: AtomicBool,
+}
+
+impl SnapshotFaults {
+    /// Makes the next `n` snapshot file creations (build, install staging,
+    /// incoming transfers) fail with `errno`.
+    pub fn fail_next_creates(&self, n: u32, errno: i32) {
+        self.create_errno.store(errno, Ordering::SeqCst);
+        self.fail_creates.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next install fail after it published the new snapshot file
+    /// and before it committed the new state: what a crash there leaves.
+    pub fn fail_next_install_commit(&self) {
+        self.fail_install_commit.store(true, Ordering::SeqCst);
+    }
+
+    fn create_failure(&self) -> Option<std::io::Error> {
+        self.fail_creates
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| std::io::Error::from_raw_os_error(self.create_errno.load(Ordering::SeqCst)))
+    }
+
+    fn install_commit_failure(&self) -> bool {
+        self.fail_install_commit.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// Counters of the snapshot paths, for tests and operators (the same events
+/// are exported as metrics).
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// Transient failures that were retried.
+    pub retries: AtomicU64,
+    /// Corrupt `current.snap` files moved aside.
+    pub quarantined: AtomicU64,
+    /// Snapshots built.
+    pub built: AtomicU64,
+}
+
+/// A staging file that is removed unless it was published: dropping the
+/// guard (an error, a cancelled transfer, a refused publish) cleans up.
+pub(crate) struct TmpFile {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl TmpFile {
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Hands the file over (it was renamed away): nothing to remove.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Removes the file at once; for code already on a blocking thread.
+    fn remove_now(mut self) {
+        self.armed = false;
+        remove_quietly(&self.path);
+    }
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let path = std::mem::take(&mut self.path);
+        // Off the async workers when there is a runtime to run it on (code on
+        // a blocking thread calls `remove_now` instead).
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn_blocking(move || remove_quietly(&path));
+            }
+            Err(_) => remove_quietly(&path),
+        }
+    }
+}
+
+fn remove_quietly(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot remove a snapshot staging file");
+    }
+}
+
+/// Runs blocking file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SnapshotError> + Send + 'static,
+) -> Result<T, SnapshotError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SnapshotError::Io(io_err(e)))?
+}
+
+pub(crate) struct SnapshotStore {
+    pub(crate) db: Arc<DB>,
+    pub(crate) dir: PathBuf,
+    /// The replicated column families other than `sm_meta`.
+    pub(crate) tables: Vec<String>,
+    /// Serializes replacing `current.snap`, and remembers the last log id of
+    /// the snapshot in it: `None` until first read, `Some(None)` for no
+    /// snapshot (or one of the empty state).
+    current: tokio::sync::Mutex<Option<Option<LogId>>>,
+    tmp_counter: AtomicU64,
+    /// At most one incoming snapshot is staged at a time.
+    pub(crate) incoming: Arc<tokio::sync::Semaphore>,
+    /// Limit of one incoming snapshot (`MAX_SNAPSHOT_BYTES`; tests lower it).
+    pub(crate) max_incoming_bytes: AtomicU64,
+    pub(crate) faults: Arc<SnapshotFaults>,
+    pub(crate) stats: Arc<SnapshotStats>,
+}
+
+impl SnapshotStore {
+    /// Opens `dir`, removing staging files a crash left behind. Blocking, like
+    /// opening the database; nothing else is read until first use.
+    pub(crate) fn open(
+        db: Arc<DB>,
+        dir: PathBuf,
+        tables: Vec<String>,
+    ) -> std::io::Result<SnapshotStore> {
+        std::fs::create_dir_all(&dir)?;
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            if e.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                remove_quietly(&e.path());
+            }
+        }
+        Ok(SnapshotStore {
+            db,
+            dir,
+            tables,
+            current: tokio::sync::Mutex::new(None),
+            tmp_counter: AtomicU64::new(0),
+            incoming: Arc::new(tokio::sync::Semaphore::new(1)),
+            max_incoming_bytes: AtomicU64::new(MAX_SNAPSHOT_BYTES),
+            faults: Arc::default(),
+            stats: Arc::default(),
+        })
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.dir.join(CURRENT)
+    }
+
+    /// A new staging file, created through the fault hook.
+    pub(crate) fn create_tmp(&self, kind: &str) -> Result<(TmpFile, File), SnapshotError> {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!(
+            "{TMP_PREFIX}{kind}-{}-{n}.snap",
+            std::process::id()
+        ));
+        if let Some(e) = self.faults.create_failure() {
+            return Err(e.into());
+        }
+        let f = File::create(&path)?;
+        Ok((TmpFile { path, armed: true }, f))
+    }
+
+    /// Verifies the file at `path` against this node's tables (and `expected`).
+    pub(crate) fn verify(
+        &self,
+        path: &Path,
+        expected: Option<&SnapshotMeta>,
+    ) -> Result<VerifiedSnapshot, SnapshotError> {
+        crate::snapshot::verify_file(path, &self.tables, expected)
+    }
+
+    /// Writes a snapshot of the state as of now into a staging file and
+    /// returns it with a read handle (valid whatever later happens to the path).
+    fn build_file(&self) -> Result<(SnapshotMeta, TmpFile, File, u64), SnapshotError> {
+        let db = &self.db;
+        let snap = db.snapshot();
+        let (last, membership) = read_applied(db, Some(&snap))?;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: membership,
+        };
+        let (tmp, file) = self.create_tmp("build")?;
+        match self.write_state(&snap, &meta, file, tmp.path()) {
+            Ok((read, bytes)) => Ok((meta, tmp, read, bytes)),
+            Err(e) => {
+                tmp.remove_now();
+                Err(e)
+            }
+        }
+    }
+
+    fn write_state(
+        &self,
+        snap: &rocksdb::Snapshot<'_>,
+        meta: &SnapshotMeta,
+        file: File,
+        path: &Path,
+    ) -> Result<(File, u64), SnapshotError> {
+        let db = &self.db;
+        let mut w = SnapshotWriter::new(file, &codec::snapshot_meta_to_pb(meta), &self.tables)?;
+        for (i, name) in self.tables.iter().enumerate() {
+            let mut ro = ReadOptions::default();
+            ro.set_snapshot(snap);
+            ro.fill_cache(false);
+            let mut it = db.raw_iterator_cf_opt(cf(db, name)?, ro);
+            it.seek_to_first();
+            while it.valid() {
+                let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                    break;
+                };
+                w.record(i as u32, k, v)?;
+                it.next();
+            }
+            it.status()?;
+        }
+        let bytes = w.finish()?;
+        Ok((File::open(path)?, bytes))
+    }
+
+    /// Builds a snapshot and publishes it, retrying transient errors while
+    /// `alive` (the state machine) exists.
+    pub(crate) async fn build(
+        self: &Arc<Self>,
+        alive: &Weak<()>,
+    ) -> Result<(SnapshotMeta, File, u64), SnapshotError> {
+        let (meta, tmp, file, bytes) = retry(
+            "build",
+            &self.stats.retries,
+            || {
+                let s = self.clone();
+                blocking(move || s.build_file())
+            },
+            SnapshotError::is_transient,
+            || alive.strong_count() > 0,
+        )
+        .await?;
+        let mut cur = self.current.lock().await;
+        self.publish(&mut cur, tmp, meta.last_log_id).await?;
+        self.stats.built.fetch_add(1, Ordering::Relaxed);
+        Ok((meta, file, bytes))
+    }
+
+    /// Makes `tmp` the current snapshot unless a newer one is already
+    /// current, in which case `tmp` is handed back.
+    async fn publish(
+        self: &Arc<Self>,
+        cur: &mut Option<Option<LogId>>,
+        tmp: TmpFile,
+        last: Option<LogId>,
+    ) -> Result<Option<TmpFile>, SnapshotError> {
+        let current = match *cur {
+            Some(c) => c,
+            None => {
+                let s = self.clone();
+                blocking(move || Ok(s.read_current_last())).await?
+            }
+        };
+        if current.is_some() && current > last {
+            return Ok(Some(tmp));
+        }
+        let (dir, from) = (self.dir.clone(), tmp.path().to_path_buf());
+        let to = self.current_path();
+        retry(
+            "publish",
+            &self.stats.retries,
+            || {
+                let (dir, from, to) = (dir.clone(), from.clone(), to.clone());
+                blocking(move || {
+                    // A retry after the rename only repeats the directory fsync.
+                    if from.exists() {
+                        std::fs::rename(&from, &to)?;
+                    }
+                    File::open(&dir)?.sync_all()?;
+                    Ok(())
+                })
+            },
+            SnapshotError::is_transient,
+            || true,
+        )
+        .await?;
+        tmp.disarm();
+        *cur = Some(last);
+        Ok(None)
+    }
+
+    /// The last log id in `current.snap`'s meta (`None` if absent or unreadable:
+    /// anything may replace it).
+    fn read_current_last(&self) -> Option<LogId> {
+        SnapshotReader::open_file(&self.current_path())
+            .ok()
+            .and_then(|r| codec::opt_log_id_from_pb(&r.meta.last_log_id))
+    }
+
+    /// The verified current snapshot, or `None` if there is none. A corrupt
+    /// `current.snap` is quarantined and replaced by a new build.
+    pub(crate) async fn current(
+        self: &Arc<Self>,
+        alive: &Weak<()>,
+    ) -> Result<Option<(SnapshotMeta, File)>, SnapshotError> {
+        let mut cur = self.current.lock().await;
+        let path = self.current_path();
+        let read = retry(
+            "read current",
+            &self.stats.retries,
+            || {
+                let (s, path) = (self.clone(), path.clone());
+                blocking(move || {
+                    let mut f = match File::open(&path) {
+                        Ok(f) => f,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                        Err(e) => return Err(e.into()),
+                    };
+                    let len = f.metadata()?.len();
+                    let v = crate::snapshot::verify(&f, len, &s.tables, None)?;
+                    f.seek(SeekFrom::Start(0))?;
+                    let meta = codec::snapshot_meta_from_pb(&v.meta)
+                        .map_err(|e| SnapshotError::BadMeta(e.to_string()))?;
+                    Ok(Some((meta, f)))
+                })
+            },
+            SnapshotError::is_transient,
+            || true,
+        )
+        .await;
+        match read {
+            Ok(Some((meta, f))) => {
+                *cur = Some(meta.last_log_id);
+                Ok(Some((meta, f)))
+            }
+            Ok(None) => {
+                *cur = Some(None);
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "current snapshot is corrupt: quarantined as {QUARANTINED}; building a new one"
+                );
+                crate::metrics::snapshot_quarantined();
+                self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
+                let (dir, q) = (self.dir.clone(), self.dir.join(QUARANTINED));
+                blocking(move || {
+                    std::fs::rename(&path, &q)?;
+                    File::open(&dir)?.sync_all()?;
+                    Ok(())
+                })
+                .await?;
+                *cur = Some(None);
+                drop(cur);
+                let (meta, f, _) = self.build(alive).await?;
+                Ok(Some((meta, f)))
+            }
+        }
+    }
+
+    /// Replaces the replicated state with the snapshot `src` described by
+    /// `meta`: stage a verified copy, publish it, then commit the state.
+    pub(crate) async fn install(
+        self: &Arc<Self>,
+        meta: &SnapshotMeta,
+        src: File,
+    ) -> Result<(), SnapshotError> {
+        let src = Arc::new(src);
+        let staged = retry(
+            "install: stage",
+            &self.stats.retries,
+            || {
+                let (s, src, meta) = (self.clone(), src.clone(), meta.clone());
+                blocking(move || {
+                    let (tmp, out) = s.create_tmp("install")?;
+                    match s.stage(&src, out, tmp.path(), &meta) {
+                        Ok(()) => Ok(tmp),
+                        Err(e) => {
+                            tmp.remove_now();
+                            Err(e)
+                        }
+                    }
+                })
+            },
+            SnapshotError::is_transient,
+            || true,
+        )
+        .await?;
+        let mut cur = self.current.lock().await;
+        let refused = self.publish(&mut cur, staged, meta.last_log_id).await?;
+        let path = match &refused {
+            Some(tmp) => tmp.path().to_path_buf(),
+            None => self.current_path(),
+        };
+        if self.faults.install_commit_failure() {
+            return Err(SnapshotError::Io(io_err(
+                "injected failure between publishing the snapshot and committing its state",
+            )));
+        }
+        retry(
+            "install: load",
+            &self.stats.retries,
+            || {
+                let (s, path, meta) = (self.clone(), path.clone(), meta.clone());
+                blocking(move || s.install_file(&meta, &path))
+            },
+            SnapshotError::is_transient,
+            || true,
+        )
+        .await
+    }
+
+    /// Copies `src` into `out` (the staging file at `path`), fsyncs it and
+    /// verifies the copy.
+    fn stage(
+        &self,
+        src: &File,
+        mut out: File,
+        path: &Path,
+        meta: &SnapshotMeta,
+    ) -> Result<(), SnapshotError> {
+        let mut input = src;
+        input.seek(SeekFrom::Start(0))?;
+        std::io::copy(&mut input, &mut out)?;
+        out.sync_all()?;
+        drop(out);
+        self.verify(path, Some(meta))?;
+        Ok(())
+    }
+
+    /// Replaces every state column family and the applied state with the
+    /// snapshot at `path`, in one synced batch written only after the whole
+    /// file (trailer and CRC included) was read.
+    fn install_file(&self, meta: &SnapshotMeta, path: &Path) -> Result<(), SnapshotError> {
+        let db = &self.db;
+        let mut reader = SnapshotReader::open_file(path)?;
+        // Map the file's column families onto ours by name.
+        let mut targets = Vec::with_capacity(reader.cfs.len());
+        for name in &reader.cfs {
+            if !self.tables.contains(name) {
+                return Err(SnapshotError::UnknownColumnFamily(name.clone()));
+            }
+            targets.push(cf(db, name)?);
+        }
+        let mut batch = WriteBatch::default();
+        let mut clear: Vec<&str> = self.tables.iter().map(String::as_str).collect();
+        clear.push(keys::SM_META_CF);
+        for name in clear {
+            let c = cf(db, name)?;
+            let mut it = db.raw_iterator_cf(c);
+            it.seek_to_last();
+            if let Some(last) = it.key() {
+                let mut end = last.to_vec();
+                end.push(0);
+                batch.delete_range_cf(c, Vec::<u8>::new(), end);
+            }
+            it.status()?;
+        }
+        while let Some((i, k, v)) = reader.next_record()? {
+            batch.put_cf(targets[i as usize], k, v);
+        }
+        let applied = pb::AppliedState {
+            last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
+            membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
+        };
+        batch.put_cf(
+            cf(db, keys::SM_META_CF)?,
+            keys::APPLIED_KEY,
+            applied.encode_to_vec(),
+        );
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        db.write_opt(batch, &wo)?;
+        Ok(())
+    }
+}
+
+pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily, SnapshotError> {
+    db.cf_handle(name)
+        .ok_or_else(|| SnapshotError::Io(io_err(format!("column family {name} missing"))))
+}
+
+pub(crate) fn read_applied(
+    db: &DB,
+    snapshot: Option<&rocksdb::Snapshot<'_>>,
+) -> std::io::Result<(Option<LogId>, crate::StoredMembership)> {
+    let c = cf(db, keys::SM_META_CF)?;
+    let bytes = match snapshot {
+        Some(s) => {
+            let mut ro = ReadOptions::default();
+            ro.set_snapshot(s);
+            db.get_cf_opt(c, keys::APPLIED_KEY, &ro).map_err(io_err)?
+        }
+        None => db.get_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
+    };
+    match bytes {
+        Some(b) => {
+            let a = pb::AppliedState::decode(b.as_slice()).map_err(io_err)?;
+            let m = match &a.membership {
+                Some(m) => codec::stored_membership_from_pb(m)?,
+                None => crate::StoredMembership::default(),
+            };
+            Ok((codec::opt_log_id_from_pb(&a.last_applied), m))
+        }
+        None => Ok((None, crate::StoredMembership::default())),
+    }
+}

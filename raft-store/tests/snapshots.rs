@@ -1,0 +1,184 @@
+//! Snapshot hardening on the real store: a corrupt current snapshot is never
+//! handed out (nor stops start-up), a crash between publishing a snapshot and
+//! committing its state is completed at start-up, and transient storage
+//! errors are retried instead of failing the operation.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{apply, dump, files_in, kv, log_id, open_store, put};
+use om_raft_store::snapshot::verify_file;
+use openraft::RaftSnapshotBuilder;
+use openraft::storage::{RaftStateMachine, StorageHelper};
+
+fn stat(
+    sm: &om_raft_store::StateMachine,
+    f: impl Fn(&om_raft_store::snapshot_store::SnapshotStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    f(&sm.snapshot_stats()).load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn flip_middle_byte(path: &std::path::Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(path, &bytes).unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_current_snapshot_is_quarantined_and_rebuilt_before_it_is_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut sm, _) = open_store(dir.path()).unwrap();
+    apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
+        .await
+        .unwrap();
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    apply(&mut sm, vec![put(3, "c", "3")]).await.unwrap();
+    let snaps = dir.path().join("snapshots");
+    flip_middle_byte(&snaps.join("current.snap"));
+
+    let cur = sm.get_current_snapshot().await.unwrap().unwrap();
+    // A new snapshot of the state as of now, not the damaged file.
+    assert_eq!(cur.meta.last_log_id, Some(log_id(1, 3)));
+    let tables = vec![common::KV.to_string()];
+    let v = verify_file(&snaps.join("current.snap"), &tables, Some(&cur.meta)).unwrap();
+    assert_eq!(v.records, 3);
+    assert_eq!(stat(&sm, |s| &s.quarantined), 1);
+    assert_eq!(files_in(&snaps), ["current.snap", "quarantined.snap"]);
+    // The handle handed out reads the new file.
+    let len = cur.snapshot.metadata().unwrap().len();
+    om_raft_store::snapshot::verify(&cur.snapshot, len, &tables, Some(&cur.meta)).unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_current_snapshot_does_not_prevent_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_, mut sm, _) = open_store(dir.path()).unwrap();
+        apply(&mut sm, vec![put(1, "a", "1")]).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    }
+    // Even the header is gone.
+    let path = dir.path().join("snapshots/current.snap");
+    std::fs::write(&path, b"garbage").unwrap();
+    let (mut ls, mut sm, db) = open_store(dir.path()).unwrap();
+    // What openraft runs when a node starts.
+    let state = StorageHelper::new(&mut ls, &mut sm)
+        .with_id(1)
+        .get_initial_state()
+        .await
+        .unwrap();
+    assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 1)));
+    assert_eq!(kv(&db, "a").as_deref(), Some("1"));
+    assert_eq!(stat(&sm, |s| &s.quarantined), 1);
+}
+
+#[tokio::test]
+async fn a_crash_between_publishing_a_snapshot_and_committing_its_state_is_completed_at_start_up() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (_, mut sm_a, _) = open_store(a.path()).unwrap();
+    apply(
+        &mut sm_a,
+        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
+    )
+    .await
+    .unwrap();
+    let snap = sm_a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    {
+        let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
+        apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
+        let before = dump(&db_b);
+        sm_b.snapshot_faults().fail_next_install_commit();
+        let path = a.path().join("snapshots/current.snap");
+        let r = sm_b
+            .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
+            .await;
+        assert!(r.is_err(), "the injected failure must surface");
+        // The state is the old one, the published snapshot the new one: the
+        // order that lets start-up finish the install.
+        assert_eq!(dump(&db_b), before);
+        let cur = sm_b.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(cur.meta.last_log_id, Some(log_id(1, 2)));
+    }
+    let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
+    let state = StorageHelper::new(&mut ls, &mut sm_b)
+        .with_id(2)
+        .get_initial_state()
+        .await
+        .unwrap();
+    assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 2)));
+    assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 2)));
+    assert_eq!(kv(&db_b, "x").as_deref(), Some("from-a"));
+    assert_eq!(kv(&db_b, "only-b"), None);
+    assert_eq!(files_in(&b.path().join("snapshots")), ["current.snap"]);
+}
+
+#[tokio::test]
+async fn transient_errors_while_building_or_installing_are_retried() {
+    let a = tempfile::tempdir().unwrap();
+    let (_, mut sm, _) = open_store(a.path()).unwrap();
+    apply(&mut sm, vec![put(1, "k", "v")]).await.unwrap();
+    sm.snapshot_faults().fail_next_creates(3, libc::EMFILE);
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(snap.meta.last_log_id, Some(log_id(1, 1)));
+    assert_eq!(stat(&sm, |s| &s.retries), 3);
+    assert_eq!(stat(&sm, |s| &s.built), 1);
+    // The failed attempts left no staging files behind.
+    assert_eq!(files_in(&a.path().join("snapshots")), ["current.snap"]);
+
+    let b = tempfile::tempdir().unwrap();
+    let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
+    sm_b.snapshot_faults().fail_next_creates(2, libc::ENOSPC);
+    sm_b.install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(kv(&db_b, "k").as_deref(), Some("v"));
+    assert_eq!(stat(&sm_b, |s| &s.retries), 2);
+}
+
+#[tokio::test]
+async fn other_errors_are_returned_and_a_retrying_build_ends_with_its_state_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut sm, _) = open_store(dir.path()).unwrap();
+    apply(&mut sm, vec![put(1, "k", "v")]).await.unwrap();
+    sm.snapshot_faults().fail_next_creates(1, libc::EIO);
+    let r = sm.get_snapshot_builder().await.build_snapshot().await;
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(stat(&sm, |s| &s.retries), 0);
+
+    sm.snapshot_faults()
+        .fail_next_creates(u32::MAX, libc::EMFILE);
+    let mut builder = sm.get_snapshot_builder().await;
+    let build = tokio::spawn(async move { builder.build_snapshot().await });
+    // Wait until it is retrying, then let the state machine go.
+    let stats = sm.snapshot_stats();
+    while stats.retries.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(sm);
+    let r = tokio::time::timeout(Duration::from_secs(20), build)
+        .await
+        .expect("the build stops retrying")
+        .unwrap();
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EMFILE));
+}

@@ -1,0 +1,492 @@
+//! Raft transport and snapshot hardening on real nodes: a down follower is
+//! reconnected on a backoff schedule (counted, not timed), a corrupt snapshot
+//! on the leader is rebuilt before a follower gets it, bad incoming snapshots
+//! are refused before openraft sees them, and transient storage errors while
+//! building a snapshot are retried without stopping Raft.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use om_client::v1::BucketLayout;
+use om_client::{ClientOptions, OmClient};
+use om_proto::raft as pb;
+use om_proto::raft::raft_service_client::RaftServiceClient;
+use om_raft_store::StateMachine;
+use om_raft_store::snapshot_store::{MAX_SNAPSHOT_BYTES, SnapshotFaults, SnapshotStats};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, http_get, wait_for};
+use tonic::codegen::tokio_stream;
+
+fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
+    let m = n.node.raft.metrics();
+    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
+}
+
+/// Waits until every live node agrees on one leader.
+async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {
+    wait_for(Duration::from_secs(20), "an agreed leader", || {
+        let ls: Vec<Option<u64>> = nodes
+            .iter()
+            .flatten()
+            .map(|n| metrics_of(n).current_leader)
+            .collect();
+        let first = ls[0];
+        let ok = first.is_some() && ls.iter().all(|l| *l == first);
+        async move { if ok { first } else { None } }
+    })
+    .await
+}
+
+fn client(addrs: &[MemberAddrs]) -> OmClient {
+    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    OmClient::new(
+        &eps,
+        ClientOptions {
+            deadline: Duration::from_secs(20),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn local_client(addr: &MemberAddrs) -> OmClient {
+    OmClient::new(
+        std::slice::from_ref(&addr.grpc),
+        ClientOptions {
+            stale_reads: true,
+            deadline: Duration::from_secs(2),
+            attempt_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+async fn hooks(n: &TestNode) -> (Arc<SnapshotFaults>, Arc<SnapshotStats>) {
+    n.node
+        .raft
+        .with_state_machine(|sm: &mut StateMachine| {
+            let r = (sm.snapshot_faults(), sm.snapshot_stats());
+            Box::pin(async move { r })
+        })
+        .await
+        .unwrap()
+}
+
+async fn limit_incoming(n: &TestNode, bytes: u64) {
+    n.node
+        .raft
+        .with_state_machine(move |sm: &mut StateMachine| {
+            sm.limit_incoming_snapshots(bytes);
+            Box::pin(async {})
+        })
+        .await
+        .unwrap()
+}
+
+fn stat(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sum of `om_raft_peer_connect_attempts_total` towards `addr`.
+fn connect_attempts(metrics: &str, addr: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("om_raft_peer_connect_attempts_total{")
+                && l.contains(&format!("addr=\"{addr}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// With one follower stopped, the leader's connection attempts to it follow
+/// the backoff schedule (100 ms doubling to 1 s: about 8 in 5 s) instead of
+/// one per heartbeat plus a tight replication loop, and the follower catches
+/// up once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up() {
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    let leader = leader_of(&nodes).await;
+    let c = client(&addrs);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let victim = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let victim_raft = addrs[victim].raft.clone();
+    let dir = nodes[victim].take().unwrap().stop().await;
+    let leader_http = nodes[(leader - 1) as usize]
+        .as_ref()
+        .unwrap()
+        .node
+        .http_addr;
+
+    let before = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
+    // Five seconds of writes: replication always has something to send.
+    let started = Instant::now();
+    let mut written = 0;
+    while started.elapsed() < Duration::from_secs(5) {
+        c.put_key("vol1", "bkt1", &format!("k{written:03}"), 1)
+            .await
+            .unwrap();
+        written += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let during = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft) - before;
+    assert!(
+        during <= 20,
+        "{during} connection attempts to a down peer in 5 s"
+    );
+    assert!(
+        during >= 3,
+        "only {during} connection attempts: the down peer is not being probed"
+    );
+    // The leader stays leader and keeps committing with the other follower.
+    let lm = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+    assert_eq!(lm.current_leader, Some(leader));
+
+    // Come back right after a failed probe, so the next one is a full backoff
+    // step (1 s) away: longer than the returning node's election timeout.
+    let seen = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
+    wait_for(Duration::from_secs(5), "the next probe", || async {
+        let now = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
+        (now > seen).then_some(())
+    })
+    .await;
+    nodes[victim] =
+        Some(TestNode::start_member_in(dir, &addrs[victim], &addrs, None, |_| {}).await);
+    let lc = local_client(&addrs[victim]);
+    let last = format!("k{:03}", written - 1);
+    wait_for(Duration::from_secs(20), "the follower to catch up", || {
+        let (lc, last) = (&lc, &last);
+        async move { lc.lookup_key("vol1", "bkt1", last).await.ok() }
+    })
+    .await;
+    // Coming back while the leader still backs off did not depose it: the
+    // returning node asked (pre-vote) before raising its term.
+    for n in nodes.iter().flatten() {
+        let m = metrics_of(n);
+        assert_eq!(m.current_leader, Some(leader), "node {}", m.id);
+        assert_eq!(m.current_term, lm.current_term, "node {}", m.id);
+    }
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+/// A `current.snap` damaged on the leader's disk is never sent: the leader
+/// quarantines it, builds a new one, and the wiped follower installs that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it() {
+    let addrs = cluster_addrs(3);
+    let tweak = |a: &mut om::config::Args| {
+        a.snapshot_every = Some(20);
+        a.snapshot_keep_logs = Some(5);
+    };
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, &addrs, None, tweak).await,
+        ));
+    }
+    let leader = leader_of(&nodes).await;
+    let li = (leader - 1) as usize;
+    let c = client(&addrs);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for i in 0..30 {
+        c.put_key("vol1", "bkt1", &format!("k{i:03}"), i)
+            .await
+            .unwrap();
+    }
+    let victim = (0..3).find(|i| *i != li).unwrap();
+    nodes[victim].take().unwrap().node.shutdown().await;
+    for i in 30..60 {
+        c.put_key("vol1", "bkt1", &format!("k{i:03}"), i)
+            .await
+            .unwrap();
+    }
+    let lm = wait_for(
+        Duration::from_secs(10),
+        "the leader to purge the log a wiped node would need",
+        || {
+            let m = metrics_of(nodes[li].as_ref().unwrap());
+            async move { m.purged.is_some_and(|p| p.index > 10).then_some(m) }
+        },
+    )
+    .await;
+    let current = nodes[li]
+        .as_ref()
+        .unwrap()
+        .dir
+        .path()
+        .join("snapshots/current.snap");
+    let mut bytes = std::fs::read(&current).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&current, &bytes).unwrap();
+    let term = lm.current_term;
+
+    // Same id and addresses, empty data directory: it needs a snapshot.
+    nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
+    let lc = local_client(&addrs[victim]);
+    wait_for(
+        Duration::from_secs(30),
+        "the wiped node to catch up",
+        || {
+            let lc = &lc;
+            async move { lc.lookup_key("vol1", "bkt1", "k059").await.ok() }
+        },
+    )
+    .await;
+    assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 60);
+    assert!(
+        metrics_of(nodes[victim].as_ref().unwrap())
+            .snapshot
+            .is_some()
+    );
+    let (_, stats) = hooks(nodes[li].as_ref().unwrap()).await;
+    assert_eq!(stat(&stats.quarantined), 1);
+    assert!(
+        current.with_file_name("quarantined.snap").exists(),
+        "the damaged file is kept aside"
+    );
+    let lm = metrics_of(nodes[li].as_ref().unwrap());
+    assert_eq!(lm.state, openraft::ServerState::Leader);
+    assert_eq!(lm.current_term, term);
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+/// Chunks of `bytes` as the leader sends them: offsets, and the meta and the
+/// CRC of all data on the last chunk.
+fn chunks(
+    bytes: &[u8],
+    size: usize,
+    vote: pb::Vote,
+    meta: &pb::SnapshotMeta,
+) -> Vec<pb::SnapshotChunk> {
+    let mut out = Vec::new();
+    let mut offset = 0u64;
+    for part in bytes.chunks(size) {
+        out.push(pb::SnapshotChunk {
+            vote: Some(vote),
+            offset,
+            data: part.to_vec(),
+            ..Default::default()
+        });
+        offset += part.len() as u64;
+    }
+    out.push(pb::SnapshotChunk {
+        vote: Some(vote),
+        offset,
+        done: true,
+        meta: Some(meta.clone()),
+        crc32c: crc32fast::hash(bytes),
+        ..Default::default()
+    });
+    out
+}
+
+async fn send(
+    raft: &str,
+    chunks: Vec<pb::SnapshotChunk>,
+) -> Result<pb::SnapshotResponse, tonic::Status> {
+    let mut c = RaftServiceClient::connect(format!("http://{raft}"))
+        .await
+        .unwrap();
+    c.install_snapshot(tokio_stream::iter(chunks))
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn staged_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tmp-"))
+        .collect()
+}
+
+/// Damaged, mismatched, oversized and concurrent incoming snapshots are
+/// refused by the receiver before openraft sees them (so its vote is not
+/// even looked at), a transient error while staging fails only that
+/// transfer, and a dropped stream leaves no staging file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_incoming_snapshots_are_refused_before_raft_sees_them() {
+    let n = TestNode::start().await;
+    let c = n.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for i in 0..5 {
+        c.put_key("vol1", "bkt1", &format!("k{i}"), i)
+            .await
+            .unwrap();
+    }
+    n.node.raft.trigger().snapshot().await.unwrap();
+    wait_for(Duration::from_secs(10), "a snapshot", || {
+        let s = metrics_of(&n).snapshot;
+        async move { s }
+    })
+    .await;
+    let snaps = n.dir.path().join("snapshots");
+    let valid = std::fs::read(snaps.join("current.snap")).unwrap();
+    let file_meta = om_raft_store::snapshot::SnapshotReader::open_file(&snaps.join("current.snap"))
+        .unwrap()
+        .meta;
+    let m0 = metrics_of(&n);
+    let before = n.dump();
+    let raft = n.node.raft_addr.to_string();
+    // A vote that would make the node step down, and a snapshot ahead of it:
+    // had any of these reached openraft, it would have acted on them.
+    let vote = pb::Vote {
+        leader_id: Some(pb::LeaderId {
+            term: m0.current_term + 5,
+            node_id: 9,
+        }),
+        committed: true,
+    };
+    let mut ahead = file_meta.clone();
+    if let Some(l) = ahead.last_log_id.as_mut() {
+        l.index += 1000;
+        l.leader_id = vote.leader_id;
+    }
+
+    let expect =
+        |r: Result<pb::SnapshotResponse, tonic::Status>, code: tonic::Code, what: &str| match r {
+            Err(s) => assert_eq!(s.code(), code, "{what}: {s:?}"),
+            Ok(r) => panic!("{what}: accepted ({r:?})"),
+        };
+    let garbage = vec![0xab; 4096];
+    expect(
+        send(&raft, chunks(&garbage, 1024, vote, &ahead)).await,
+        tonic::Code::DataLoss,
+        "random bytes",
+    );
+    let mut flipped = valid.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x01;
+    expect(
+        send(&raft, chunks(&flipped, 1024, vote, &file_meta)).await,
+        tonic::Code::DataLoss,
+        "a flipped byte",
+    );
+    expect(
+        send(&raft, chunks(&valid, 1024, vote, &ahead)).await,
+        tonic::Code::DataLoss,
+        "a meta other than the file's",
+    );
+    let mut bad_crc = chunks(&valid, 1024, vote, &file_meta);
+    bad_crc.last_mut().unwrap().crc32c ^= 1;
+    expect(
+        send(&raft, bad_crc).await,
+        tonic::Code::DataLoss,
+        "a wrong stream CRC",
+    );
+    let mut gap = chunks(&valid, 256, vote, &file_meta);
+    gap.remove(1);
+    expect(
+        send(&raft, gap).await,
+        tonic::Code::InvalidArgument,
+        "a missing chunk",
+    );
+
+    let (faults, _) = hooks(&n).await;
+    faults.fail_next_creates(1, libc::ENOSPC);
+    expect(
+        send(&raft, chunks(&valid, 1024, vote, &file_meta)).await,
+        tonic::Code::ResourceExhausted,
+        "no space to stage",
+    );
+
+    limit_incoming(&n, valid.len() as u64 - 1).await;
+    expect(
+        send(&raft, chunks(&valid, 256, vote, &file_meta)).await,
+        tonic::Code::ResourceExhausted,
+        "past the size limit",
+    );
+    limit_incoming(&n, MAX_SNAPSHOT_BYTES).await;
+
+    // One transfer at a time; a transfer whose client goes away mid-stream
+    // leaves nothing behind.
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+    let open = chunks(&valid, 256, vote, &file_meta);
+    tx.send(open[0].clone()).await.unwrap();
+    let raft2 = raft.clone();
+    let pending = tokio::spawn(async move {
+        let mut c = RaftServiceClient::connect(format!("http://{raft2}"))
+            .await
+            .unwrap();
+        c.install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    wait_for(Duration::from_secs(10), "a staged transfer", || {
+        let staged = !staged_files(&snaps).is_empty();
+        async move { staged.then_some(()) }
+    })
+    .await;
+    expect(
+        send(&raft, chunks(&valid, 1024, vote, &file_meta)).await,
+        tonic::Code::ResourceExhausted,
+        "a second concurrent transfer",
+    );
+    pending.abort();
+    let _ = pending.await;
+    drop(tx);
+    wait_for(Duration::from_secs(10), "the staging file to go", || {
+        let left = staged_files(&snaps);
+        async move { left.is_empty().then_some(()) }
+    })
+    .await;
+
+    let m1 = metrics_of(&n);
+    assert_eq!(m1.state, openraft::ServerState::Leader);
+    assert_eq!(
+        m1.current_term, m0.current_term,
+        "a refused vote reached Raft"
+    );
+    assert_eq!(before, n.dump(), "a refused snapshot changed the tables");
+    assert_eq!(std::fs::read(snaps.join("current.snap")).unwrap(), valid);
+    c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
+    n.node.shutdown().await;
+}
+
+/// `EMFILE` while building a snapshot is retried with backoff: Raft keeps
+/// running (it stopped before) and the snapshot is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_error_while_building_a_snapshot_is_retried_and_raft_keeps_running() {
+    let n = TestNode::start().await;
+    let c = n.client();
+    c.create_volume("vol1", "").await.unwrap();
+    let (faults, stats) = hooks(&n).await;
+    faults.fail_next_creates(4, libc::EMFILE);
+    n.node.raft.trigger().snapshot().await.unwrap();
+    let applied = metrics_of(&n).last_applied;
+    wait_for(Duration::from_secs(20), "the snapshot to be built", || {
+        let s = metrics_of(&n).snapshot;
+        async move { (s.is_some() && s >= applied).then_some(()) }
+    })
+    .await;
+    assert_eq!(stat(&stats.retries), 4);
+    assert_eq!(stat(&stats.built), 1);
+    let m = metrics_of(&n);
+    assert_eq!(m.state, openraft::ServerState::Leader);
+    let health = http_get(n.node.http_addr, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let metrics = http_get(n.node.http_addr, "/metrics").await;
+    assert!(
+        metrics.contains("om_raft_snapshot_retries_total{op=\"build\"}"),
+        "retries are exported"
+    );
+    c.create_volume("vol2", "").await.unwrap();
+    n.node.shutdown().await;
+}
