@@ -24,7 +24,7 @@ mod multipart;
 mod quota;
 mod write;
 
-pub use limits::{MAX_PURGE_BATCH, block_size_or_legacy};
+pub use limits::{MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, key_size, part_number};
 pub use multipart::{DEFAULT_MIN_PART_SIZE, MAX_PART_NUMBER, MAX_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
 pub use write::{

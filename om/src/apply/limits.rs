@@ -68,7 +68,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
         }
         Op::PutKey(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
-            key_size(c.size)?;
+            key_size("size", c.size)?;
             layout(c.size, c.block_size)?;
             etag("etag", &c.etag)?;
             validate::content_type("content_type", &c.content_type)?;
@@ -110,7 +110,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
         }
         Op::CommitKey(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
-            key_size(c.size)?;
+            key_size("size", c.size)?;
             if c.blocks.len() > MAX_KEY_BLOCKS {
                 return Err(OmError::invalid(
                     "INVALID_BLOCKS",
@@ -258,18 +258,20 @@ fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
     c.map_or(Ok(()), |c| etag("conditions.if_match", &c.if_match))
 }
 
-fn key_size(size: u64) -> Result<(), OmError> {
+/// A key's size: at most `MAX_KEY_SIZE` (S3's 5 TiB). Shared with the edge.
+pub fn key_size(field: &'static str, size: u64) -> Result<(), OmError> {
     if size > MAX_KEY_SIZE {
         return Err(OmError::invalid(
             "KEY_TOO_LARGE",
-            "size",
-            format!("size {size} exceeds the {MAX_KEY_SIZE}-byte object limit"),
+            field,
+            format!("size {size} exceeds the {MAX_KEY_SIZE}-byte (5 TiB) object limit"),
         ));
     }
     Ok(())
 }
 
-fn blocks_per_call(field: &'static str, n: u32) -> Result<(), OmError> {
+/// Blocks one OpenKey, CreateFile or AllocateBlock asks for. Shared with the edge.
+pub fn blocks_per_call(field: &'static str, n: u32) -> Result<(), OmError> {
     if n > MAX_BLOCKS_PER_CALL {
         return Err(OmError::invalid(
             "TOO_MANY_BLOCKS",
@@ -280,7 +282,8 @@ fn blocks_per_call(field: &'static str, n: u32) -> Result<(), OmError> {
     Ok(())
 }
 
-fn part_number(field: &'static str, n: u32) -> Result<(), OmError> {
+/// A part number: 1 to `MAX_PART_NUMBER`. Shared with the edge.
+pub fn part_number(field: &'static str, n: u32) -> Result<(), OmError> {
     if !(1..=MAX_PART_NUMBER).contains(&n) {
         return Err(OmError::invalid(
             "INVALID_PART_NUMBER",

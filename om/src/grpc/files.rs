@@ -4,7 +4,7 @@
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
-use super::objects::{block_count, block_infos, bucket_names};
+use super::objects::{block_infos, bucket_names};
 use super::{consistency, scan_stats, sized, unexpected, write_id};
 use crate::error::OmError;
 use crate::service::{OmService, Status, StatusListing};
@@ -81,7 +81,7 @@ pub async fn create_file(
     let path = validate::fs_path_not_root("path", &r.path)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
-    block_count("blocks", r.blocks)?;
+    crate::apply::blocks_per_call("blocks", r.blocks)?;
     let op = Op::CreateFile(st::CreateFile {
         volume: r.volume,
         bucket: r.bucket,

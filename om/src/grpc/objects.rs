@@ -7,8 +7,8 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
-use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, MAX_KEY_SIZE};
-pub use crate::apply::{MAX_BLOCKS_PER_CALL, MAX_PART_NUMBER, MAX_PART_SIZE};
+use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, MAX_KEY_SIZE, blocks_per_call, key_size, part_number};
+use crate::apply::{MAX_PART_NUMBER, MAX_PART_SIZE};
 use crate::error::OmError;
 use crate::service::{OmService, UploadListing};
 use crate::validate::{self, format_deleted_id, format_upload_id, normalize_etag};
@@ -56,28 +56,6 @@ pub fn conditions(c: Option<KeyConditions>) -> Result<Option<st::KeyConditions>,
     }))
 }
 
-pub(super) fn block_count(field: &'static str, n: u32) -> Result<(), OmError> {
-    if n > MAX_BLOCKS_PER_CALL {
-        return Err(OmError::invalid(
-            "TOO_MANY_BLOCKS",
-            field,
-            format!("at most {MAX_BLOCKS_PER_CALL} blocks per call, got {n}"),
-        ));
-    }
-    Ok(())
-}
-
-fn key_size(field: &'static str, size: u64) -> Result<(), OmError> {
-    if size > MAX_KEY_SIZE {
-        return Err(OmError::invalid(
-            "KEY_TOO_LARGE",
-            field,
-            format!("size {size} exceeds the 5 TiB object limit"),
-        ));
-    }
-    Ok(())
-}
-
 fn key_response(r: command_result::Result) -> Result<KeyInfo, OmError> {
     match r {
         command_result::Result::Key(k) => Ok(key_info(
@@ -118,7 +96,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
     object_names(&r.volume, &r.bucket, &r.key)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
-    block_count("blocks", r.blocks)?;
+    blocks_per_call("blocks", r.blocks)?;
     let op = Op::OpenKey(st::OpenKey {
         volume: r.volume,
         bucket: r.bucket,
@@ -144,7 +122,7 @@ pub async fn allocate_block(
 ) -> Result<AllocateBlockResponse, OmError> {
     let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
-    block_count("count", r.count)?;
+    blocks_per_call("count", r.count)?;
     let op = Op::AllocateBlock(st::AllocateBlock {
         volume: r.volume,
         bucket: r.bucket,
@@ -321,17 +299,6 @@ pub async fn initiate_multipart(
         }),
         other => Err(unexpected(other)),
     }
-}
-
-fn part_number(field: &'static str, n: u32) -> Result<(), OmError> {
-    if !(1..=MAX_PART_NUMBER).contains(&n) {
-        return Err(OmError::invalid(
-            "INVALID_PART_NUMBER",
-            field,
-            format!("part numbers are 1..={MAX_PART_NUMBER}, got {n}"),
-        ));
-    }
-    Ok(())
 }
 
 pub async fn commit_part(
@@ -751,7 +718,7 @@ mod tests {
         let opened = CreateFileResponse {
             session_id: u64::MAX,
             opened_ms: u64::MAX,
-            blocks: blocks(MAX_BLOCKS_PER_CALL as usize),
+            blocks: blocks(crate::apply::MAX_BLOCKS_PER_CALL as usize),
             path: "p".repeat(MAX_KEY_BYTES),
         };
         assert!(opened.encoded_len() < 4 * 1024);
