@@ -20,6 +20,7 @@ use crate::validate;
 
 mod files;
 mod objects;
+pub mod peer;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 pub fn to_status(e: &OmError) -> Status {

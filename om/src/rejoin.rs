@@ -1,0 +1,668 @@
+//! Admission of a configured member into Raft at start-up: when to
+//! initialize a cluster, and how a member that lost its data directory
+//! (a replaced disk) comes back without putting committed entries at risk.
+//!
+//! A member that restarts with its data is admitted at once. One started with
+//! `--initial-cluster` on an empty data directory cannot tell a first boot
+//! from a wiped disk by itself, and in Raft a wiped voter is dangerous: it
+//! may have voted in a term and acknowledged entries it no longer remembers,
+//! so its vote could count twice and a committed entry could end up on a
+//! minority. So such a node starts **sealed**: its Raft port refuses every
+//! Raft RPC (it looks down to the others) and it does not campaign. It asks
+//! the other members (`PeerState` on their Raft ports) and `decide`s:
+//!
+//! - no member has a history (no entry past the initial membership) and every
+//!   member answered: a first boot. The lowest id initializes the cluster,
+//!   but only if no member holds any state at all; the others just open.
+//! - some member has a history: the cluster exists and this node lost its
+//!   part. It asks the leader to `Rejoin` it: the leader checks whether it
+//!   recorded this node as holding entries (its matched index) and, if so,
+//!   lets openraft reset its replication to the node (`allow_next_revert`),
+//!   which otherwise would wait forever for a log the node no longer has. The
+//!   node then **catches up**: it accepts appends and snapshots but still
+//!   refuses votes and does not campaign, until it has applied the leader's
+//!   last log index as of the answer, so it again holds every entry that was
+//!   committed before it lost its data. A marker file in the data directory
+//!   keeps it catching up across a restart in the middle.
+//! - otherwise (members missing, no leader yet) it waits and asks again.
+//!
+//! If catching up stalls, `/readyz` and the log say so and give the manual
+//! steps (remove the member, add it back), which the README runbook lists.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use om_raft_store::{OmNode, Raft};
+use openraft::async_runtime::WatchReceiver;
+use prost::Message;
+use tokio::sync::watch;
+
+use crate::config::InitialMember;
+
+/// Where this node stands; the Raft port's gate follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Refuses every Raft RPC until it knows whether the cluster exists.
+    Sealed,
+    /// Takes appends and snapshots, refuses votes and does not campaign.
+    CatchingUp,
+    /// A full member.
+    Open,
+}
+
+/// How this node was admitted, for logs and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It had data (or was told to `--join`): nothing to decide.
+    Restarted,
+    /// It initialized the cluster.
+    Initialized,
+    /// First boot of a cluster another member initializes.
+    Fresh,
+    /// It had lost its data and caught up to `target`; `reset` says whether
+    /// the leader had to reset its replication to it.
+    Rejoined { target: u64, reset: bool },
+}
+
+const PHASES: [Phase; 3] = [Phase::Sealed, Phase::CatchingUp, Phase::Open];
+
+/// Shared admission state: read by the Raft port's gate and by `/readyz`.
+#[derive(Clone)]
+pub struct Admission {
+    phase: Arc<AtomicU8>,
+    message: Arc<Mutex<String>>,
+    outcome: watch::Sender<Option<Outcome>>,
+}
+
+impl Admission {
+    fn new(phase: Phase, message: &str) -> Self {
+        Admission {
+            phase: Arc::new(AtomicU8::new(phase as u8)),
+            message: Arc::new(Mutex::new(message.to_string())),
+            outcome: watch::Sender::new(None),
+        }
+    }
+
+    /// A node admitted from the start.
+    pub fn open() -> Self {
+        let a = Self::new(Phase::Open, "");
+        a.outcome.send_replace(Some(Outcome::Restarted));
+        a
+    }
+
+    pub fn phase(&self) -> Phase {
+        PHASES[usize::from(self.phase.load(Ordering::Acquire)).min(2)]
+    }
+
+    /// Why the node is not a full member yet (empty once it is).
+    pub fn message(&self) -> String {
+        self.message
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How the node was admitted, once it is.
+    pub fn outcome(&self) -> watch::Receiver<Option<Outcome>> {
+        self.outcome.subscribe()
+    }
+
+    fn set(&self, phase: Phase, message: String) {
+        *self.message.lock().unwrap_or_else(|e| e.into_inner()) = message;
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    fn say(&self, message: String) {
+        let mut m = self.message.lock().unwrap_or_else(|e| e.into_inner());
+        if *m != message {
+            tracing::info!(%message, "admission");
+            *m = message;
+        }
+    }
+
+    /// Why an incoming Raft RPC `method` is refused in the current phase.
+    pub fn refuses(&self, method: &str) -> Option<String> {
+        match self.phase() {
+            Phase::Open => None,
+            Phase::Sealed => Some(format!("not taking part in Raft yet: {}", self.message())),
+            Phase::CatchingUp if matches!(method, "Vote" | "TransferLeader") => Some(format!(
+                "catching up after losing its data; no votes until then: {}",
+                self.message()
+            )),
+            Phase::CatchingUp => None,
+        }
+    }
+}
+
+/// What one member answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerView {
+    pub node_id: u64,
+    pub has_state: bool,
+    pub has_history: bool,
+    pub leader_id: u64,
+    pub leader_raft_addr: String,
+}
+
+/// The next step of a sealed node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Initialize,
+    OpenFresh,
+    Rejoin {
+        leader_id: u64,
+        leader_raft_addr: String,
+    },
+    Wait(String),
+}
+
+/// Decides what a sealed node `me` of `members` does, given the answers of
+/// the other members that replied (see the module docs).
+pub fn decide(me: u64, members: &[u64], answers: &[PeerView]) -> Decision {
+    if answers.iter().any(|a| a.has_history) {
+        // Prefer the leader's own word, then any member's.
+        let leader = answers
+            .iter()
+            .find(|a| a.leader_id != 0 && a.leader_id == a.node_id)
+            .or_else(|| answers.iter().find(|a| a.leader_id != 0));
+        return match leader {
+            Some(a) if !a.leader_raft_addr.is_empty() && a.leader_id != me => Decision::Rejoin {
+                leader_id: a.leader_id,
+                leader_raft_addr: a.leader_raft_addr.clone(),
+            },
+            _ => Decision::Wait(
+                "the cluster exists but no member knows a leader; waiting for one to catch up from"
+                    .to_string(),
+            ),
+        };
+    }
+    let missing: Vec<u64> = members
+        .iter()
+        .copied()
+        .filter(|id| *id != me && !answers.iter().any(|a| a.node_id == *id))
+        .collect();
+    if !missing.is_empty() {
+        return Decision::Wait(format!(
+            "data directory is empty; waiting for members {missing:?} to answer before \
+             initializing or joining the cluster"
+        ));
+    }
+    if members.iter().min() == Some(&me) && !answers.iter().any(|a| a.has_state) {
+        Decision::Initialize
+    } else {
+        Decision::OpenFresh
+    }
+}
+
+/// Whether a leader must reset replication to a follower that reports
+/// `follower_last` as its last log index: it recorded the follower as holding
+/// more (`matched`), which a follower that lost its log never sends again.
+pub fn needs_reset(matched: Option<u64>, follower_last: Option<u64>) -> bool {
+    matched.is_some() && matched > follower_last
+}
+
+/// Name of the marker file kept while a node that lost its data catches up.
+pub const MARKER: &str = "REJOINING";
+
+fn marker_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(MARKER)
+}
+
+/// The catch-up target recorded in `data_dir`, if a rejoin is under way.
+pub fn read_marker(data_dir: &Path) -> std::io::Result<Option<u64>> {
+    match std::fs::read(marker_path(data_dir)) {
+        Ok(b) => om_proto::raft::RejoinMarker::decode(b.as_slice())
+            .map(|m| Some(m.target_index))
+            .map_err(std::io::Error::other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Durably records that this node catches up to `target` before it votes.
+fn write_marker(data_dir: &Path, target: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(data_dir)?;
+    let tmp = data_dir.join(format!("{MARKER}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(
+        &om_proto::raft::RejoinMarker {
+            target_index: target,
+        }
+        .encode_to_vec(),
+    )?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, marker_path(data_dir))?;
+    sync_dir(data_dir)
+}
+
+fn remove_marker(data_dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(marker_path(data_dir)) {
+        Ok(()) => sync_dir(data_dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the store holds nothing at all: no vote, no log, no snapshot.
+pub fn store_is_empty(raft: &Raft) -> bool {
+    let m = raft.metrics().borrow_watched().clone();
+    m.current_term == 0
+        && m.last_log_index.is_none()
+        && m.snapshot.is_none()
+        && m.last_applied.is_none()
+}
+
+/// Everything the admission task needs about this node.
+pub struct Member {
+    pub raft: Raft,
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    pub members: Vec<InitialMember>,
+    /// This node's own addresses, for an `--initial-cluster` entry without
+    /// a gRPC address.
+    pub grpc_addr: String,
+}
+
+/// The admission state a configured member starts in, before its Raft port
+/// serves anything.
+pub fn initial(m: &Member) -> std::io::Result<Admission> {
+    if let Some(target) = read_marker(&m.data_dir)? {
+        m.raft.runtime_config().elect(false);
+        return Ok(Admission::new(
+            Phase::CatchingUp,
+            &format!("catching up to index {target} after losing its data"),
+        ));
+    }
+    if store_is_empty(&m.raft) {
+        m.raft.runtime_config().elect(false);
+        return Ok(Admission::new(
+            Phase::Sealed,
+            "data directory is empty; asking the other members whether the cluster exists",
+        ));
+    }
+    Ok(Admission::open())
+}
+
+/// Steps of the wait between two rounds of questions.
+const ROUND_MIN: Duration = Duration::from_millis(100);
+const ROUND_MAX: Duration = Duration::from_secs(1);
+/// How long catching up may make no progress before the manual steps are shown.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Runs until the node is admitted (or `stop`).
+pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool>) {
+    let mut wait = ROUND_MIN;
+    let mut target = match read_marker(&m.data_dir) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the rejoin marker");
+            None
+        }
+    };
+    let mut reset = false;
+    let mut leader: Option<(u64, String)> = None;
+    let mut progress = (0u64, tokio::time::Instant::now());
+    let mut stalled_warned = false;
+    loop {
+        if admission.phase() == Phase::Open || *stop.borrow() {
+            return;
+        }
+        match admission.phase() {
+            Phase::Sealed => match step_sealed(&m, &admission).await {
+                Some(Step::Opened) => return,
+                Some(Step::CatchUp {
+                    to,
+                    was_reset,
+                    from,
+                }) => {
+                    target = Some(to);
+                    reset = was_reset;
+                    leader = Some(from);
+                    progress = (0, tokio::time::Instant::now());
+                    wait = ROUND_MIN;
+                    continue;
+                }
+                None => {}
+            },
+            Phase::CatchingUp => {
+                let to = target.unwrap_or(0);
+                let applied = m
+                    .raft
+                    .metrics()
+                    .borrow_watched()
+                    .last_applied
+                    .as_ref()
+                    .map_or(0, |l| l.index);
+                if applied >= to {
+                    if let Some((_, addr)) = &leader {
+                        // Best effort: the leader clears the one-time reset it allowed.
+                        let _ =
+                            crate::grpc::peer::rejoin(addr, m.node_id, Some(applied), true).await;
+                    }
+                    if let Err(e) = remove_marker(&m.data_dir) {
+                        tracing::error!(error = %e, "cannot remove the rejoin marker");
+                        sleep_or_stop(&mut stop, ROUND_MAX).await;
+                        continue;
+                    }
+                    m.raft.runtime_config().elect(true);
+                    admission.set(Phase::Open, String::new());
+                    tracing::info!(
+                        node_id = m.node_id,
+                        target = to,
+                        reset,
+                        "rejoined the cluster"
+                    );
+                    admission
+                        .outcome
+                        .send_replace(Some(Outcome::Rejoined { target: to, reset }));
+                    return;
+                }
+                if applied > progress.0 {
+                    progress = (applied, tokio::time::Instant::now());
+                }
+                let mut msg = format!(
+                    "rejoining after losing its data: applied {applied} of {to}{}",
+                    leader
+                        .as_ref()
+                        .map(|(id, _)| format!(" from leader {id}"))
+                        .unwrap_or_default()
+                );
+                if progress.1.elapsed() >= STALL {
+                    msg.push_str(&format!(
+                        "; no progress for {}s. {}",
+                        STALL.as_secs(),
+                        runbook(&m)
+                    ));
+                    if !stalled_warned {
+                        tracing::warn!(node_id = m.node_id, "{msg}");
+                        stalled_warned = true;
+                    }
+                }
+                admission.say(msg);
+                wait = ROUND_MIN;
+            }
+            Phase::Open => return,
+        }
+        sleep_or_stop(&mut stop, wait).await;
+        wait = (wait * 2).min(ROUND_MAX);
+    }
+}
+
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+}
+
+enum Step {
+    Opened,
+    CatchUp {
+        to: u64,
+        was_reset: bool,
+        from: (u64, String),
+    },
+}
+
+/// One round of questions of a sealed node.
+async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
+    let peers: Vec<&InitialMember> = m.members.iter().filter(|p| p.id != m.node_id).collect();
+    let asked = futures::future::join_all(
+        peers
+            .iter()
+            .map(|p| crate::grpc::peer::peer_state(&p.raft_addr, m.node_id)),
+    )
+    .await;
+    let answers: Vec<PeerView> = asked.into_iter().filter_map(Result::ok).collect();
+    let ids: Vec<u64> = m.members.iter().map(|p| p.id).collect();
+    match decide(m.node_id, &ids, &answers) {
+        Decision::Initialize => {
+            let members: BTreeMap<u64, OmNode> = m
+                .members
+                .iter()
+                .map(|p| {
+                    let grpc = if p.id == m.node_id && p.grpc_addr.is_empty() {
+                        m.grpc_addr.clone()
+                    } else {
+                        p.grpc_addr.clone()
+                    };
+                    (
+                        p.id,
+                        OmNode {
+                            raft_addr: p.raft_addr.clone(),
+                            grpc_addr: grpc,
+                        },
+                    )
+                })
+                .collect();
+            tracing::info!(members = ?ids, "every member answered with no state: initializing the cluster");
+            match m.raft.initialize(members).await {
+                Ok(())
+                | Err(openraft::errors::RaftError::APIError(
+                    openraft::errors::InitializeError::NotAllowed(_),
+                )) => {}
+                Err(e) => {
+                    admission.say(format!("initializing the cluster failed: {e}"));
+                    return None;
+                }
+            }
+            open(m, admission, Outcome::Initialized);
+            Some(Step::Opened)
+        }
+        Decision::OpenFresh => {
+            open(m, admission, Outcome::Fresh);
+            Some(Step::Opened)
+        }
+        Decision::Wait(why) => {
+            admission.say(why);
+            None
+        }
+        Decision::Rejoin {
+            leader_id,
+            leader_raft_addr,
+        } => {
+            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, None, false).await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    admission.say(format!(
+                        "the cluster exists and this node lost its data; leader {leader_id} \
+                         did not answer the rejoin request yet: {e}"
+                    ));
+                    return None;
+                }
+            };
+            if !r.member {
+                tracing::warn!(
+                    node_id = m.node_id,
+                    "this node is not a member of the cluster; it catches up once added. {}",
+                    runbook(m)
+                );
+            }
+            if r.reset {
+                tracing::warn!(
+                    node_id = m.node_id,
+                    leader_id,
+                    "the leader had recorded entries this node no longer holds; it reset replication to it"
+                );
+            }
+            // Recorded before any entry arrives, so a crash while catching
+            // up still finds the node waiting before it votes.
+            if let Err(e) = write_marker(&m.data_dir, r.last_log_index) {
+                admission.say(format!("cannot write the rejoin marker: {e}"));
+                return None;
+            }
+            admission.set(
+                Phase::CatchingUp,
+                format!(
+                    "rejoining after losing its data: catching up to index {} from leader {}",
+                    r.last_log_index, r.leader_id
+                ),
+            );
+            tracing::warn!(
+                node_id = m.node_id,
+                target = r.last_log_index,
+                leader_id = r.leader_id,
+                "data directory was empty but the cluster exists: catching up before voting"
+            );
+            Some(Step::CatchUp {
+                to: r.last_log_index,
+                was_reset: r.reset,
+                from: (r.leader_id, leader_raft_addr),
+            })
+        }
+    }
+}
+
+fn open(m: &Member, admission: &Admission, outcome: Outcome) {
+    m.raft.runtime_config().elect(true);
+    admission.set(Phase::Open, String::new());
+    tracing::info!(node_id = m.node_id, ?outcome, "admitted to the cluster");
+    admission.outcome.send_replace(Some(outcome));
+}
+
+/// The manual steps to bring this member back, as `omctl` commands.
+pub fn runbook(m: &Member) -> String {
+    let me = m.members.iter().find(|p| p.id == m.node_id);
+    let raft = me.map_or("RAFT_ADDR", |p| p.raft_addr.as_str());
+    let grpc = me
+        .map(|p| p.grpc_addr.as_str())
+        .filter(|g| !g.is_empty())
+        .unwrap_or(m.grpc_addr.as_str());
+    format!(
+        "To bring it back by hand, while it keeps running: `omctl cluster remove-node {id}`, \
+         then `omctl cluster add-node {id} --raft-addr {raft} --grpc-addr {grpc}`",
+        id = m.node_id
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(id: u64, state: bool, history: bool, leader: u64) -> PeerView {
+        PeerView {
+            node_id: id,
+            has_state: state,
+            has_history: history,
+            leader_id: leader,
+            leader_raft_addr: if leader == 0 {
+                String::new()
+            } else {
+                format!("h:{leader}")
+            },
+        }
+    }
+
+    #[test]
+    fn a_first_boot_waits_for_every_member_and_the_lowest_initializes() {
+        let members = [1, 2, 3];
+        assert!(matches!(
+            decide(1, &members, &[peer(2, false, false, 0)]),
+            Decision::Wait(_)
+        ));
+        let all_empty = [peer(2, false, false, 0), peer(3, false, false, 0)];
+        assert_eq!(decide(1, &members, &all_empty), Decision::Initialize);
+        assert_eq!(
+            decide(
+                2,
+                &members,
+                &[peer(1, false, false, 0), peer(3, false, false, 0)]
+            ),
+            Decision::OpenFresh
+        );
+        // The lowest id never initializes once any member holds state.
+        let voted = [peer(2, true, false, 0), peer(3, false, false, 0)];
+        assert_eq!(decide(1, &members, &voted), Decision::OpenFresh);
+        // A member that initialized but elected nobody yet has no history:
+        // the others take part in the first election.
+        assert_eq!(
+            decide(
+                3,
+                &members,
+                &[peer(1, true, false, 0), peer(2, false, false, 0)]
+            ),
+            Decision::OpenFresh
+        );
+    }
+
+    #[test]
+    fn a_cluster_with_history_is_rejoined_through_its_leader() {
+        let members = [1, 2, 3];
+        // The lowest id, wiped: one answer with history is enough, even
+        // with a member missing; it never initializes.
+        let d = decide(1, &members, &[peer(2, true, true, 3)]);
+        assert_eq!(
+            d,
+            Decision::Rejoin {
+                leader_id: 3,
+                leader_raft_addr: "h:3".into()
+            }
+        );
+        // The leader's own answer is preferred.
+        let d = decide(
+            2,
+            &members,
+            &[peer(1, true, true, 9), peer(3, true, true, 3)],
+        );
+        assert!(matches!(d, Decision::Rejoin { leader_id: 3, .. }));
+        // History but no leader: wait (voting now could elect a leader that
+        // lacks entries this node had acknowledged).
+        assert!(matches!(
+            decide(
+                2,
+                &members,
+                &[peer(1, true, true, 0), peer(3, true, true, 0)]
+            ),
+            Decision::Wait(_)
+        ));
+        // A stale answer naming this node as leader is no leader.
+        assert!(matches!(
+            decide(2, &members, &[peer(1, true, true, 2)]),
+            Decision::Wait(_)
+        ));
+    }
+
+    #[test]
+    fn reset_only_when_the_leader_believes_in_entries_the_follower_lacks() {
+        assert!(needs_reset(Some(40), None));
+        assert!(needs_reset(Some(0), None));
+        assert!(needs_reset(Some(40), Some(10)));
+        assert!(!needs_reset(None, None));
+        assert!(!needs_reset(Some(10), Some(10)));
+        assert!(!needs_reset(Some(10), Some(40)));
+    }
+
+    #[test]
+    fn catching_up_refuses_votes_only() {
+        let a = Admission::new(Phase::Sealed, "x");
+        assert!(a.refuses("AppendEntries").is_some());
+        assert!(a.refuses("Vote").is_some());
+        a.set(Phase::CatchingUp, "y".into());
+        assert!(a.refuses("AppendEntries").is_none());
+        assert!(a.refuses("InstallSnapshot").is_none());
+        assert!(a.refuses("Vote").is_some());
+        assert!(a.refuses("TransferLeader").is_some());
+        a.set(Phase::Open, String::new());
+        assert!(a.refuses("Vote").is_none());
+    }
+
+    #[test]
+    fn the_marker_survives_and_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_marker(dir.path()).unwrap(), None);
+        write_marker(dir.path(), 42).unwrap();
+        assert_eq!(read_marker(dir.path()).unwrap(), Some(42));
+        remove_marker(dir.path()).unwrap();
+        assert_eq!(read_marker(dir.path()).unwrap(), None);
+        remove_marker(dir.path()).unwrap();
+    }
+}

@@ -1,0 +1,227 @@
+//! Connection floods: a node whose public port is flooded with idle
+//! connections keeps its descriptors for RocksDB, snapshots and Raft.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use om_client::v1::BucketLayout;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{binary, free_port, http_get, wait_for};
+
+/// The open-file limit the flooded `om` runs with.
+const NOFILE: u64 = 256;
+/// Idle connections the flood opens.
+const FLOOD: usize = 1000;
+
+/// A real `om` started with soft and hard RLIMIT_NOFILE set to `nofile`.
+struct Limited {
+    child: Child,
+    grpc: String,
+    http: std::net::SocketAddr,
+}
+
+impl Limited {
+    fn spawn(dir: &Path, nofile: u64, extra: &[&str]) -> Limited {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let raft = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(binary("om"));
+        cmd.arg("--data-dir")
+            .arg(dir)
+            .args(["--grpc-addr", &grpc, "--raft-addr", &raft])
+            .arg("--http-addr")
+            .arg(http.to_string())
+            .args(extra)
+            .env("OM_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: nofile as libc::rlim_t,
+                    rlim_max: nofile as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Limited {
+            child: cmd.spawn().expect("spawn om"),
+            grpc,
+            http,
+        }
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lets this test process hold the flood's sockets.
+fn raise_own_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+        r.rlim_cur = r.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
+    }
+    assert!(
+        r.rlim_cur as usize > FLOOD + 200,
+        "this test needs {} descriptors",
+        FLOOD + 200
+    );
+}
+
+/// The value of the first sample of `name` (with its labels) in `/metrics`.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Whether the server closed `s` (EOF or reset); reads whatever it sent.
+fn closed_by_server(s: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match s.try_read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+async fn snapshot_index(addr: &str) -> u64 {
+    OmClient::node_status(addr)
+        .await
+        .map(|s| s.snapshot_index)
+        .unwrap_or(0)
+}
+
+/// Floods the public port of an `om` limited to 256 descriptors with 1000
+/// idle connections: those past the port's cap are reset at once, the ones
+/// within it are closed when idle, and meanwhile Raft keeps committing and
+/// building snapshots; afterwards the node is healthy and serves new clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_connections_does_not_stop_raft() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let om = Limited::spawn(
+        dir.path(),
+        NOFILE,
+        &[
+            "--snapshot-every",
+            "10",
+            "--snapshot-keep-logs",
+            "5",
+            "--idle-timeout-s",
+            "3",
+        ],
+    );
+    let grpc = om.grpc.clone();
+    wait_for(Duration::from_secs(30), "om to lead", || {
+        let grpc = grpc.clone();
+        async move {
+            let s = OmClient::node_status(&grpc).await.ok()?;
+            (s.role == "leader").then_some(())
+        }
+    })
+    .await;
+    // The budget of 256 descriptors: 64 reserved, 64 for RocksDB, and of
+    // the remaining 128, 16 for Raft, 8 for HTTP and 104 for the public port.
+    let cap = 104;
+    let c = OmClient::new(
+        std::slice::from_ref(&om.grpc),
+        ClientOptions {
+            deadline: Duration::from_secs(20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let before = snapshot_index(&om.grpc).await;
+
+    let mut flood = Vec::with_capacity(FLOOD);
+    let mut refused_at_connect = 0;
+    for _ in 0..FLOOD {
+        match tokio::net::TcpStream::connect(&om.grpc).await {
+            Ok(s) => flood.push(s),
+            Err(_) => refused_at_connect += 1,
+        }
+    }
+    // Writes go on through Raft while the flood holds the port, and
+    // snapshots (a new file each) keep being built.
+    for i in 0..60 {
+        c.put_key("vol1", "bkt1", &format!("during{i:03}"), i)
+            .await
+            .expect("a write during the flood");
+    }
+    // Everything past the cap was reset promptly rather than queued.
+    let refused = wait_for(Duration::from_secs(30), "excess connections reset", || {
+        let n = flood.iter().filter(|s| closed_by_server(s)).count() + refused_at_connect;
+        async move { (n >= FLOOD - cap).then_some(n) }
+    })
+    .await;
+    assert!(refused >= FLOOD - cap, "{refused} of {FLOOD} refused");
+    let m = http_get(om.http, "/metrics").await;
+    let counted = sample(&m, "om_net_connections_refused_total{port=\"grpc\"}");
+    assert!(
+        counted >= (FLOOD - cap - refused_at_connect) as f64,
+        "refusals counted: {counted}"
+    );
+    // The connections within the cap say nothing: they are closed when idle.
+    wait_for(Duration::from_secs(30), "idle connections closed", || {
+        let all = flood.iter().all(closed_by_server);
+        async move { all.then_some(()) }
+    })
+    .await;
+    let m = http_get(om.http, "/metrics").await;
+    assert!(sample(&m, "om_net_connections_idle_closed_total{port=\"grpc\"}") >= 1.0);
+    drop(flood);
+
+    // Once the flood is over: healthy, ready, new clients served, and
+    // nothing acknowledged was lost.
+    for i in 0..20 {
+        c.put_key("vol1", "bkt1", &format!("after{i:03}"), i)
+            .await
+            .expect("a write after the flood");
+    }
+    assert!(
+        http_get(om.http, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        http_get(om.http, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    let fresh = OmClient::new(std::slice::from_ref(&om.grpc), ClientOptions::default()).unwrap();
+    assert_eq!(
+        fresh.get_bucket("vol1", "bkt1").await.unwrap().key_count,
+        80
+    );
+    let after = snapshot_index(&om.grpc).await;
+    assert!(
+        after > before + 50,
+        "snapshots were built during and after the flood: {before} -> {after}"
+    );
+}
