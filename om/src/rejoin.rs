@@ -7,27 +7,30 @@
 //! from a wiped disk by itself, and in Raft a wiped voter is dangerous: it
 //! may have voted in a term and acknowledged entries it no longer remembers,
 //! so its vote could count twice and a committed entry could end up on a
-//! minority. So such a node starts **sealed**: its Raft port refuses every
-//! Raft RPC (it looks down to the others) and it does not campaign. It asks
-//! the other members (`PeerState` on their Raft ports) and `decide`s:
+//! minority. So such a node first writes a marker file, then starts
+//! **sealed**: its Raft port refuses Vote and TransferLeader RPCs and it does
+//! not campaign (appends and snapshots are taken: they only ever add what a
+//! leader holds). It asks the other members (`PeerState` on their Raft ports)
+//! and `decide`s:
 //!
 //! - no member has a history (no entry past the initial membership) and every
 //!   member answered: a first boot. The lowest id initializes the cluster,
 //!   but only if no member holds any state at all; the others just open.
 //! - some member has a history: the cluster exists and this node lost its
-//!   part. It asks the leader to `Rejoin` it: the leader checks whether it
-//!   recorded this node as holding entries (its matched index) and, if so,
-//!   lets openraft reset its replication to the node (`allow_next_revert`),
-//!   which otherwise would wait forever for a log the node no longer has. The
-//!   node then **catches up**: it accepts appends and snapshots but still
-//!   refuses votes and does not campaign, until it has applied the leader's
-//!   last log index as of the answer, so it again holds every entry that was
-//!   committed before it lost its data. A marker file in the data directory
-//!   keeps it catching up across a restart in the middle.
+//!   part. It asks the leader to `Rejoin` it. If the leader recorded the node
+//!   as holding entries it no longer has (its matched index), openraft's
+//!   replication to the node cannot resume (it waits for a log the node lost),
+//!   so the leader hands leadership to the most up-to-date other voter, whose
+//!   record of the node starts from scratch. The node then **catches up**,
+//!   still refusing votes, until it has applied the leader's last log index as
+//!   of the answer: it again holds every entry committed before it lost its
+//!   data, and only then votes.
 //! - otherwise (members missing, no leader yet) it waits and asks again.
 //!
-//! If catching up stalls, `/readyz` and the log say so and give the manual
-//! steps (remove the member, add it back), which the README runbook lists.
+//! The marker records the catch-up target; a restart before admission finds
+//! it and waits again, whatever entries arrived in between. If catching up
+//! stalls, `/readyz` and the log say so and give the manual steps (remove
+//! the member, add it back), which the README runbook lists.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,9 +48,9 @@ use crate::config::InitialMember;
 /// Where this node stands; the Raft port's gate follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Refuses every Raft RPC until it knows whether the cluster exists.
+    /// Does not vote until it knows whether the cluster exists.
     Sealed,
-    /// Takes appends and snapshots, refuses votes and does not campaign.
+    /// Lost its data; does not vote until it has caught up.
     CatchingUp,
     /// A full member.
     Open,
@@ -123,17 +126,13 @@ impl Admission {
         }
     }
 
-    /// Why an incoming Raft RPC `method` is refused in the current phase.
+    /// Why an incoming Raft RPC `method` is refused in the current phase:
+    /// until admitted, a node neither votes nor takes leadership.
     pub fn refuses(&self, method: &str) -> Option<String> {
-        match self.phase() {
-            Phase::Open => None,
-            Phase::Sealed => Some(format!("not taking part in Raft yet: {}", self.message())),
-            Phase::CatchingUp if matches!(method, "Vote" | "TransferLeader") => Some(format!(
-                "catching up after losing its data; no votes until then: {}",
-                self.message()
-            )),
-            Phase::CatchingUp => None,
+        if self.phase() == Phase::Open || !matches!(method, "Vote" | "TransferLeader") {
+            return None;
         }
+        Some(format!("not voting until admitted: {}", self.message()))
     }
 }
 
@@ -197,11 +196,27 @@ pub fn decide(me: u64, members: &[u64], answers: &[PeerView]) -> Decision {
     }
 }
 
-/// Whether a leader must reset replication to a follower that reports
-/// `follower_last` as its last log index: it recorded the follower as holding
-/// more (`matched`), which a follower that lost its log never sends again.
+/// Whether a leader must start replication to a follower that reports
+/// `follower_last` as its last log index over: it recorded the follower as
+/// holding more (`matched`), a log the follower will never confirm again.
 pub fn needs_reset(matched: Option<u64>, follower_last: Option<u64>) -> bool {
     matched.is_some() && matched > follower_last
+}
+
+/// The voter leader `me` hands leadership to so that replication to
+/// `requester` starts from scratch: the other voter with the highest matched
+/// index (the quickest to take over), or `None` when there is none.
+pub fn handover_target(
+    me: u64,
+    requester: u64,
+    voters: &[u64],
+    matched: &BTreeMap<u64, Option<u64>>,
+) -> Option<u64> {
+    voters
+        .iter()
+        .copied()
+        .filter(|v| *v != me && *v != requester)
+        .max_by_key(|v| (matched.get(v).copied().flatten(), std::cmp::Reverse(*v)))
 }
 
 /// Name of the marker file kept while a node that lost its data catches up.
@@ -211,7 +226,8 @@ fn marker_path(data_dir: &Path) -> PathBuf {
     data_dir.join(MARKER)
 }
 
-/// The catch-up target recorded in `data_dir`, if a rejoin is under way.
+/// The catch-up target recorded in `data_dir` (0 while undecided), if the
+/// node is not admitted yet.
 pub fn read_marker(data_dir: &Path) -> std::io::Result<Option<u64>> {
     match std::fs::read(marker_path(data_dir)) {
         Ok(b) => om_proto::raft::RejoinMarker::decode(b.as_slice())
@@ -226,7 +242,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Durably records that this node catches up to `target` before it votes.
+/// Durably records that this node does not vote before it caught up to
+/// `target` (0: before it knows whether the cluster exists).
 fn write_marker(data_dir: &Path, target: u64) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(data_dir)?;
@@ -274,21 +291,31 @@ pub struct Member {
 /// The admission state a configured member starts in, before its Raft port
 /// serves anything.
 pub fn initial(m: &Member) -> std::io::Result<Admission> {
-    if let Some(target) = read_marker(&m.data_dir)? {
-        m.raft.runtime_config().elect(false);
-        return Ok(Admission::new(
-            Phase::CatchingUp,
-            &format!("catching up to index {target} after losing its data"),
-        ));
+    let marker = match read_marker(&m.data_dir)? {
+        Some(t) => Some(t),
+        None if store_is_empty(&m.raft) => {
+            write_marker(&m.data_dir, 0)?;
+            Some(0)
+        }
+        None => None,
+    };
+    match marker {
+        None => Ok(Admission::open()),
+        Some(target) => {
+            m.raft.runtime_config().elect(false);
+            Ok(if target == 0 {
+                Admission::new(
+                    Phase::Sealed,
+                    "data directory was empty; asking the other members whether the cluster exists",
+                )
+            } else {
+                Admission::new(
+                    Phase::CatchingUp,
+                    &format!("rejoining after losing its data: catching up to index {target}"),
+                )
+            })
+        }
     }
-    if store_is_empty(&m.raft) {
-        m.raft.runtime_config().elect(false);
-        return Ok(Admission::new(
-            Phase::Sealed,
-            "data directory is empty; asking the other members whether the cluster exists",
-        ));
-    }
-    Ok(Admission::open())
 }
 
 /// Steps of the wait between two rounds of questions.
@@ -301,7 +328,7 @@ const STALL: Duration = Duration::from_secs(30);
 pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool>) {
     let mut wait = ROUND_MIN;
     let mut target = match read_marker(&m.data_dir) {
-        Ok(t) => t,
+        Ok(t) => t.filter(|t| *t > 0),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the rejoin marker");
             None
@@ -342,28 +369,11 @@ pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool
                     .as_ref()
                     .map_or(0, |l| l.index);
                 if applied >= to {
-                    if let Some((_, addr)) = &leader {
-                        // Best effort: the leader clears the one-time reset it allowed.
-                        let _ =
-                            crate::grpc::peer::rejoin(addr, m.node_id, Some(applied), true).await;
+                    if open(&m, &admission, Outcome::Rejoined { target: to, reset }) {
+                        return;
                     }
-                    if let Err(e) = remove_marker(&m.data_dir) {
-                        tracing::error!(error = %e, "cannot remove the rejoin marker");
-                        sleep_or_stop(&mut stop, ROUND_MAX).await;
-                        continue;
-                    }
-                    m.raft.runtime_config().elect(true);
-                    admission.set(Phase::Open, String::new());
-                    tracing::info!(
-                        node_id = m.node_id,
-                        target = to,
-                        reset,
-                        "rejoined the cluster"
-                    );
-                    admission
-                        .outcome
-                        .send_replace(Some(Outcome::Rejoined { target: to, reset }));
-                    return;
+                    sleep_or_stop(&mut stop, ROUND_MAX).await;
+                    continue;
                 }
                 if applied > progress.0 {
                     progress = (applied, tokio::time::Instant::now());
@@ -454,13 +464,9 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
                     return None;
                 }
             }
-            open(m, admission, Outcome::Initialized);
-            Some(Step::Opened)
+            open(m, admission, Outcome::Initialized).then_some(Step::Opened)
         }
-        Decision::OpenFresh => {
-            open(m, admission, Outcome::Fresh);
-            Some(Step::Opened)
-        }
+        Decision::OpenFresh => open(m, admission, Outcome::Fresh).then_some(Step::Opened),
         Decision::Wait(why) => {
             admission.say(why);
             None
@@ -469,8 +475,8 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
             leader_id,
             leader_raft_addr,
         } => {
-            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, None, false).await
-            {
+            let last = m.raft.metrics().borrow_watched().last_log_index;
+            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, last).await {
                 Ok(r) => r,
                 Err(e) => {
                     admission.say(format!(
@@ -491,11 +497,11 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
                 tracing::warn!(
                     node_id = m.node_id,
                     leader_id,
-                    "the leader had recorded entries this node no longer holds; it reset replication to it"
+                    "the leader had recorded entries this node no longer holds; \
+                     it handed leadership over so replication starts from scratch"
                 );
             }
-            // Recorded before any entry arrives, so a crash while catching
-            // up still finds the node waiting before it votes.
+            // A crash while catching up still finds the node waiting.
             if let Err(e) = write_marker(&m.data_dir, r.last_log_index) {
                 admission.say(format!("cannot write the rejoin marker: {e}"));
                 return None;
@@ -507,11 +513,11 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
                     r.last_log_index, r.leader_id
                 ),
             );
-            tracing::warn!(
+            tracing::info!(
                 node_id = m.node_id,
                 target = r.last_log_index,
                 leader_id = r.leader_id,
-                "data directory was empty but the cluster exists: catching up before voting"
+                "the cluster exists: catching up with it before voting"
             );
             Some(Step::CatchUp {
                 to: r.last_log_index,
@@ -522,11 +528,18 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
     }
 }
 
-fn open(m: &Member, admission: &Admission, outcome: Outcome) {
+/// Admits the node: the marker goes first, so the node never votes while a
+/// marker says it must not. False when the marker cannot be removed.
+fn open(m: &Member, admission: &Admission, outcome: Outcome) -> bool {
+    if let Err(e) = remove_marker(&m.data_dir) {
+        admission.say(format!("cannot remove the rejoin marker: {e}"));
+        return false;
+    }
     m.raft.runtime_config().elect(true);
     admission.set(Phase::Open, String::new());
     tracing::info!(node_id = m.node_id, ?outcome, "admitted to the cluster");
     admission.outcome.send_replace(Some(outcome));
+    true
 }
 
 /// The manual steps to bring this member back, as `omctl` commands.
@@ -642,23 +655,37 @@ mod tests {
     }
 
     #[test]
-    fn catching_up_refuses_votes_only() {
+    fn a_node_not_admitted_refuses_votes_only() {
+        for phase in [Phase::Sealed, Phase::CatchingUp] {
+            let a = Admission::new(phase, "x");
+            assert!(a.refuses("AppendEntries").is_none());
+            assert!(a.refuses("StreamAppend").is_none());
+            assert!(a.refuses("InstallSnapshot").is_none());
+            assert!(a.refuses("Vote").is_some());
+            assert!(a.refuses("TransferLeader").is_some());
+        }
         let a = Admission::new(Phase::Sealed, "x");
-        assert!(a.refuses("AppendEntries").is_some());
-        assert!(a.refuses("Vote").is_some());
-        a.set(Phase::CatchingUp, "y".into());
-        assert!(a.refuses("AppendEntries").is_none());
-        assert!(a.refuses("InstallSnapshot").is_none());
-        assert!(a.refuses("Vote").is_some());
-        assert!(a.refuses("TransferLeader").is_some());
         a.set(Phase::Open, String::new());
         assert!(a.refuses("Vote").is_none());
+    }
+
+    #[test]
+    fn leadership_goes_to_the_most_up_to_date_other_voter() {
+        let matched = BTreeMap::from([(1, Some(50)), (2, Some(40)), (3, Some(48)), (4, None)]);
+        assert_eq!(handover_target(1, 2, &[1, 2, 3, 4], &matched), Some(3));
+        assert_eq!(handover_target(1, 3, &[1, 2, 3, 4], &matched), Some(2));
+        // Ties go to the lower id; a voter never heard from comes last.
+        let tie = BTreeMap::from([(2, Some(5)), (3, Some(5)), (4, None)]);
+        assert_eq!(handover_target(1, 9, &[1, 2, 3, 4], &tie), Some(2));
+        assert_eq!(handover_target(1, 2, &[1, 2], &matched), None);
     }
 
     #[test]
     fn the_marker_survives_and_goes() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_marker(dir.path()).unwrap(), None);
+        write_marker(dir.path(), 0).unwrap();
+        assert_eq!(read_marker(dir.path()).unwrap(), Some(0));
         write_marker(dir.path(), 42).unwrap();
         assert_eq!(read_marker(dir.path()).unwrap(), Some(42));
         remove_marker(dir.path()).unwrap();

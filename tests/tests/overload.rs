@@ -126,12 +126,7 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
     let om = Limited::spawn(
         dir.path(),
         NOFILE,
-        &[
-            "--snapshot-every",
-            "10",
-            "--snapshot-keep-logs",
-            "5",
-        ],
+        &["--snapshot-every", "10", "--snapshot-keep-logs", "5"],
     );
     let grpc = om.grpc.clone();
     wait_for(Duration::from_secs(30), "om to lead", || {

@@ -2,6 +2,7 @@
 //! members ask each other, its client calls, and `RaftGate`, which refuses
 //! the Raft RPCs a node may not take yet.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +18,7 @@ use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use crate::rejoin::{Admission, PeerView, needs_reset};
+use crate::rejoin::{Admission, PeerView, handover_target, needs_reset};
 
 /// Answers other members' admission questions from this node's Raft state.
 pub struct PeerGrpc {
@@ -66,43 +67,40 @@ impl RaftPeer for PeerGrpc {
                 m.id, m.current_leader
             )));
         }
-        let member = m
-            .membership_config
-            .membership()
-            .get_node(&r.node_id)
-            .is_some();
-        let matched = m
+        let membership = m.membership_config.membership();
+        let member = membership.get_node(&r.node_id).is_some();
+        let matched: BTreeMap<u64, Option<u64>> = m
             .replication
             .as_ref()
-            .and_then(|rep| rep.get(&r.node_id).cloned())
-            .flatten()
-            .map(|l| l.index);
-        let follower_last = (r.last_log_index > 0 || r.caught_up).then_some(r.last_log_index);
-        let fatal = |e: openraft::errors::Fatal<om_raft_store::TypeConfig>| {
-            Status::unavailable(format!("raft: {e}"))
-        };
+            .map(|rep| {
+                rep.iter()
+                    .map(|(id, l)| (*id, l.as_ref().map(|l| l.index)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let follower_last = r.has_log.then_some(r.last_log_index);
         let mut reset = false;
-        if r.caught_up {
-            // Clears the one-time permission if no reversion consumed it.
-            let _ = self
-                .raft
-                .trigger()
-                .allow_next_revert(&r.node_id, false)
-                .await
-                .map_err(fatal)?;
-        } else if member && needs_reset(matched, follower_last) {
+        if member && needs_reset(matched.get(&r.node_id).copied().flatten(), follower_last) {
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            let Some(to) = handover_target(m.id, r.node_id, &voters, &matched) else {
+                return Err(Status::failed_precondition(format!(
+                    "node {} lost entries this leader recorded it as holding, and no other \
+                     voter can take over leadership to replicate to it from scratch",
+                    r.node_id
+                )));
+            };
             tracing::warn!(
                 node_id = r.node_id,
-                matched = ?matched,
-                "a member reports an empty log though it had acknowledged entries: \
-                 replicating to it from scratch"
+                matched = ?matched.get(&r.node_id),
+                to,
+                "a member lost entries it had acknowledged: handing leadership over so \
+                 replication to it starts from scratch"
             );
             self.raft
                 .trigger()
-                .allow_next_revert(&r.node_id, true)
+                .transfer_leader(to)
                 .await
-                .map_err(fatal)?
-                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+                .map_err(|e| Status::unavailable(format!("raft: {e}")))?;
             reset = true;
         }
         Ok(Response::new(RejoinResponse {
@@ -145,30 +143,30 @@ pub async fn peer_state(addr: &str, me: u64) -> Result<PeerView, String> {
     })
 }
 
-/// Asks the leader at `addr` to take node `me` back (`caught_up` false), or
-/// tells it `me` has caught up.
+/// Asks the leader at `addr` to take node `me`, whose last log index is
+/// `last_log_index`, back.
 pub async fn rejoin(
     addr: &str,
     me: u64,
     last_log_index: Option<u64>,
-    caught_up: bool,
 ) -> Result<RejoinResponse, String> {
     Ok(client(addr)
         .await?
         .rejoin(RejoinRequest {
             node_id: me,
+            has_log: last_log_index.is_some(),
             last_log_index: last_log_index.unwrap_or(0),
-            caught_up,
         })
         .await
         .map_err(|s| format!("{addr}: {}", s.message()))?
         .into_inner())
 }
 
-/// Wraps the Raft service: refuses, with `UNAVAILABLE`, the RPCs the node's
-/// admission phase does not allow (all while sealed, votes and leadership
-/// transfers while catching up). A refused RPC looks to the sender like an
-/// unreachable node, which Raft already tolerates.
+/// Wraps the Raft service: refuses, with `UNAVAILABLE`, the RPCs a node not
+/// yet admitted may not take (votes and leadership transfers). A refused vote
+/// looks to the candidate like an unreachable node, which Raft tolerates.
+/// Appends and snapshots always pass: refusing a streaming append would
+/// leave the sender's request stream running on the connection.
 #[derive(Clone)]
 pub struct RaftGate<S> {
     inner: S,
