@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{binary, free_port, http_get, wait_for};
+use om_tests::{TestNode, binary, free_port, http_get, wait_for};
 
 /// The open-file limit the flooded `om` runs with.
 const NOFILE: u64 = 256;
@@ -227,4 +227,70 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
         after > before + 50,
         "snapshots were built during and after the flood: {before} -> {after}"
     );
+}
+
+/// Each port (public gRPC, Raft, HTTP) has its own configured cap: the
+/// connections past it are reset and counted, the ones within it are served,
+/// and closing them gives their places back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_port_resets_connections_past_its_own_cap() {
+    let n = TestNode::start_with(|a| {
+        a.max_grpc_connections = Some(3);
+        a.max_raft_connections = Some(8);
+        a.max_http_connections = Some(2);
+    })
+    .await;
+    let b = n.node.budget;
+    assert_eq!(
+        (b.grpc_connections, b.raft_connections, b.http_connections),
+        (3, 8, 2)
+    );
+    let ports = [
+        (n.node.grpc_addr, 3),
+        (n.node.raft_addr, 8),
+        (n.node.http_addr, 2),
+    ];
+    for ((addr, cap), stats) in ports.into_iter().zip(n.node.port_stats.iter()) {
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        let open_before = stats.open.load(ordering) as usize;
+        let mut held = Vec::new();
+        // A reset can beat the client's own view of its connect.
+        let mut reset_at_connect = 0;
+        for _ in 0..cap + 4 {
+            match tokio::net::TcpStream::connect(addr).await {
+                Ok(s) => held.push(s),
+                Err(_) => reset_at_connect += 1,
+            }
+        }
+        let excess = cap + 4 - (cap - open_before);
+        wait_for(
+            Duration::from_secs(10),
+            "connections past the cap reset",
+            || {
+                let refused = stats.refused.load(ordering) as usize;
+                async move { (refused >= excess).then_some(()) }
+            },
+        )
+        .await;
+        let closed = wait_for(Duration::from_secs(10), "the client to see it", || {
+            let c = held.iter().filter(|s| closed_by_server(s)).count() + reset_at_connect;
+            async move { (c >= excess).then_some(c) }
+        })
+        .await;
+        assert_eq!(closed, excess, "{addr}: only the excess is closed");
+        assert_eq!(stats.open.load(ordering) as usize, cap);
+        drop(held);
+        wait_for(Duration::from_secs(10), "places given back", || {
+            let open = stats.open.load(ordering) as usize;
+            async move { (open == open_before).then_some(()) }
+        })
+        .await;
+    }
+    assert!(
+        http_get(n.node.http_addr, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    n.client().create_volume("vol1", "").await.unwrap();
+    n.stop().await;
 }

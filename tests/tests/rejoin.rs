@@ -139,9 +139,9 @@ async fn check_rejoined(
 
 /// A follower other than the lowest id comes back on an empty data
 /// directory: the leader recorded it as holding entries it no longer has
-/// (before, it stayed a learner at applied index 0 forever). While it cannot
-/// catch up it refuses votes and says so on /readyz; then the leader resets
-/// replication to it and it catches up.
+/// (before, it stayed a learner at applied index 0 forever), so it hands
+/// leadership over. While the node cannot catch up it refuses votes, says so
+/// on /readyz and keeps waiting across a restart; then it catches up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_catches_up_and_votes_only_after() {
     let faults = Arc::new(Faults::default());
@@ -194,11 +194,33 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
         0,
         "it neither voted nor campaigned"
     );
+    // The leader had recorded entries the node lost: it handed leadership
+    // over to the third member.
+    let others: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    wait_for(Duration::from_secs(20), "leadership handed over", || {
+        let ls: Vec<Option<u64>> = others
+            .iter()
+            .map(|i| metrics_of(nodes[*i].as_ref().unwrap()).current_leader)
+            .collect();
+        let ok = ls[0].is_some_and(|l| l != leader && l != id) && ls[0] == ls[1];
+        async move { ok.then_some(()) }
+    })
+    .await;
+
+    // A restart before it caught up keeps it waiting (the marker says so).
+    let dir = nodes[victim].take().unwrap().stop().await;
+    nodes[victim] = Some(
+        TestNode::start_member_in(dir, &addrs[victim], &addrs, Some(faults.clone()), |_| {}).await,
+    );
+    let n = nodes[victim].as_ref().unwrap();
+    assert_eq!(n.node.admission.phase(), Phase::CatchingUp);
+    let ready = http_get(n.node.http_addr, "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
 
     faults.heal();
     let o = outcome_of(n).await;
     assert!(
-        matches!(o, Outcome::Rejoined { reset: true, target } if target >= 25),
+        matches!(o, Outcome::Rejoined { target, .. } if target >= 25),
         "{o:?}"
     );
     check_rejoined(&addrs, nodes, &c, victim).await;
