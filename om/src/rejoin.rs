@@ -144,6 +144,7 @@ pub struct PeerView {
     pub has_history: bool,
     pub leader_id: u64,
     pub leader_raft_addr: String,
+    pub admitted: bool,
 }
 
 /// The next step of a sealed node.
@@ -189,10 +190,24 @@ pub fn decide(me: u64, members: &[u64], answers: &[PeerView]) -> Decision {
              initializing or joining the cluster"
         ));
     }
-    if members.iter().min() == Some(&me) && !answers.iter().any(|a| a.has_state) {
+    if members.iter().min() != Some(&me) {
+        return Decision::OpenFresh;
+    }
+    if answers.iter().any(|a| a.has_state) {
+        // Someone else started something: never initialize over it.
+        return Decision::OpenFresh;
+    }
+    let deciding: Vec<u64> = answers
+        .iter()
+        .filter(|a| !a.admitted)
+        .map(|a| a.node_id)
+        .collect();
+    if deciding.is_empty() {
         Decision::Initialize
     } else {
-        Decision::OpenFresh
+        Decision::Wait(format!(
+            "first boot: waiting for members {deciding:?} to be ready before initializing"
+        ))
     }
 }
 
@@ -224,6 +239,15 @@ pub const MARKER: &str = "REJOINING";
 
 fn marker_path(data_dir: &Path) -> PathBuf {
     data_dir.join(MARKER)
+}
+
+/// Runs a marker file operation off the async workers (it may fsync).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// The catch-up target recorded in `data_dir` (0 while undecided), if the
@@ -290,15 +314,20 @@ pub struct Member {
 
 /// The admission state a configured member starts in, before its Raft port
 /// serves anything.
-pub fn initial(m: &Member) -> std::io::Result<Admission> {
-    let marker = match read_marker(&m.data_dir)? {
-        Some(t) => Some(t),
-        None if store_is_empty(&m.raft) => {
-            write_marker(&m.data_dir, 0)?;
-            Some(0)
-        }
-        None => None,
-    };
+pub async fn initial(m: &Member) -> std::io::Result<Admission> {
+    let dir = m.data_dir.clone();
+    let empty = store_is_empty(&m.raft);
+    let marker = blocking(move || {
+        Ok(match read_marker(&dir)? {
+            Some(t) => Some(t),
+            None if empty => {
+                write_marker(&dir, 0)?;
+                Some(0)
+            }
+            None => None,
+        })
+    })
+    .await?;
     match marker {
         None => Ok(Admission::open()),
         Some(target) => {
@@ -327,7 +356,8 @@ const STALL: Duration = Duration::from_secs(30);
 /// Runs until the node is admitted (or `stop`).
 pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool>) {
     let mut wait = ROUND_MIN;
-    let mut target = match read_marker(&m.data_dir) {
+    let dir = m.data_dir.clone();
+    let mut target = match blocking(move || read_marker(&dir)).await {
         Ok(t) => t.filter(|t| *t > 0),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the rejoin marker");
@@ -338,12 +368,13 @@ pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool
     let mut leader: Option<(u64, String)> = None;
     let mut progress = (0u64, tokio::time::Instant::now());
     let mut stalled_warned = false;
+    let mut empty_rounds = 0u32;
     loop {
         if admission.phase() == Phase::Open || *stop.borrow() {
             return;
         }
         match admission.phase() {
-            Phase::Sealed => match step_sealed(&m, &admission).await {
+            Phase::Sealed => match step_sealed(&m, &admission, &mut empty_rounds).await {
                 Some(Step::Opened) => return,
                 Some(Step::CatchUp {
                     to,
@@ -369,7 +400,7 @@ pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool
                     .as_ref()
                     .map_or(0, |l| l.index);
                 if applied >= to {
-                    if open(&m, &admission, Outcome::Rejoined { target: to, reset }) {
+                    if open(&m, &admission, Outcome::Rejoined { target: to, reset }).await {
                         return;
                     }
                     sleep_or_stop(&mut stop, ROUND_MAX).await;
@@ -422,8 +453,13 @@ enum Step {
     },
 }
 
+/// Rounds a node's log must stay empty, with a leader known, before it tells
+/// the leader replication to it is stuck: a leader that can replicate to it
+/// does so within one round, and a needless handover costs an election.
+const STUCK_ROUNDS: u32 = 3;
+
 /// One round of questions of a sealed node.
-async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
+async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) -> Option<Step> {
     let peers: Vec<&InitialMember> = m.members.iter().filter(|p| p.id != m.node_id).collect();
     let asked = futures::future::join_all(
         peers
@@ -464,9 +500,13 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
                     return None;
                 }
             }
-            open(m, admission, Outcome::Initialized).then_some(Step::Opened)
+            open(m, admission, Outcome::Initialized)
+                .await
+                .then_some(Step::Opened)
         }
-        Decision::OpenFresh => open(m, admission, Outcome::Fresh).then_some(Step::Opened),
+        Decision::OpenFresh => open(m, admission, Outcome::Fresh)
+            .await
+            .then_some(Step::Opened),
         Decision::Wait(why) => {
             admission.say(why);
             None
@@ -476,7 +516,18 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
             leader_raft_addr,
         } => {
             let last = m.raft.metrics().borrow_watched().last_log_index;
-            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, last).await {
+            if last.is_none() {
+                *empty_rounds += 1;
+                if *empty_rounds < STUCK_ROUNDS {
+                    admission.say(format!(
+                        "the cluster exists; waiting for leader {leader_id} to replicate to this node"
+                    ));
+                    return None;
+                }
+            }
+            let stuck = last.is_none();
+            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, last, stuck).await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     admission.say(format!(
@@ -502,7 +553,8 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
                 );
             }
             // A crash while catching up still finds the node waiting.
-            if let Err(e) = write_marker(&m.data_dir, r.last_log_index) {
+            let (dir, to) = (m.data_dir.clone(), r.last_log_index);
+            if let Err(e) = blocking(move || write_marker(&dir, to)).await {
                 admission.say(format!("cannot write the rejoin marker: {e}"));
                 return None;
             }
@@ -530,8 +582,9 @@ async fn step_sealed(m: &Member, admission: &Admission) -> Option<Step> {
 
 /// Admits the node: the marker goes first, so the node never votes while a
 /// marker says it must not. False when the marker cannot be removed.
-fn open(m: &Member, admission: &Admission, outcome: Outcome) -> bool {
-    if let Err(e) = remove_marker(&m.data_dir) {
+async fn open(m: &Member, admission: &Admission, outcome: Outcome) -> bool {
+    let dir = m.data_dir.clone();
+    if let Err(e) = blocking(move || remove_marker(&dir)).await {
         admission.say(format!("cannot remove the rejoin marker: {e}"));
         return false;
     }
@@ -566,6 +619,7 @@ mod tests {
             node_id: id,
             has_state: state,
             has_history: history,
+            admitted: true,
             leader_id: leader,
             leader_raft_addr: if leader == 0 {
                 String::new()
@@ -584,6 +638,11 @@ mod tests {
         ));
         let all_empty = [peer(2, false, false, 0), peer(3, false, false, 0)];
         assert_eq!(decide(1, &members, &all_empty), Decision::Initialize);
+        // Not before every other member has decided to take part: none may
+        // be left refusing votes when the cluster starts to serve.
+        let mut deciding = all_empty.clone();
+        deciding[1].admitted = false;
+        assert!(matches!(decide(1, &members, &deciding), Decision::Wait(w) if w.contains("[3]")));
         assert_eq!(
             decide(
                 2,

@@ -214,7 +214,7 @@ impl Node {
             grpc_addr: grpc_addr.to_string(),
         });
         let admission = match &member {
-            Some(m) => crate::rejoin::initial(m)?,
+            Some(m) => crate::rejoin::initial(m).await?,
             None => Admission::open(),
         };
 
@@ -222,7 +222,7 @@ impl Node {
             RaftGrpcService::new(raft.clone(), &cfg.data_dir).into_server(),
             admission.clone(),
         );
-        let peer_svc = PeerGrpc::server(raft.clone());
+        let peer_svc = PeerGrpc::server(raft.clone(), admission.clone());
         let rx = stop_rx.clone();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()

@@ -18,16 +18,17 @@ use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use crate::rejoin::{Admission, PeerView, handover_target, needs_reset};
+use crate::rejoin::{Admission, PeerView, Phase, handover_target, needs_reset};
 
 /// Answers other members' admission questions from this node's Raft state.
 pub struct PeerGrpc {
     raft: Raft,
+    admission: Admission,
 }
 
 impl PeerGrpc {
-    pub fn server(raft: Raft) -> RaftPeerServer<Self> {
-        RaftPeerServer::new(PeerGrpc { raft })
+    pub fn server(raft: Raft, admission: Admission) -> RaftPeerServer<Self> {
+        RaftPeerServer::new(PeerGrpc { raft, admission })
     }
 }
 
@@ -52,6 +53,7 @@ impl RaftPeer for PeerGrpc {
             term: m.current_term,
             leader_id: leader,
             leader_raft_addr,
+            admitted: self.admission.phase() == Phase::Open,
         }))
     }
 
@@ -80,7 +82,10 @@ impl RaftPeer for PeerGrpc {
             .unwrap_or_default();
         let follower_last = r.has_log.then_some(r.last_log_index);
         let mut reset = false;
-        if member && needs_reset(matched.get(&r.node_id).copied().flatten(), follower_last) {
+        if r.stuck
+            && member
+            && needs_reset(matched.get(&r.node_id).copied().flatten(), follower_last)
+        {
             let voters: Vec<u64> = membership.voter_ids().collect();
             let Some(to) = handover_target(m.id, r.node_id, &voters, &matched) else {
                 return Err(Status::failed_precondition(format!(
@@ -140,15 +145,18 @@ pub async fn peer_state(addr: &str, me: u64) -> Result<PeerView, String> {
         has_history: r.has_history,
         leader_id: r.leader_id,
         leader_raft_addr: r.leader_raft_addr,
+        admitted: r.admitted,
     })
 }
 
 /// Asks the leader at `addr` to take node `me`, whose last log index is
-/// `last_log_index`, back.
+/// `last_log_index`, back; `stuck` when its log stayed empty while the
+/// leader was known.
 pub async fn rejoin(
     addr: &str,
     me: u64,
     last_log_index: Option<u64>,
+    stuck: bool,
 ) -> Result<RejoinResponse, String> {
     Ok(client(addr)
         .await?
@@ -156,6 +164,7 @@ pub async fn rejoin(
             node_id: me,
             has_log: last_log_index.is_some(),
             last_log_index: last_log_index.unwrap_or(0),
+            stuck,
         })
         .await
         .map_err(|s| format!("{addr}: {}", s.message()))?
