@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/om/v1/om.proto",
         "proto/om/v1/store.proto",
         "proto/om/raft/v1/raft.proto",
+        "proto/om/raft/v1/peer.proto",
         "proto/etcd/kv.proto",
     ];
     // Every protobuf map is a BTreeMap, so a message always encodes its map

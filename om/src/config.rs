@@ -82,6 +82,26 @@ pub struct Args {
     /// gRPC libraries) [default: 3145728 (3 MiB); at least 32768].
     #[arg(long, env = "OM_MAX_RESPONSE_BYTES")]
     pub max_response_bytes: Option<usize>,
+    /// Most concurrent connections to the public gRPC port; further ones are
+    /// reset at once [default: what the open-file limit leaves, see README].
+    #[arg(long, env = "OM_MAX_GRPC_CONNECTIONS")]
+    pub max_grpc_connections: Option<usize>,
+    /// Most concurrent connections to the Raft port [default: an eighth of the
+    /// connection share, 8..=256].
+    #[arg(long, env = "OM_MAX_RAFT_CONNECTIONS")]
+    pub max_raft_connections: Option<usize>,
+    /// Most concurrent connections to the HTTP port [default: a sixteenth of
+    /// the connection share, 2..=64].
+    #[arg(long, env = "OM_MAX_HTTP_CONNECTIONS")]
+    pub max_http_connections: Option<usize>,
+    /// A connection on which nothing was sent or received for this long is
+    /// closed, in seconds; gRPC ports ping clients at a third of it [default: 60].
+    #[arg(long, env = "OM_IDLE_TIMEOUT_S")]
+    pub idle_timeout_s: Option<u64>,
+    /// SST files RocksDB keeps open [default: a quarter of the open-file
+    /// limit, 32..=10000].
+    #[arg(long, env = "OM_DB_MAX_OPEN_FILES")]
+    pub db_max_open_files: Option<u64>,
 }
 
 /// The same settings as read from a TOML file.
@@ -106,6 +126,11 @@ struct FileConfig {
     open_key_ttl_s: Option<u64>,
     min_part_size: Option<u64>,
     max_response_bytes: Option<usize>,
+    max_grpc_connections: Option<usize>,
+    max_raft_connections: Option<usize>,
+    max_http_connections: Option<usize>,
+    idle_timeout_s: Option<u64>,
+    db_max_open_files: Option<u64>,
 }
 
 /// Smallest response byte budget: room for the token and markers every
@@ -142,6 +167,10 @@ pub struct Config {
     pub open_key_ttl: Duration,
     pub min_part_size: u64,
     pub max_response_bytes: usize,
+    /// Configured shares of the descriptor budget (`limits::budget` derives
+    /// the rest from the open-file limit at start-up).
+    pub fd_overrides: crate::limits::Overrides,
+    pub idle_timeout: Duration,
 }
 
 impl Config {
@@ -251,9 +280,24 @@ impl Config {
                 .or(file.min_part_size)
                 .unwrap_or(crate::apply::DEFAULT_MIN_PART_SIZE),
             max_response_bytes,
+            fd_overrides: crate::limits::Overrides {
+                db_max_open_files: args.db_max_open_files.or(file.db_max_open_files),
+                grpc_connections: args.max_grpc_connections.or(file.max_grpc_connections),
+                raft_connections: args.max_raft_connections.or(file.max_raft_connections),
+                http_connections: args.max_http_connections.or(file.max_http_connections),
+            },
+            idle_timeout: Duration::from_secs(
+                args.idle_timeout_s
+                    .or(file.idle_timeout_s)
+                    .unwrap_or(DEFAULT_IDLE_TIMEOUT_S)
+                    .max(1),
+            ),
         })
     }
 }
+
+/// Default idle timeout of connections, in seconds.
+pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 60;
 
 /// Parses `1=127.0.0.1:9872/127.0.0.1:9862,2=...`. The gRPC address is optional.
 pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
@@ -329,6 +373,32 @@ mod tests {
         })
         .unwrap();
         assert_eq!(cfg.max_response_bytes, 100_000);
+    }
+
+    #[test]
+    fn connection_settings_come_from_every_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("om.toml");
+        std::fs::write(
+            &f,
+            "max_grpc_connections = 500\nmax_http_connections = 3\nidle_timeout_s = 9\ndb_max_open_files = 77\n",
+        )
+        .unwrap();
+        let cfg = Config::load(Args {
+            config: Some(f),
+            max_grpc_connections: Some(600),
+            max_raft_connections: Some(20),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.fd_overrides.grpc_connections, Some(600));
+        assert_eq!(cfg.fd_overrides.raft_connections, Some(20));
+        assert_eq!(cfg.fd_overrides.http_connections, Some(3));
+        assert_eq!(cfg.fd_overrides.db_max_open_files, Some(77));
+        assert_eq!(cfg.idle_timeout, Duration::from_secs(9));
+        let d = Config::load(Args::default()).unwrap();
+        assert_eq!(d.fd_overrides, crate::limits::Overrides::default());
+        assert_eq!(d.idle_timeout, Duration::from_secs(DEFAULT_IDLE_TIMEOUT_S));
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn capped(m: String) -> String {
 }
 
 pub use objects::MAX_RECORD_BLOCKS;
+pub mod peer;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 pub fn to_status(e: &OmError) -> Status {

@@ -1,5 +1,6 @@
 //! The HTTP side: `/metrics` (Prometheus text), `/healthz` (the process and
-//! Raft are running) and `/readyz` (a leader is known, so requests can be served).
+//! Raft are running) and `/readyz` (a leader is known and this node is a full
+//! member, so requests can be served).
 
 use std::sync::Arc;
 
@@ -10,20 +11,26 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use openraft::async_runtime::WatchReceiver;
 
+use crate::rejoin::{Admission, Phase};
 use crate::service::OmService;
 
 #[derive(Clone)]
 struct HttpState {
     svc: Arc<OmService>,
     prom: PrometheusHandle,
+    admission: Admission,
 }
 
-pub fn router(svc: Arc<OmService>, prom: PrometheusHandle) -> Router {
+pub fn router(svc: Arc<OmService>, prom: PrometheusHandle, admission: Admission) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(HttpState { svc, prom })
+        .with_state(HttpState {
+            svc,
+            prom,
+            admission,
+        })
 }
 
 async fn metrics(State(s): State<HttpState>) -> String {
@@ -44,11 +51,18 @@ async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+/// Ready once Raft runs, a leader is known and this node takes full part in
+/// Raft (a member that lost its data says why it does not, see `rejoin`).
+async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
     let m = s.svc.raft().metrics().borrow_watched().clone();
-    if m.running_state.is_ok() && m.current_leader.is_some() {
-        (StatusCode::OK, "ready\n")
+    if s.admission.phase() != Phase::Open {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not admitted: {}\n", s.admission.message()),
+        )
+    } else if m.running_state.is_ok() && m.current_leader.is_some() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "no leader\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "no leader\n".to_string())
     }
 }

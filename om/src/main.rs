@@ -20,6 +20,12 @@ fn main() -> std::process::ExitCode {
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Descriptors are budgeted from the limit (see `om::limits`): take all
+    // the process may have before anything is opened.
+    match om::limits::raise_nofile_limit() {
+        Ok((before, after)) => tracing::info!(before, after, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let cfg = match Config::load(args) {
         Ok(c) => c,
         Err(e) => {

@@ -14,11 +14,13 @@ use openraft::async_runtime::WatchReceiver;
 use rocksdb::{ColumnFamilyDescriptor, Options};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::apply::OmApplier;
 use crate::config::Config;
+use crate::grpc::peer::{PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, OmGrpc};
+use crate::net::{LimitedListener, PortPolicy, PortStats};
+use crate::rejoin::{Admission, Member, Phase};
 use crate::service::{OmService, WriteId};
 use crate::store::keys;
 
@@ -42,6 +44,12 @@ pub struct Node {
     pub grpc_addr: std::net::SocketAddr,
     pub http_addr: std::net::SocketAddr,
     pub raft_addr: std::net::SocketAddr,
+    /// How the descriptor limit was split between storage and the ports.
+    pub budget: crate::limits::Budget,
+    /// Connection counters of the public gRPC, Raft and HTTP ports.
+    pub port_stats: [Arc<PortStats>; 3],
+    /// Whether this node takes full part in Raft yet (see `rejoin`).
+    pub admission: Admission,
     stop: watch::Sender<bool>,
     /// The Raft RPC server: stopped at once on shutdown, since peers' replication
     /// streams never end on their own.
@@ -77,10 +85,16 @@ fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
 /// Opens the store, waiting (up to 10 s) for a previous instance in this
 /// process to release the directory: the last handle of a stopped node may
 /// still be closing RocksDB on a background thread.
-async fn open_store(dir: &std::path::Path) -> std::io::Result<om_raft_store::OpenedStore> {
+async fn open_store(
+    dir: &std::path::Path,
+    max_open_files: u64,
+) -> std::io::Result<om_raft_store::OpenedStore> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let opts = om_raft_store::StoreOptions {
+        max_open_files: Some(max_open_files),
+    };
     loop {
-        match om_raft_store::open(dir, table_descriptors(), Arc::new(OmApplier)) {
+        match om_raft_store::open_with(dir, table_descriptors(), Arc::new(OmApplier), &opts) {
             Err(e) if e.to_string().contains("lock") && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -128,7 +142,18 @@ impl Node {
     /// `start` with test hooks.
     pub async fn start_with(cfg: Config, opts: NodeOptions) -> Result<Node, BoxError> {
         let prom = crate::metrics::recorder();
-        let store = open_store(&cfg.data_dir).await?;
+        let (limit, _) = crate::limits::nofile_limit()?;
+        let budget = crate::limits::budget(limit, &cfg.fd_overrides)?;
+        tracing::info!(
+            open_file_limit = budget.limit,
+            db_max_open_files = budget.db_max_open_files,
+            max_grpc_connections = budget.grpc_connections,
+            max_raft_connections = budget.raft_connections,
+            max_http_connections = budget.http_connections,
+            idle_timeout_s = cfg.idle_timeout.as_secs(),
+            "descriptor budget"
+        );
+        let store = open_store(&cfg.data_dir, budget.db_max_open_files).await?;
         let db = store.db.clone();
         crate::store::tune_tables(&db)?;
         let raft = Raft::new(
@@ -147,6 +172,22 @@ impl Node {
         let grpc_addr = grpc_listener.local_addr()?;
         let raft_addr = raft_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
+        let policy = |name, max_connections| PortPolicy {
+            name,
+            max_connections,
+            idle_timeout: cfg.idle_timeout,
+        };
+        let grpc_policy = policy("grpc", budget.grpc_connections);
+        let raft_policy = policy("raft", budget.raft_connections);
+        let grpc_listener = LimitedListener::new(grpc_listener, grpc_policy);
+        let raft_listener = LimitedListener::new(raft_listener, raft_policy);
+        let http_listener =
+            LimitedListener::new(http_listener, policy("http", budget.http_connections));
+        let port_stats = [
+            grpc_listener.stats(),
+            raft_listener.stats(),
+            http_listener.stats(),
+        ];
 
         let service = Arc::new(
             OmService::new(
@@ -168,12 +209,33 @@ impl Node {
             let _ = rx.wait_for(|s| *s).await;
         };
 
-        let raft_svc = RaftGrpcService::new(raft.clone()).into_server();
+        // Decided before the Raft port serves anything: a configured member
+        // on an empty data directory must not vote until it knows better.
+        let member = (!cfg.join && !cfg.initial_cluster.is_empty()).then(|| Member {
+            raft: raft.clone(),
+            node_id: cfg.node_id,
+            data_dir: cfg.data_dir.clone(),
+            members: cfg.initial_cluster.clone(),
+            grpc_addr: grpc_addr.to_string(),
+        });
+        let admission = match &member {
+            Some(m) => crate::rejoin::initial(m).await?,
+            None => Admission::open(),
+        };
+
+        let raft_svc = RaftGate::new(
+            RaftGrpcService::new(raft.clone()).into_server(),
+            admission.clone(),
+        );
+        let peer_svc = PeerGrpc::server(raft.clone(), admission.clone());
         let rx = stop_rx.clone();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(raft_policy.keepalive()))
+                .http2_keepalive_timeout(Some(raft_policy.keepalive()))
                 .add_service(raft_svc)
-                .serve_with_incoming_shutdown(nodelay(raft_listener), stopped(rx))
+                .add_service(peer_svc)
+                .serve_with_incoming_shutdown(raft_listener.into_incoming(), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "raft server failed");
@@ -188,16 +250,18 @@ impl Node {
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(grpc_policy.keepalive()))
+                .http2_keepalive_timeout(Some(grpc_policy.keepalive()))
                 .add_service(crate::grpc::MalformedAsInvalid(om))
                 .add_service(crate::grpc::MalformedAsInvalid(cluster))
-                .serve_with_incoming_shutdown(nodelay(grpc_listener), stopped(rx))
+                .serve_with_incoming_shutdown(grpc_listener.into_incoming(), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "gRPC server failed");
             }
         }));
 
-        let app = crate::http::router(service.clone(), prom);
+        let app = crate::http::router(service.clone(), prom, admission.clone());
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = axum::serve(http_listener, app)
@@ -228,7 +292,18 @@ impl Node {
             stop_rx.clone(),
         )));
 
-        bootstrap(&raft, &cfg, grpc_addr, raft_addr).await?;
+        match member {
+            Some(m) if admission.phase() != Phase::Open => {
+                tasks.push(tokio::spawn(crate::rejoin::run(
+                    m,
+                    admission.clone(),
+                    stop_rx.clone(),
+                )));
+            }
+            Some(_) => {}
+            None if cfg.join => {}
+            None => initialize_single(&raft, cfg.node_id, grpc_addr, raft_addr).await?,
+        }
         tracing::info!(
             node_id = cfg.node_id,
             %grpc_addr,
@@ -243,6 +318,9 @@ impl Node {
             grpc_addr,
             http_addr,
             raft_addr,
+            budget,
+            port_stats,
+            admission,
             stop,
             raft_server,
             tasks,
@@ -308,62 +386,25 @@ impl Node {
     }
 }
 
-/// Accepted connections with Nagle's algorithm off: Raft and client RPCs are
-/// small messages whose latency matters more than packet count.
-fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use futures::StreamExt;
-    TcpListenerStream::new(listener).map(|r| {
-        r.inspect(|s| {
-            if let Err(e) = s.set_nodelay(true) {
-                tracing::debug!(error = %e, "set_nodelay");
-            }
-        })
-    })
-}
-
-async fn bootstrap(
+/// Initializes a single-node cluster (no `--initial-cluster`, no `--join`)
+/// on first start.
+async fn initialize_single(
     raft: &Raft,
-    cfg: &Config,
+    node_id: u64,
     grpc_addr: std::net::SocketAddr,
     raft_addr: std::net::SocketAddr,
 ) -> Result<(), BoxError> {
-    if cfg.join || raft.is_initialized().await? {
+    if raft.is_initialized().await? {
         return Ok(());
     }
-    let members: BTreeMap<u64, OmNode> = if cfg.initial_cluster.is_empty() {
-        BTreeMap::from([(
-            cfg.node_id,
-            OmNode {
-                raft_addr: raft_addr.to_string(),
-                grpc_addr: grpc_addr.to_string(),
-            },
-        )])
-    } else {
-        // Only the lowest id initializes; the others learn the membership from it.
-        if cfg.initial_cluster[0].id != cfg.node_id {
-            return Ok(());
-        }
-        cfg.initial_cluster
-            .iter()
-            .map(|m| {
-                let grpc = if m.id == cfg.node_id && m.grpc_addr.is_empty() {
-                    grpc_addr.to_string()
-                } else {
-                    m.grpc_addr.clone()
-                };
-                (
-                    m.id,
-                    OmNode {
-                        raft_addr: m.raft_addr.clone(),
-                        grpc_addr: grpc,
-                    },
-                )
-            })
-            .collect()
-    };
-    tracing::info!(members = ?members.keys().collect::<Vec<_>>(), "initializing cluster");
+    let members = BTreeMap::from([(
+        node_id,
+        OmNode {
+            raft_addr: raft_addr.to_string(),
+            grpc_addr: grpc_addr.to_string(),
+        },
+    )]);
+    tracing::info!("initializing a single-node cluster");
     match raft.initialize(members).await {
         Ok(()) => Ok(()),
         Err(openraft::errors::RaftError::APIError(

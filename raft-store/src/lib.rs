@@ -102,8 +102,29 @@ pub fn open(
     tables: Vec<ColumnFamilyDescriptor>,
     applier: Arc<dyn Applier>,
 ) -> std::io::Result<OpenedStore> {
+    open_with(dir, tables, applier, &StoreOptions::default())
+}
+
+/// Database-wide settings the application chooses.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// RocksDB's `max_open_files` (SST files kept open), so the server can
+    /// budget its descriptors; `None` keeps every file open (RocksDB's default).
+    pub max_open_files: Option<u64>,
+}
+
+/// `open` with database-wide settings.
+pub fn open_with(
+    dir: &Path,
+    tables: Vec<ColumnFamilyDescriptor>,
+    applier: Arc<dyn Applier>,
+    store: &StoreOptions,
+) -> std::io::Result<OpenedStore> {
     std::fs::create_dir_all(dir)?;
     let mut opts = Options::default();
+    if let Some(n) = store.max_open_files {
+        opts.set_max_open_files(i32::try_from(n).unwrap_or(i32::MAX));
+    }
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     // Recover to the last consistent point of the WAL after a crash; every

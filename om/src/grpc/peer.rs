@@ -1,0 +1,222 @@
+//! The Raft port's admission side (see `rejoin`): the `RaftPeer` service
+//! members ask each other, its client calls, and `RaftGate`, which refuses
+//! the Raft RPCs a node may not take yet.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use om_proto::raft::raft_peer_client::RaftPeerClient;
+use om_proto::raft::raft_peer_server::{RaftPeer, RaftPeerServer};
+use om_proto::raft::{PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse};
+use om_raft_store::Raft;
+use openraft::async_runtime::WatchReceiver;
+use tonic::codegen::{Service, http};
+use tonic::server::NamedService;
+use tonic::{Request, Response, Status};
+
+use crate::rejoin::{Admission, PeerView, Phase, handover_target, needs_reset};
+
+/// Answers other members' admission questions from this node's Raft state.
+pub struct PeerGrpc {
+    raft: Raft,
+    admission: Admission,
+}
+
+impl PeerGrpc {
+    pub fn server(raft: Raft, admission: Admission) -> RaftPeerServer<Self> {
+        RaftPeerServer::new(PeerGrpc { raft, admission })
+    }
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerGrpc {
+    async fn peer_state(
+        &self,
+        _req: Request<PeerStateRequest>,
+    ) -> Result<Response<PeerStateResponse>, Status> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let leader = m.current_leader.unwrap_or(0);
+        let leader_raft_addr = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
+            .map(|n| n.raft_addr)
+            .unwrap_or_default();
+        Ok(Response::new(PeerStateResponse {
+            node_id: m.id,
+            has_state: m.current_term > 0 || m.last_log_index.is_some() || m.snapshot.is_some(),
+            has_history: m.last_log_index.is_some_and(|i| i >= 1) || m.snapshot.is_some(),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            term: m.current_term,
+            leader_id: leader,
+            leader_raft_addr,
+            admitted: self.admission.phase() == Phase::Open,
+        }))
+    }
+
+    async fn rejoin(
+        &self,
+        req: Request<RejoinRequest>,
+    ) -> Result<Response<RejoinResponse>, Status> {
+        let r = req.into_inner();
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.state != openraft::ServerState::Leader {
+            return Err(Status::failed_precondition(format!(
+                "node {} is not the leader (leader: {:?})",
+                m.id, m.current_leader
+            )));
+        }
+        let membership = m.membership_config.membership();
+        let member = membership.get_node(&r.node_id).is_some();
+        let matched: BTreeMap<u64, Option<u64>> = m
+            .replication
+            .as_ref()
+            .map(|rep| {
+                rep.iter()
+                    .map(|(id, l)| (*id, l.as_ref().map(|l| l.index)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let follower_last = r.has_log.then_some(r.last_log_index);
+        let mut reset = false;
+        if r.stuck
+            && member
+            && needs_reset(
+                matched.get(&r.node_id).copied().flatten(),
+                follower_last,
+                m.purged.as_ref().map(|p| p.index),
+            )
+        {
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            let Some(to) = handover_target(m.id, r.node_id, &voters, &matched) else {
+                return Err(Status::failed_precondition(format!(
+                    "node {} lost entries this leader recorded it as holding, and no other \
+                     voter can take over leadership to replicate to it from scratch",
+                    r.node_id
+                )));
+            };
+            tracing::warn!(
+                node_id = r.node_id,
+                matched = ?matched.get(&r.node_id),
+                to,
+                "a member lost entries it had acknowledged: handing leadership over so \
+                 replication to it starts from scratch"
+            );
+            self.raft
+                .trigger()
+                .transfer_leader(to)
+                .await
+                .map_err(|e| Status::unavailable(format!("raft: {e}")))?;
+            reset = true;
+        }
+        Ok(Response::new(RejoinResponse {
+            leader_id: m.id,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            member,
+            reset,
+        }))
+    }
+}
+
+/// Longest wait for a member's answer.
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn client(addr: &str) -> Result<RaftPeerClient<tonic::transport::Channel>, String> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(ASK_TIMEOUT)
+        .timeout(ASK_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    Ok(RaftPeerClient::new(ch))
+}
+
+/// Asks the member at `addr` what it holds.
+pub async fn peer_state(addr: &str, me: u64) -> Result<PeerView, String> {
+    let r = client(addr)
+        .await?
+        .peer_state(PeerStateRequest { node_id: me })
+        .await
+        .map_err(|s| format!("{addr}: {}", s.message()))?
+        .into_inner();
+    Ok(PeerView {
+        node_id: r.node_id,
+        has_state: r.has_state,
+        has_history: r.has_history,
+        leader_id: r.leader_id,
+        leader_raft_addr: r.leader_raft_addr,
+        admitted: r.admitted,
+    })
+}
+
+/// Asks the leader at `addr` to take node `me`, whose last log index is
+/// `last_log_index`, back; `stuck` when its log stayed empty while the
+/// leader was known.
+pub async fn rejoin(
+    addr: &str,
+    me: u64,
+    last_log_index: Option<u64>,
+    stuck: bool,
+) -> Result<RejoinResponse, String> {
+    Ok(client(addr)
+        .await?
+        .rejoin(RejoinRequest {
+            node_id: me,
+            has_log: last_log_index.is_some(),
+            last_log_index: last_log_index.unwrap_or(0),
+            stuck,
+        })
+        .await
+        .map_err(|s| format!("{addr}: {}", s.message()))?
+        .into_inner())
+}
+
+/// Wraps the Raft service: refuses, with `UNAVAILABLE`, the RPCs a node not
+/// yet admitted may not take (votes and leadership transfers). A refused vote
+/// looks to the candidate like an unreachable node, which Raft tolerates.
+/// Appends and snapshots always pass: refusing a streaming append would
+/// leave the sender's request stream running on the connection.
+#[derive(Clone)]
+pub struct RaftGate<S> {
+    inner: S,
+    admission: Admission,
+}
+
+impl<S> RaftGate<S> {
+    pub fn new(inner: S, admission: Admission) -> Self {
+        RaftGate { inner, admission }
+    }
+}
+
+impl<S: NamedService> NamedService for RaftGate<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, B> Service<http::Request<B>> for RaftGate<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+        if let Some(why) = self.admission.refuses(method) {
+            let resp = Status::unavailable(why).into_http();
+            return Box::pin(async move { Ok(resp) });
+        }
+        Box::pin(self.inner.call(req))
+    }
+}

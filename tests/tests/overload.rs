@@ -1,0 +1,296 @@
+//! Connection floods: a node whose public port is flooded with idle
+//! connections keeps its descriptors for RocksDB, snapshots and Raft.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use om_client::v1::BucketLayout;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{TestNode, binary, free_port, http_get, wait_for};
+
+/// The open-file limit the flooded `om` runs with.
+const NOFILE: u64 = 256;
+/// Idle connections the flood opens.
+const FLOOD: usize = 1000;
+
+/// A real `om` started with soft and hard RLIMIT_NOFILE set to `nofile`.
+struct Limited {
+    child: Child,
+    grpc: String,
+    http: std::net::SocketAddr,
+}
+
+impl Limited {
+    fn spawn(dir: &Path, nofile: u64, extra: &[&str]) -> Limited {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let raft = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(binary("om"));
+        cmd.arg("--data-dir")
+            .arg(dir)
+            .args(["--grpc-addr", &grpc, "--raft-addr", &raft])
+            .arg("--http-addr")
+            .arg(http.to_string())
+            .args(extra)
+            .env("OM_LOG", "warn")
+            // Closes the flood's accepted connections soon after they fall silent.
+            .env("OM_IDLE_TIMEOUT_S", "3")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: nofile as libc::rlim_t,
+                    rlim_max: nofile as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Limited {
+            child: cmd.spawn().expect("spawn om"),
+            grpc,
+            http,
+        }
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lets this test process hold the flood's sockets.
+fn raise_own_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+        r.rlim_cur = r.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
+    }
+    assert!(
+        r.rlim_cur as usize > FLOOD + 200,
+        "this test needs {} descriptors",
+        FLOOD + 200
+    );
+}
+
+/// The value of the first sample of `name` (with its labels) in `/metrics`.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Whether the server closed `s` (EOF or reset); reads whatever it sent.
+fn closed_by_server(s: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match s.try_read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+async fn snapshot_index(addr: &str) -> u64 {
+    OmClient::node_status(addr)
+        .await
+        .map(|s| s.snapshot_index)
+        .unwrap_or(0)
+}
+
+/// Floods the public port of an `om` limited to 256 descriptors with 1000
+/// idle connections: those past the port's cap are reset at once, the ones
+/// within it are closed when idle, and meanwhile Raft keeps committing and
+/// building snapshots; afterwards the node is healthy and serves new clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_connections_does_not_stop_raft() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let om = Limited::spawn(
+        dir.path(),
+        NOFILE,
+        &["--snapshot-every", "10", "--snapshot-keep-logs", "5"],
+    );
+    let grpc = om.grpc.clone();
+    wait_for(Duration::from_secs(30), "om to lead", || {
+        let grpc = grpc.clone();
+        async move {
+            let s = OmClient::node_status(&grpc).await.ok()?;
+            (s.role == "leader").then_some(())
+        }
+    })
+    .await;
+    // The budget of 256 descriptors: 64 reserved, 64 for RocksDB, and of
+    // the remaining 128, 16 for Raft, 8 for HTTP and 104 for the public port.
+    let cap = 104;
+    let c = OmClient::new(
+        std::slice::from_ref(&om.grpc),
+        ClientOptions {
+            deadline: Duration::from_secs(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let before = snapshot_index(&om.grpc).await;
+
+    let mut flood = Vec::with_capacity(FLOOD);
+    let mut refused_at_connect = 0;
+    for _ in 0..FLOOD {
+        // A connect that does not complete at once sits in a full backlog:
+        // the server stopped accepting.
+        let s = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect(&om.grpc),
+        )
+        .await
+        .expect("the server keeps accepting (and resetting) connections");
+        match s {
+            Ok(s) => flood.push(s),
+            Err(_) => refused_at_connect += 1,
+        }
+    }
+    // Writes go on through Raft while the flood holds the port, and
+    // snapshots (a new file each) keep being built.
+    for i in 0..60 {
+        c.put_key("vol1", "bkt1", &format!("during{i:03}"), i)
+            .await
+            .expect("a write during the flood");
+    }
+    // Everything past the cap was reset promptly rather than queued.
+    let refused = wait_for(Duration::from_secs(30), "excess connections reset", || {
+        let n = flood.iter().filter(|s| closed_by_server(s)).count() + refused_at_connect;
+        async move { (n >= FLOOD - cap).then_some(n) }
+    })
+    .await;
+    assert!(refused >= FLOOD - cap, "{refused} of {FLOOD} refused");
+    let m = http_get(om.http, "/metrics").await;
+    let counted = sample(&m, "om_net_connections_refused_total{port=\"grpc\"}");
+    assert!(
+        counted >= (FLOOD - cap - refused_at_connect) as f64,
+        "refusals counted: {counted}"
+    );
+    // The connections within the cap say nothing: they are closed when idle.
+    wait_for(Duration::from_secs(30), "idle connections closed", || {
+        let all = flood.iter().all(closed_by_server);
+        async move { all.then_some(()) }
+    })
+    .await;
+    let m = http_get(om.http, "/metrics").await;
+    assert!(sample(&m, "om_net_connections_idle_closed_total{port=\"grpc\"}") >= 1.0);
+    drop(flood);
+
+    // Once the flood is over: healthy, ready, new clients served, and
+    // nothing acknowledged was lost.
+    for i in 0..20 {
+        c.put_key("vol1", "bkt1", &format!("after{i:03}"), i)
+            .await
+            .expect("a write after the flood");
+    }
+    assert!(
+        http_get(om.http, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        http_get(om.http, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    let fresh = OmClient::new(std::slice::from_ref(&om.grpc), ClientOptions::default()).unwrap();
+    assert_eq!(
+        fresh.get_bucket("vol1", "bkt1").await.unwrap().key_count,
+        80
+    );
+    let after = snapshot_index(&om.grpc).await;
+    assert!(
+        after > before + 50,
+        "snapshots were built during and after the flood: {before} -> {after}"
+    );
+}
+
+/// Each port (public gRPC, Raft, HTTP) has its own configured cap: the
+/// connections past it are reset and counted, the ones within it are served,
+/// and closing them gives their places back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_port_resets_connections_past_its_own_cap() {
+    let n = TestNode::start_with(|a| {
+        a.max_grpc_connections = Some(3);
+        a.max_raft_connections = Some(8);
+        a.max_http_connections = Some(2);
+    })
+    .await;
+    let b = n.node.budget;
+    assert_eq!(
+        (b.grpc_connections, b.raft_connections, b.http_connections),
+        (3, 8, 2)
+    );
+    let ports = [
+        (n.node.grpc_addr, 3),
+        (n.node.raft_addr, 8),
+        (n.node.http_addr, 2),
+    ];
+    for ((addr, cap), stats) in ports.into_iter().zip(n.node.port_stats.iter()) {
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        let open_before = stats.open.load(ordering) as usize;
+        let mut held = Vec::new();
+        // A reset can beat the client's own view of its connect.
+        let mut reset_at_connect = 0;
+        for _ in 0..cap + 4 {
+            match tokio::net::TcpStream::connect(addr).await {
+                Ok(s) => held.push(s),
+                Err(_) => reset_at_connect += 1,
+            }
+        }
+        let excess = cap + 4 - (cap - open_before);
+        wait_for(
+            Duration::from_secs(10),
+            "connections past the cap reset",
+            || {
+                let refused = stats.refused.load(ordering) as usize;
+                async move { (refused >= excess).then_some(()) }
+            },
+        )
+        .await;
+        let closed = wait_for(Duration::from_secs(10), "the client to see it", || {
+            let c = held.iter().filter(|s| closed_by_server(s)).count() + reset_at_connect;
+            async move { (c >= excess).then_some(c) }
+        })
+        .await;
+        assert_eq!(closed, excess, "{addr}: only the excess is closed");
+        assert_eq!(stats.open.load(ordering) as usize, cap);
+        drop(held);
+        wait_for(Duration::from_secs(10), "places given back", || {
+            let open = stats.open.load(ordering) as usize;
+            async move { (open == open_before).then_some(()) }
+        })
+        .await;
+    }
+    assert!(
+        http_get(n.node.http_addr, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    n.client().create_volume("vol1", "").await.unwrap();
+    n.stop().await;
+}

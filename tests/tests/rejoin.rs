@@ -1,0 +1,287 @@
+//! Members restarted on an empty data directory (a replaced disk) with their
+//! usual flags, and first boots of a static cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use om::rejoin::{Outcome, Phase};
+use om_client::v1::BucketLayout;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{Faults, MemberAddrs, TestNode, cluster_addrs, http_get, wait_for};
+
+fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
+    let m = n.node.raft.metrics();
+    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
+}
+
+/// Waits until every running node names the same leader.
+async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {
+    leader_other_than(nodes, 0).await
+}
+
+/// Waits until every running node names the same leader, not `old`.
+async fn leader_other_than(nodes: &[Option<TestNode>], old: u64) -> u64 {
+    wait_for(Duration::from_secs(20), "an agreed leader", || {
+        let ls: Vec<Option<u64>> = nodes
+            .iter()
+            .flatten()
+            .map(|n| metrics_of(n).current_leader)
+            .collect();
+        let first = ls[0];
+        let ok = first.is_some_and(|l| l != old) && ls.iter().all(|l| *l == first);
+        async move { if ok { first } else { None } }
+    })
+    .await
+}
+
+fn client(addrs: &[MemberAddrs]) -> OmClient {
+    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    OmClient::new(
+        &eps,
+        ClientOptions {
+            deadline: Duration::from_secs(20),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn local_client(a: &MemberAddrs) -> OmClient {
+    OmClient::new(
+        std::slice::from_ref(&a.grpc),
+        ClientOptions {
+            stale_reads: true,
+            deadline: Duration::from_secs(2),
+            attempt_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+async fn outcome_of(n: &TestNode) -> Outcome {
+    let mut rx = n.node.admission.outcome();
+    let o = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|o| o.is_some()))
+        .await
+        .expect("admitted in time")
+        .expect("admission state")
+        .clone();
+    o.unwrap()
+}
+
+/// Writes `n` keys named `prefix{i}`.
+async fn write(c: &OmClient, prefix: &str, n: u64) {
+    for i in 0..n {
+        c.put_key("vol1", "bkt1", &format!("{prefix}{i:03}"), i)
+            .await
+            .unwrap();
+    }
+}
+
+/// Starts a 3-node cluster with one volume, one bucket and 20 keys.
+async fn cluster(
+    faults: Option<Arc<Faults>>,
+) -> (Vec<MemberAddrs>, Vec<Option<TestNode>>, OmClient) {
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, &addrs, faults.clone(), |_| {}).await,
+        ));
+    }
+    leader_of(&nodes).await;
+    let c = client(&addrs);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    write(&c, "a", 20).await;
+    (addrs, nodes, c)
+}
+
+/// After a member rejoined: it holds everything, is ready, and counts in a
+/// quorum again: with the leader stopped, it and the third member elect a
+/// leader between them and commit.
+async fn check_rejoined(
+    addrs: &[MemberAddrs],
+    mut nodes: Vec<Option<TestNode>>,
+    c: &OmClient,
+    victim: usize,
+) {
+    let lc = local_client(&addrs[victim]);
+    wait_for(
+        Duration::from_secs(20),
+        "the rejoined node to have b004",
+        || {
+            let lc = &lc;
+            async move { lc.lookup_key("vol1", "bkt1", "b004").await.ok() }
+        },
+    )
+    .await;
+    assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
+    let ready = http_get(nodes[victim].as_ref().unwrap().node.http_addr, "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let leader = leader_of(&nodes).await;
+    assert_ne!(leader as usize, victim + 1);
+    nodes[(leader - 1) as usize]
+        .take()
+        .unwrap()
+        .node
+        .shutdown()
+        .await;
+    leader_other_than(&nodes, leader).await;
+    write(c, "c", 3).await;
+    assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 28);
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+/// A follower other than the lowest id comes back on an empty data
+/// directory: the leader recorded it as holding entries it no longer has
+/// (before, it stayed a learner at applied index 0 forever), so it hands
+/// leadership over. While the node cannot catch up it refuses votes, says so
+/// on /readyz and keeps waiting across a restart; then it catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_catches_up_and_votes_only_after() {
+    let faults = Arc::new(Faults::default());
+    let (addrs, mut nodes, c) = cluster(Some(faults.clone())).await;
+    let leader = leader_of(&nodes).await;
+    let victim = (1..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let id = victim as u64 + 1;
+    nodes[victim].take().unwrap().node.shutdown().await;
+    write(&c, "b", 5).await;
+
+    // The disk is replaced; the leader cannot reach the node for now.
+    faults.isolate(id, &[1, 2, 3]);
+    nodes[victim] = Some(
+        TestNode::start_member_with(&addrs[victim], &addrs, Some(faults.clone()), |_| {}).await,
+    );
+    let n = nodes[victim].as_ref().unwrap();
+    wait_for(Duration::from_secs(20), "the node to catch up", || {
+        let p = n.node.admission.phase();
+        async move { (p == Phase::CatchingUp).then_some(()) }
+    })
+    .await;
+    let ready = http_get(n.node.http_addr, "/readyz").await;
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("rejoining"),
+        "{ready}"
+    );
+    // Its vote is not given while it lacks entries it may have acknowledged.
+    let mut raft = om_proto::raft::raft_service_client::RaftServiceClient::connect(format!(
+        "http://{}",
+        addrs[victim].raft
+    ))
+    .await
+    .unwrap();
+    let vote = raft
+        .vote(om_proto::raft::VoteRequest {
+            vote: Some(om_proto::raft::Vote {
+                leader_id: Some(om_proto::raft::LeaderId {
+                    term: 1000,
+                    node_id: leader,
+                }),
+                committed: false,
+            }),
+            last_log_id: None,
+            leadership_transfer: false,
+        })
+        .await;
+    assert_eq!(vote.unwrap_err().code(), tonic::Code::Unavailable);
+    assert_eq!(
+        metrics_of(n).current_term,
+        0,
+        "it neither voted nor campaigned"
+    );
+    // The leader had recorded entries the node lost: it handed leadership
+    // over to the third member.
+    let others: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    wait_for(Duration::from_secs(20), "leadership handed over", || {
+        let ls: Vec<Option<u64>> = others
+            .iter()
+            .map(|i| metrics_of(nodes[*i].as_ref().unwrap()).current_leader)
+            .collect();
+        let ok = ls[0].is_some_and(|l| l != leader && l != id) && ls[0] == ls[1];
+        async move { ok.then_some(()) }
+    })
+    .await;
+
+    // A restart before it caught up keeps it waiting (the marker says so).
+    let dir = nodes[victim].take().unwrap().stop().await;
+    nodes[victim] = Some(
+        TestNode::start_member_in(dir, &addrs[victim], &addrs, Some(faults.clone()), |_| {}).await,
+    );
+    let n = nodes[victim].as_ref().unwrap();
+    assert_eq!(n.node.admission.phase(), Phase::CatchingUp);
+    let ready = http_get(n.node.http_addr, "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+
+    faults.heal();
+    let o = outcome_of(n).await;
+    assert!(
+        matches!(o, Outcome::Rejoined { target, .. } if target >= 25),
+        "{o:?}"
+    );
+    check_rejoined(&addrs, nodes, &c, victim).await;
+}
+
+/// The lowest id, wiped, does not initialize a cluster again: it finds the
+/// cluster through the other members and rejoins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_lowest_id_rejoins_instead_of_initializing() {
+    let (addrs, mut nodes, c) = cluster(None).await;
+    if leader_of(&nodes).await == 1 {
+        c.transfer_leader(2).await.unwrap();
+    }
+    let leader = leader_of(&nodes).await;
+    assert_ne!(leader, 1);
+    nodes[0].take().unwrap().node.shutdown().await;
+    write(&c, "b", 5).await;
+    nodes[0] = Some(TestNode::start_member(&addrs[0], &addrs).await);
+    let o = outcome_of(nodes[0].as_ref().unwrap()).await;
+    assert!(
+        matches!(o, Outcome::Rejoined { reset: true, target } if target >= 25),
+        "{o:?}"
+    );
+    check_rejoined(&addrs, nodes, &c, 0).await;
+}
+
+/// A first boot waits for every member before the lowest id initializes;
+/// members that lost their data meanwhile are told apart by the others' state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_boot_waits_for_every_member() {
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs[..2] {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    let first = nodes[0].as_ref().unwrap();
+    wait_for(Duration::from_secs(10), "node 1 to wait for node 3", || {
+        let msg = first.node.admission.message();
+        async move { msg.contains("[3]").then_some(()) }
+    })
+    .await;
+    assert_eq!(first.node.admission.phase(), Phase::Sealed);
+    assert!(first.node.raft.is_initialized().await.is_ok_and(|i| !i));
+    nodes.push(Some(TestNode::start_member(&addrs[2], &addrs).await));
+    leader_of(&nodes).await;
+    assert_eq!(
+        outcome_of(nodes[0].as_ref().unwrap()).await,
+        Outcome::Initialized
+    );
+    // The others took part in the first election, or, if it was over by
+    // the time they asked, caught up without any reset.
+    for n in &nodes[1..] {
+        let o = outcome_of(n.as_ref().unwrap()).await;
+        assert!(
+            matches!(o, Outcome::Fresh | Outcome::Rejoined { reset: false, .. }),
+            "{o:?}"
+        );
+    }
+    let c = client(&addrs);
+    c.create_volume("vol1", "").await.unwrap();
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
