@@ -63,7 +63,7 @@ start=$(date +%s)
 while kill -0 "$bench" 2>/dev/null; do
   sleep 30
   kill -0 "$bench" 2>/dev/null || break
-  echo "| $(( $(date +%s) - start )) | $(gauge om_retry_cache_oldest_age_seconds) | $(gauge om_retry_cache_entries) |"
+  echo "| $(( $(date +%s) - start )) | $(gauge om_retry_cache_oldest_age_seconds) | $(gauge om_retry_cache_entries_estimate) |"
 done
 wait "$bench"
 echo

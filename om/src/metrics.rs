@@ -83,5 +83,5 @@ pub fn retry_cache(svc: &crate::service::OmService) {
     let (oldest_ms, estimate) = crate::store::retry_cache_stats(svc.db()).unwrap_or((None, 0));
     let age = oldest_ms.map_or(0.0, |t| svc.now_ms().saturating_sub(t) as f64 / 1000.0);
     metrics::gauge!("om_retry_cache_oldest_age_seconds").set(age);
-    metrics::gauge!("om_retry_cache_entries").set(estimate as f64);
+    metrics::gauge!("om_retry_cache_entries_estimate").set(estimate as f64);
 }
