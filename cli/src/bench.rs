@@ -158,9 +158,19 @@ fn row(
     }
 }
 
-pub async fn run(endpoints: &[String], args: &BenchArgs) -> Result<Vec<Row>> {
+pub async fn run(
+    endpoints: &[String],
+    args: &BenchArgs,
+    tls: Option<Arc<om_tls::ClientTls>>,
+) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let om = Arc::new(OmClient::new(endpoints, ClientOptions::default())?);
+    let om = Arc::new(OmClient::new(
+        endpoints,
+        ClientOptions {
+            tls,
+            ..ClientOptions::default()
+        },
+    )?);
     let run_id = format!("{:08x}", rand::random::<u32>());
     let volume = format!("bench-{run_id}");
     om.create_volume(&volume, "bench")

@@ -7,8 +7,8 @@
 //! from the replicated retry cache and applied exactly once.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use om_proto::v1::cluster_client::ClusterClient;
@@ -83,6 +83,8 @@ pub struct ClientOptions {
     pub stale_reads: bool,
     /// Linearizable reads under the leader's lease (no quorum round trip).
     pub lease_reads: bool,
+    /// TLS to the servers (CA, and a client certificate for mutual TLS).
+    pub tls: Option<Arc<om_tls::ClientTls>>,
 }
 
 impl Default for ClientOptions {
@@ -94,6 +96,7 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_secs(1),
             stale_reads: false,
             lease_reads: false,
+            tls: None,
         }
     }
 }
@@ -112,17 +115,23 @@ pub struct OmClient {
     opts: ClientOptions,
 }
 
-fn channel(addr: &str) -> Result<Channel, ClientError> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)
+/// A lazily connecting channel to `addr` (`host:port`, optionally with an
+/// `http://` or `https://` scheme), over TLS when `tls` is given.
+fn channel(addr: &str, tls: Option<&Arc<om_tls::ClientTls>>) -> Result<Channel, ClientError> {
+    let hostport = addr
+        .strip_prefix("https://")
+        .or_else(|| addr.strip_prefix("http://"))
+        .unwrap_or(addr);
+    if addr.starts_with("https://") && tls.is_none() {
+        return Err(ClientError::Endpoint(format!(
+            "{addr}: an https endpoint needs TLS settings (--cacert)"
+        )));
+    }
+    // TLS is done by the connector, below HTTP/2: the URI stays http.
+    Ok(Endpoint::from_shared(format!("http://{hostport}"))
         .map_err(|e| ClientError::Endpoint(format!("{addr}: {e}")))?
         .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true)
-        .connect_lazy())
+        .connect_with_connector_lazy(om_tls::Connector::new(tls.cloned())))
 }
 
 /// A new random client id: 16 hex digits from the OS random source.
@@ -174,7 +183,10 @@ impl OmClient {
         if addrs.is_empty() {
             return Err(ClientError::Endpoint("no endpoints given".to_string()));
         }
-        let channels = addrs.iter().map(|a| channel(a)).collect::<Result<_, _>>()?;
+        let channels = addrs
+            .iter()
+            .map(|a| channel(a, opts.tls.as_ref()))
+            .collect::<Result<_, _>>()?;
         Ok(OmClient {
             endpoints: Mutex::new(Endpoints {
                 addrs,
@@ -225,7 +237,7 @@ impl OmClient {
         if let Some(i) = e.addrs.iter().position(|a| a == addr) {
             e.preferred = i;
         } else {
-            let c = channel(addr)?;
+            let c = channel(addr, self.opts.tls.as_ref())?;
             e.addrs.push(addr.to_string());
             e.channels.push(c);
             e.preferred = e.addrs.len() - 1;
@@ -638,7 +650,7 @@ impl OmClient {
                     m.node_id
                 )))
             } else {
-                Self::node_status(&m.grpc_addr).await
+                Self::node_status_with(&m.grpc_addr, self.opts.tls.as_ref()).await
             };
             out.push((m.clone(), s));
         }
@@ -647,7 +659,15 @@ impl OmClient {
 
     /// The status of the node at `addr` specifically.
     pub async fn node_status(addr: &str) -> Result<ClusterStatusResponse, ClientError> {
-        ClusterClient::new(channel(addr)?)
+        Self::node_status_with(addr, None).await
+    }
+
+    /// `node_status` over TLS when `tls` is given.
+    pub async fn node_status_with(
+        addr: &str,
+        tls: Option<&Arc<om_tls::ClientTls>>,
+    ) -> Result<ClusterStatusResponse, ClientError> {
+        ClusterClient::new(channel(addr, tls)?)
             .status(ClusterStatusRequest {})
             .await
             .map(|r| r.into_inner())

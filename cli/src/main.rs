@@ -1,7 +1,9 @@
 //! `omctl`: the admin CLI of om.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -42,8 +44,35 @@ struct Cli {
     /// Give up after this many seconds, retries included.
     #[arg(long, global = true, default_value_t = 30)]
     timeout: u64,
+    /// PEM CA bundle that signed the servers' certificates: connect over TLS.
+    #[arg(long, global = true, env = "OM_CACERT")]
+    cacert: Option<PathBuf>,
+    /// PEM client certificate, for servers that require mutual TLS.
+    #[arg(long, global = true, env = "OM_CERT", requires = "key")]
+    cert: Option<PathBuf>,
+    /// PEM private key of `--cert`.
+    #[arg(long, global = true, env = "OM_KEY", requires = "cert")]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+impl Cli {
+    /// TLS settings from `--cacert/--cert/--key`, if any.
+    fn tls(&self) -> Result<Option<Arc<om_tls::ClientTls>>> {
+        if self.cacert.is_none() {
+            if self.cert.is_some() {
+                bail!("--cert needs --cacert, the CA that signed the servers' certificates");
+            }
+            return Ok(None);
+        }
+        let files = om_tls::TlsFiles {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            ca: self.cacert.clone(),
+        };
+        Ok(Some(om_tls::ClientTls::load("omctl", files)?))
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -442,10 +471,12 @@ where
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    let tls = cli.tls()?;
     let opts = ClientOptions {
         deadline: Duration::from_secs(cli.timeout),
         stale_reads: cli.stale,
         lease_reads: cli.lease,
+        tls: tls.clone(),
         ..Default::default()
     };
     let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
@@ -743,7 +774,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Fs(f) => files::run(&c, out, f).await?,
         Cmd::Bench(args) => {
             let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
-            let rows = bench::run(&endpoints, &args).await?;
+            let rows = bench::run(&endpoints, &args, tls.clone()).await?;
             if out == Output::Json {
                 let v: Vec<Value> = rows
                     .iter()

@@ -42,6 +42,23 @@ pub struct Args {
     /// Start empty and wait to be added by `omctl cluster add-node`.
     #[arg(long, env = "OM_JOIN")]
     pub join: bool,
+    /// PEM certificate chain this node presents on its gRPC and Raft ports
+    /// (and to other members). It must name the host of this node's Raft
+    /// address as other members know it (DNS name or IP SAN). Reread when the
+    /// file changes.
+    #[arg(long, env = "OM_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "OM_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: the Raft port accepts only members with a certificate it
+    /// signed (mutual TLS), and with it set the public port requires client
+    /// certificates it signed.
+    #[arg(long, env = "OM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Serve plaintext on addresses other than loopback (refused otherwise).
+    #[arg(long, env = "OM_INSECURE")]
+    pub insecure: bool,
     /// Most entries a listing returns per page [default: 1000].
     #[arg(long, env = "OM_MAX_PAGE")]
     pub max_page: Option<u32>,
@@ -115,6 +132,10 @@ struct FileConfig {
     raft_addr: Option<SocketAddr>,
     initial_cluster: Option<String>,
     join: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    insecure: Option<bool>,
     max_page: Option<u32>,
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
@@ -156,6 +177,8 @@ pub struct Config {
     pub raft_addr: SocketAddr,
     pub initial_cluster: Vec<InitialMember>,
     pub join: bool,
+    /// Certificate, key and CA files; TLS is on when a certificate is set.
+    pub tls: om_tls::TlsFiles,
     pub max_page: u32,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
@@ -203,6 +226,40 @@ impl Config {
                 "--initial-cluster does not list this node's id {node_id}"
             ));
         }
+        let tls = om_tls::TlsFiles {
+            cert: args.tls_cert.or(file.tls_cert),
+            key: args.tls_key.or(file.tls_key),
+            ca: args.tls_ca.or(file.tls_ca),
+        };
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err("--tls-cert and --tls-key go together".to_string());
+        }
+        if tls.cert.is_some() && tls.ca.is_none() {
+            return Err(
+                "TLS needs --tls-ca too: the Raft port accepts only members with a certificate \
+                 that CA signed"
+                    .to_string(),
+            );
+        }
+        if tls.cert.is_none() && tls.ca.is_some() {
+            return Err("--tls-ca without --tls-cert: set both (and --tls-key)".to_string());
+        }
+        let insecure = args.insecure || file.insecure.unwrap_or(false);
+        let raft_addr = args
+            .raft_addr
+            .or(file.raft_addr)
+            .unwrap_or_else(|| parse("127.0.0.1:9872"));
+        if tls.cert.is_none() && !insecure {
+            for (flag, a) in [("--grpc-addr", grpc_addr), ("--raft-addr", raft_addr)] {
+                if !a.ip().is_loopback() {
+                    return Err(format!(
+                        "{flag} {a} is not a loopback address and TLS is off: anyone who \
+                         reaches it could read and rewrite the cluster. Set --tls-cert, \
+                         --tls-key and --tls-ca, or pass --insecure to serve plaintext anyway"
+                    ));
+                }
+            }
+        }
         let max_page = args.max_page.or(file.max_page).unwrap_or(1000);
         if max_page == 0 {
             return Err("max page must be at least 1".to_string());
@@ -235,12 +292,10 @@ impl Config {
                 .or(file.http_addr)
                 .unwrap_or_else(|| parse("127.0.0.1:9874")),
             node_id,
-            raft_addr: args
-                .raft_addr
-                .or(file.raft_addr)
-                .unwrap_or_else(|| parse("127.0.0.1:9872")),
+            raft_addr,
             initial_cluster,
             join: args.join || file.join.unwrap_or(false),
+            tls,
             max_page,
             heartbeat: Duration::from_millis(heartbeat_ms),
             election_timeout: Duration::from_millis(election_ms),
@@ -373,6 +428,58 @@ mod tests {
         })
         .unwrap();
         assert_eq!(cfg.max_response_bytes, 100_000);
+    }
+
+    #[test]
+    fn plaintext_is_for_loopback_unless_insecure() {
+        let open = |a: &str| Args {
+            grpc_addr: Some(a.parse().unwrap()),
+            ..Args::default()
+        };
+        let e = Config::load(open("0.0.0.0:9862")).unwrap_err();
+        assert!(e.contains("--grpc-addr") && e.contains("--insecure"), "{e}");
+        let e = Config::load(Args {
+            raft_addr: Some("10.1.2.3:9872".parse().unwrap()),
+            ..Args::default()
+        })
+        .unwrap_err();
+        assert!(e.contains("--raft-addr"), "{e}");
+        assert!(
+            Config::load(Args {
+                insecure: true,
+                ..open("0.0.0.0:9862")
+            })
+            .is_ok()
+        );
+        assert!(Config::load(open("[::1]:9862")).is_ok());
+        let with_tls = Config::load(Args {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("k.pem".into()),
+            tls_ca: Some("ca.pem".into()),
+            ..open("0.0.0.0:9862")
+        })
+        .unwrap();
+        assert_eq!(
+            with_tls.tls.cert.as_deref(),
+            Some(std::path::Path::new("c.pem"))
+        );
+        for partial in [
+            Args {
+                tls_cert: Some("c.pem".into()),
+                ..Args::default()
+            },
+            Args {
+                tls_cert: Some("c.pem".into()),
+                tls_key: Some("k.pem".into()),
+                ..Args::default()
+            },
+            Args {
+                tls_ca: Some("ca.pem".into()),
+                ..Args::default()
+            },
+        ] {
+            assert!(Config::load(partial).is_err());
+        }
     }
 
     #[test]

@@ -317,6 +317,8 @@ pub struct Member {
     /// This node's own addresses, for an `--initial-cluster` entry without
     /// a gRPC address.
     pub grpc_addr: String,
+    /// The client side of mutual TLS to the other members, when on.
+    pub tls: Option<std::sync::Arc<om_tls::ClientTls>>,
 }
 
 /// The admission state a configured member starts in, before its Raft port
@@ -471,7 +473,7 @@ async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) 
     let asked = futures::future::join_all(
         peers
             .iter()
-            .map(|p| crate::grpc::peer::peer_state(&p.raft_addr, m.node_id)),
+            .map(|p| crate::grpc::peer::peer_state(&p.raft_addr, m.node_id, m.tls.as_ref())),
     )
     .await;
     let answers: Vec<PeerView> = asked.into_iter().filter_map(Result::ok).collect();
@@ -533,7 +535,14 @@ async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) 
                 }
             }
             let stuck = last.is_none();
-            let r = match crate::grpc::peer::rejoin(&leader_raft_addr, m.node_id, last, stuck).await
+            let r = match crate::grpc::peer::rejoin(
+                &leader_raft_addr,
+                m.node_id,
+                last,
+                stuck,
+                m.tls.as_ref(),
+            )
+            .await
             {
                 Ok(r) => r,
                 Err(e) => {

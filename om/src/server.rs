@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::apply::OmApplier;
 use crate::config::Config;
-use crate::grpc::peer::{PeerGrpc, RaftGate};
+use crate::grpc::peer::{MemberCheck, MembersOnly, PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, OmGrpc};
 use crate::net::{LimitedListener, PortPolicy, PortStats};
 use crate::rejoin::{Admission, Member, Phase};
@@ -35,6 +35,37 @@ pub struct NodeOptions {
     pub retry_expiry_batch: Option<u32>,
     /// Skews this node's wall clock (milliseconds; tests of clock disagreement).
     pub clock_offset_ms: i64,
+    /// How often certificate files are checked for changes (default
+    /// `om_tls::RELOAD_INTERVAL`).
+    pub tls_reload_interval: Option<Duration>,
+}
+
+/// The TLS configurations of a node, all from `--tls-cert/--tls-key/--tls-ca`.
+struct NodeTls {
+    /// The public gRPC port: client certificates required when a CA is set.
+    grpc: Arc<om_tls::ServerTls>,
+    /// The Raft port: mutual TLS, always.
+    raft: Arc<om_tls::ServerTls>,
+    /// This node as a client of the other members' Raft ports.
+    peer: Arc<om_tls::ClientTls>,
+}
+
+impl NodeTls {
+    fn load(cfg: &Config) -> Result<Option<Self>, BoxError> {
+        if cfg.tls.cert.is_none() {
+            return Ok(None);
+        }
+        let grpc_auth = if cfg.tls.ca.is_some() {
+            om_tls::ClientAuth::Required
+        } else {
+            om_tls::ClientAuth::None
+        };
+        Ok(Some(NodeTls {
+            grpc: om_tls::ServerTls::load("grpc", cfg.tls.clone(), grpc_auth)?,
+            raft: om_tls::ServerTls::load("raft", cfg.tls.clone(), om_tls::ClientAuth::Required)?,
+            peer: om_tls::ClientTls::load("raft-client", cfg.tls.clone())?,
+        }))
+    }
 }
 
 /// A running node.
@@ -153,13 +184,28 @@ impl Node {
             idle_timeout_s = cfg.idle_timeout.as_secs(),
             "descriptor budget"
         );
+        let tls = NodeTls::load(&cfg)?;
+        match &tls {
+            Some(_) => tracing::info!(
+                grpc_addr = %cfg.grpc_addr,
+                raft_addr = %cfg.raft_addr,
+                "TLS on the gRPC and Raft ports; the Raft port takes only members (mutual TLS)"
+            ),
+            None => tracing::warn!(
+                grpc_addr = %cfg.grpc_addr,
+                raft_addr = %cfg.raft_addr,
+                "plaintext gRPC and Raft ports, without authentication: for development on \
+                 loopback, or behind --insecure; see README \"Securing a cluster\""
+            ),
+        }
         let store = open_store(&cfg.data_dir, budget.db_max_open_files).await?;
         let db = store.db.clone();
         crate::store::tune_tables(&db)?;
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
-            NetworkFactory::new(cfg.node_id, opts.faults.clone()),
+            NetworkFactory::new(cfg.node_id, opts.faults.clone())
+                .with_tls(tls.as_ref().map(|t| t.peer.clone())),
             store.log_store,
             store.state_machine,
         )
@@ -217,17 +263,47 @@ impl Node {
             data_dir: cfg.data_dir.clone(),
             members: cfg.initial_cluster.clone(),
             grpc_addr: grpc_addr.to_string(),
+            tls: tls.as_ref().map(|t| t.peer.clone()),
         });
         let admission = match &member {
             Some(m) => crate::rejoin::initial(m).await?,
             None => Admission::open(),
         };
 
-        let raft_svc = RaftGate::new(
-            RaftGrpcService::new(raft.clone()).into_server(),
-            admission.clone(),
+        let members_only = tls.as_ref().map(|_| {
+            MemberCheck::new(
+                raft.clone(),
+                cfg.initial_cluster
+                    .iter()
+                    .map(|m| m.raft_addr.clone())
+                    .collect(),
+            )
+        });
+        let raft_svc = MembersOnly::new(
+            RaftGate::new(
+                RaftGrpcService::new(raft.clone()).into_server(),
+                admission.clone(),
+            ),
+            members_only.clone(),
         );
-        let peer_svc = PeerGrpc::server(raft.clone(), admission.clone());
+        let peer_svc = MembersOnly::new(
+            PeerGrpc::server(raft.clone(), admission.clone()),
+            members_only,
+        );
+        let raft_tls = tls.as_ref().map(|t| t.raft.clone());
+        let grpc_tls = tls.as_ref().map(|t| t.grpc.clone());
+        if let Some(t) = &tls {
+            for r in [
+                t.grpc.clone() as Arc<dyn om_tls::Reloader>,
+                t.raft.clone(),
+                t.peer.clone(),
+            ] {
+                om_tls::spawn_reload(
+                    r,
+                    opts.tls_reload_interval.unwrap_or(om_tls::RELOAD_INTERVAL),
+                );
+            }
+        }
         let rx = stop_rx.clone();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
@@ -235,7 +311,7 @@ impl Node {
                 .http2_keepalive_timeout(Some(raft_policy.keepalive()))
                 .add_service(raft_svc)
                 .add_service(peer_svc)
-                .serve_with_incoming_shutdown(raft_listener.into_incoming(), stopped(rx))
+                .serve_with_incoming_shutdown(raft_listener.into_incoming(raft_tls), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "raft server failed");
@@ -254,7 +330,7 @@ impl Node {
                 .http2_keepalive_timeout(Some(grpc_policy.keepalive()))
                 .add_service(crate::grpc::MalformedAsInvalid(om))
                 .add_service(crate::grpc::MalformedAsInvalid(cluster))
-                .serve_with_incoming_shutdown(grpc_listener.into_incoming(), stopped(rx))
+                .serve_with_incoming_shutdown(grpc_listener.into_incoming(grpc_tls), stopped(rx))
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "gRPC server failed");

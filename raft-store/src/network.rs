@@ -92,6 +92,7 @@ pub struct NetworkFactory {
     links: Arc<Mutex<HashMap<(NodeId, String), PeerLink>>>,
     me: NodeId,
     faults: Option<Arc<Faults>>,
+    tls: Option<Arc<om_tls::ClientTls>>,
 }
 
 impl NetworkFactory {
@@ -101,7 +102,15 @@ impl NetworkFactory {
             links: Arc::default(),
             me,
             faults,
+            tls: None,
         }
+    }
+
+    /// Connects to peers over mutual TLS with `tls` (this node's certificate
+    /// and the cluster CA); each new connection uses the files as they are then.
+    pub fn with_tls(mut self, tls: Option<Arc<om_tls::ClientTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn link(&self, target: NodeId, addr: &str) -> Result<PeerLink, String> {
@@ -117,6 +126,7 @@ impl NetworkFactory {
         let health = Arc::new(PeerHealth::new(target, addr.to_string()));
         let channel = endpoint.connect_with_connector_lazy(PeerConnector {
             health: health.clone(),
+            tls: self.tls.clone(),
         });
         let client = RaftServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -2,6 +2,7 @@
 //! real `om` processes that can be killed with SIGKILL, and condition waits
 //! with deadlines (never fixed sleeps).
 
+pub mod certs;
 pub mod linearizability;
 pub mod mutate;
 

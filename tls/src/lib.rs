@@ -17,17 +17,17 @@
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -233,7 +233,11 @@ impl<T> Reloading<T> {
     }
 
     fn current(&self) -> Arc<T> {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
     }
 
     /// Rereads the files; true when they changed and the new configuration
@@ -255,6 +259,24 @@ pub trait Reloader: Send + Sync + 'static {
     fn reload(&self) -> Result<bool, TlsError>;
     /// What to call it in logs.
     fn name(&self) -> &str;
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("name", &self.name)
+            .field("files", &self.inner.files)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("name", &self.name)
+            .field("files", &self.inner.files)
+            .finish()
+    }
 }
 
 /// The server side of one port.
@@ -505,6 +527,20 @@ pub fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))
 }
 
+/// Whether `cert` names the host of any of `addrs` (see `names_host`),
+/// parsing the certificate once.
+pub fn names_any_host<'a>(
+    cert: &CertificateDer<'_>,
+    addrs: impl IntoIterator<Item = &'a str>,
+) -> bool {
+    let Ok(parsed) = rustls::server::ParsedCertificate::try_from(cert) else {
+        return false;
+    };
+    addrs.into_iter().any(|a| {
+        server_name(a).is_ok_and(|n| rustls::client::verify_server_name(&parsed, &n).is_ok())
+    })
+}
+
 /// Whether the end-entity certificate `cert` names the host of `addr` (as a
 /// DNS name or an IP address subject alternative name). Only the name is
 /// checked: the chain was verified during the handshake.
@@ -555,12 +591,14 @@ mod tests {
 
     fn leaf(names: &[&str], ca: &Ca) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
-        let p = rcgen::CertificateParams::new(
-            names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )
-        .unwrap();
+        let p =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
         let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
-        (p.signed_by(&key, &issuer).unwrap().pem(), key.serialize_pem())
+        (
+            p.signed_by(&key, &issuer).unwrap().pem(),
+            key.serialize_pem(),
+        )
     }
 
     #[test]

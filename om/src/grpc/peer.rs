@@ -1,11 +1,13 @@
 //! The Raft port's admission side (see `rejoin`): the `RaftPeer` service
-//! members ask each other, its client calls, and `RaftGate`, which refuses
-//! the Raft RPCs a node may not take yet.
+//! members ask each other, its client calls, `RaftGate`, which refuses
+//! the Raft RPCs a node may not take yet, and `MembersOnly`, which under TLS
+//! refuses every caller whose certificate names no member.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -124,20 +126,27 @@ impl RaftPeer for PeerGrpc {
 /// Longest wait for a member's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
-async fn client(addr: &str) -> Result<RaftPeerClient<tonic::transport::Channel>, String> {
+async fn client(
+    addr: &str,
+    tls: Option<&Arc<om_tls::ClientTls>>,
+) -> Result<RaftPeerClient<tonic::transport::Channel>, String> {
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(ASK_TIMEOUT)
         .timeout(ASK_TIMEOUT)
-        .connect()
+        .connect_with_connector(om_tls::Connector::new(tls.cloned()))
         .await
         .map_err(|e| format!("{addr}: {e}"))?;
     Ok(RaftPeerClient::new(ch))
 }
 
 /// Asks the member at `addr` what it holds.
-pub async fn peer_state(addr: &str, me: u64) -> Result<PeerView, String> {
-    let r = client(addr)
+pub async fn peer_state(
+    addr: &str,
+    me: u64,
+    tls: Option<&Arc<om_tls::ClientTls>>,
+) -> Result<PeerView, String> {
+    let r = client(addr, tls)
         .await?
         .peer_state(PeerStateRequest { node_id: me })
         .await
@@ -161,8 +170,9 @@ pub async fn rejoin(
     me: u64,
     last_log_index: Option<u64>,
     stuck: bool,
+    tls: Option<&Arc<om_tls::ClientTls>>,
 ) -> Result<RejoinResponse, String> {
-    Ok(client(addr)
+    Ok(client(addr, tls)
         .await?
         .rejoin(RejoinRequest {
             node_id: me,
@@ -215,6 +225,109 @@ where
         let method = req.uri().path().rsplit('/').next().unwrap_or_default();
         if let Some(why) = self.admission.refuses(method) {
             let resp = Status::unavailable(why).into_http();
+            return Box::pin(async move { Ok(resp) });
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+/// Who may call the Raft port under mutual TLS: a client whose certificate
+/// (already verified against the cluster CA during the handshake) names the
+/// host of a member's Raft address, among the current membership's nodes and
+/// the `--initial-cluster` list (members ask each other before a membership
+/// exists).
+pub struct MemberCheck {
+    raft: Raft,
+    initial: Vec<String>,
+    refused: std::sync::atomic::AtomicU64,
+}
+
+impl MemberCheck {
+    pub fn new(raft: Raft, initial: Vec<String>) -> Arc<Self> {
+        Arc::new(MemberCheck {
+            raft,
+            initial,
+            refused: Default::default(),
+        })
+    }
+
+    /// Why a request arriving on a connection described by `info` is refused.
+    fn refuses(&self, info: Option<&crate::net::ConnInfo>) -> Option<Status> {
+        let Some(cert) = info
+            .and_then(|i| i.peer_certs.as_ref())
+            .and_then(|c| c.first())
+        else {
+            return Some(Status::unauthenticated(
+                "the Raft port serves only members: no client certificate",
+            ));
+        };
+        let m = self.raft.metrics().borrow_watched().clone();
+        let members = m.membership_config.membership();
+        let addrs = members
+            .nodes()
+            .map(|(_, n)| n.raft_addr.as_str())
+            .chain(self.initial.iter().map(String::as_str));
+        if om_tls::names_any_host(cert, addrs) {
+            return None;
+        }
+        Some(Status::permission_denied(
+            "the Raft port serves only members: the client certificate names none of the \
+             members' Raft hosts",
+        ))
+    }
+}
+
+/// Wraps a Raft-port service: with a `MemberCheck`, a request from a client
+/// that is not a member is answered before its message is decoded.
+#[derive(Clone)]
+pub struct MembersOnly<S> {
+    inner: S,
+    check: Option<Arc<MemberCheck>>,
+}
+
+impl<S> MembersOnly<S> {
+    pub fn new(inner: S, check: Option<Arc<MemberCheck>>) -> Self {
+        MembersOnly { inner, check }
+    }
+}
+
+impl<S: NamedService> NamedService for MembersOnly<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for MembersOnly<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if let Some(check) = &self.check
+            && let Some(status) = check.refuses(req.extensions().get::<crate::net::ConnInfo>())
+        {
+            metrics::counter!("om_raft_port_refused_total", "code" => format!("{:?}", status.code()))
+                .increment(1);
+            // Logged at 1, 2, 4, 8... refusals: an outsider cannot flood the log.
+            let n = check
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    remote = ?req.extensions().get::<crate::net::ConnInfo>().and_then(|i| i.remote),
+                    reason = status.message(),
+                    refused = n,
+                    "Raft port request refused"
+                );
+            }
+            let resp = status.into_http();
             return Box::pin(async move { Ok(resp) });
         }
         Box::pin(self.inner.call(req))

@@ -26,7 +26,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tonic::codegen::http::Uri;
 
 use crate::NodeId;
@@ -197,10 +196,12 @@ impl PeerHealth {
 #[derive(Clone)]
 pub struct PeerConnector {
     pub(crate) health: Arc<PeerHealth>,
+    /// Mutual TLS to the peer, when on.
+    pub(crate) tls: Option<Arc<om_tls::ClientTls>>,
 }
 
 impl tower_service::Service<Uri> for PeerConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = TokioIo<om_tls::ClientStream>;
     type Error = std::io::Error;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
@@ -212,13 +213,11 @@ impl tower_service::Service<Uri> for PeerConnector {
 
     fn call(&mut self, _uri: Uri) -> Self::Future {
         let health = self.health.clone();
+        let tls = self.tls.clone();
         Box::pin(async move {
             crate::metrics::peer_connect_attempt(health.target, &health.addr);
-            match TcpStream::connect(health.addr.as_str()).await {
-                Ok(s) => {
-                    s.set_nodelay(true)?;
-                    Ok(TokioIo::new(s))
-                }
+            match om_tls::connect(health.addr.as_str(), tls.as_deref()).await {
+                Ok(s) => Ok(TokioIo::new(s)),
                 Err(e) => {
                     health.failed(&e);
                     Err(e)
