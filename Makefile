@@ -25,6 +25,7 @@ run: build
 test: setup
 	$(CARGO) build --release --workspace --all-targets
 	$(CARGO) test --release --workspace
+	OM_TEST_MTLS=1 $(CARGO) test --release -p om-tests --test cluster --test linearizable
 
 fmt:
 	$(CARGO) fmt --all

@@ -75,6 +75,11 @@ impl TestNode {
             raft_addr: Some("127.0.0.1:0".parse().unwrap()),
             ..Args::default()
         };
+        if let Some(p) = mtls() {
+            args.tls_cert = Some(p.member.cert.clone());
+            args.tls_key = Some(p.member.key.clone());
+            args.tls_ca = Some(p.ca_path.clone());
+        }
         tweak(&mut args);
         let node = Node::start_with(Config::load(args).expect("config"), opts)
             .await
@@ -124,6 +129,59 @@ pub fn cluster_addrs(n: u64) -> Vec<MemberAddrs> {
             raft: format!("127.0.0.1:{}", free_port()),
         })
         .collect()
+}
+
+/// The certificates of a harness run with mutual TLS on (`OM_TEST_MTLS=1`):
+/// one CA, one member certificate naming 127.0.0.1 (every test member's Raft
+/// host) that every in-process node presents, and a client certificate.
+pub struct Pki {
+    _dir: tempfile::TempDir,
+    pub ca_path: PathBuf,
+    pub member: certs::Issued,
+    pub client: Arc<om_tls::ClientTls>,
+}
+
+/// The harness's certificates when `OM_TEST_MTLS=1`: then every node started
+/// through `TestNode` serves mutual TLS on both gRPC ports, and clients built
+/// from `client_options()` present the client certificate. `make test` runs
+/// the cluster and linearizability tests again this way.
+pub fn mtls() -> Option<&'static Pki> {
+    static PKI: std::sync::OnceLock<Option<Pki>> = std::sync::OnceLock::new();
+    PKI.get_or_init(|| {
+        if std::env::var("OM_TEST_MTLS").as_deref() != Ok("1") {
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = certs::TestCa::new("om test CA");
+        let ca_path = ca.write(dir.path(), "ca");
+        let member = ca.issue(dir.path(), "member", &["127.0.0.1", "localhost"]);
+        let client_cert = ca.issue(dir.path(), "client", &["test-client"]);
+        let client = om_tls::ClientTls::load(
+            "test-client",
+            om_tls::TlsFiles {
+                cert: Some(client_cert.cert),
+                key: Some(client_cert.key),
+                ca: Some(ca_path.clone()),
+            },
+        )
+        .expect("client TLS");
+        Some(Pki {
+            _dir: dir,
+            ca_path,
+            member,
+            client,
+        })
+    })
+    .as_ref()
+}
+
+/// Default client options, with the harness's client certificate when
+/// `OM_TEST_MTLS=1`.
+pub fn client_options() -> ClientOptions {
+    ClientOptions {
+        tls: mtls().map(|p| p.client.clone()),
+        ..ClientOptions::default()
+    }
 }
 
 /// The `--initial-cluster` value for `members`.
@@ -187,6 +245,11 @@ impl TestNode {
             request_timeout_ms: Some(3000),
             ..Args::default()
         };
+        if let Some(p) = mtls() {
+            args.tls_cert = Some(p.member.cert.clone());
+            args.tls_key = Some(p.member.key.clone());
+            args.tls_ca = Some(p.ca_path.clone());
+        }
         tweak(&mut args);
         let node = Node::start_with(Config::load(args).expect("config"), opts)
             .await

@@ -43,7 +43,7 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
     }
     let leader = leader_of(&nodes, None).await;
     let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = OmClient::new(&endpoints, ClientOptions::default()).unwrap();
+    let c = OmClient::new(&endpoints, om_tests::client_options()).unwrap();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -59,7 +59,7 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
             std::slice::from_ref(&a.grpc),
             ClientOptions {
                 stale_reads: true,
-                ..Default::default()
+                ..om_tests::client_options()
             },
         )
         .unwrap();
@@ -116,7 +116,7 @@ fn client_of(addrs: &[om_tests::MemberAddrs], idx: &[usize]) -> OmClient {
         &eps,
         ClientOptions {
             deadline: Duration::from_secs(20),
-            ..Default::default()
+            ..om_tests::client_options()
         },
     )
     .unwrap()
@@ -129,7 +129,7 @@ fn local_client(addr: &om_tests::MemberAddrs, deadline: Duration) -> OmClient {
             stale_reads: true,
             deadline,
             attempt_timeout: deadline,
-            ..Default::default()
+            ..om_tests::client_options()
         },
     )
     .unwrap()
@@ -162,7 +162,7 @@ async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_hea
         ClientOptions {
             deadline: Duration::from_secs(4),
             attempt_timeout: Duration::from_secs(4),
-            ..Default::default()
+            ..om_tests::client_options()
         },
     )
     .unwrap();
@@ -279,11 +279,14 @@ async fn a_retry_across_a_failover_is_applied_once() {
         ..Default::default()
     };
     let send = |addr: String, req: om_client::v1::PutKeyRequest| async move {
-        let mut raw = om_client::v1::ozone_manager_client::OzoneManagerClient::connect(format!(
-            "http://{addr}"
-        ))
-        .await
-        .unwrap();
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_with_connector(om_tls::Connector::new(
+                om_tests::mtls().map(|p| p.client.clone()),
+            ))
+            .await
+            .unwrap();
+        let mut raw = om_client::v1::ozone_manager_client::OzoneManagerClient::new(ch);
         raw.put_key(req).await.map(|r| r.into_inner())
     };
     let first = send(addrs[(leader - 1) as usize].grpc.clone(), req.clone())
@@ -353,7 +356,7 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
             .map(|a| a.grpc.clone())
             .collect();
         tokio::spawn(async move {
-            let c = OmClient::new(&eps, ClientOptions::default()).unwrap();
+            let c = OmClient::new(&eps, om_tests::client_options()).unwrap();
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let k = format!("k{i:05}");

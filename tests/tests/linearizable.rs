@@ -44,7 +44,7 @@ async fn histories_under_partitions_and_restarts_are_linearizable() {
         ));
     }
     let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let setup = OmClient::new(&eps, ClientOptions::default()).unwrap();
+    let setup = OmClient::new(&eps, om_tests::client_options()).unwrap();
     setup.create_volume("vol1", "").await.unwrap();
     setup
         .create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
@@ -64,7 +64,7 @@ async fn histories_under_partitions_and_restarts_are_linearizable() {
                 ClientOptions {
                     deadline: Duration::from_secs(2),
                     attempt_timeout: Duration::from_millis(700),
-                    ..Default::default()
+                    ..om_tests::client_options()
                 },
             )
             .unwrap();

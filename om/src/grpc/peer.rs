@@ -235,7 +235,8 @@ where
 /// (already verified against the cluster CA during the handshake) names the
 /// host of a member's Raft address, among the current membership's nodes and
 /// the `--initial-cluster` list (members ask each other before a membership
-/// exists).
+/// exists). A `--join` node that holds no membership yet takes any certificate
+/// of the cluster CA, since it cannot know who will add it.
 pub struct MemberCheck {
     raft: Raft,
     initial: Vec<String>,
@@ -263,6 +264,12 @@ impl MemberCheck {
         };
         let m = self.raft.metrics().borrow_watched().clone();
         let members = m.membership_config.membership();
+        if members.nodes().next().is_none() && self.initial.is_empty() {
+            // A node started with `--join` knows no member until the leader
+            // that adds it replicates the membership: until then any
+            // certificate of the cluster CA may reach it (it holds no data).
+            return None;
+        }
         let addrs = members
             .nodes()
             .map(|(_, n)| n.raft_addr.as_str())
