@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-objects bench-listing soak-retry-cache fmt lint
+.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -36,6 +36,9 @@ lint:
 # Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
 bench-cluster: build
 	bash scripts/bench-cluster.sh
+
+bench-tls: build
+	bash scripts/bench-tls.sh
 
 # Write/copy throughput and CopyKey vs MD5 on one node (see BENCHMARKS.md).
 bench-objects: build

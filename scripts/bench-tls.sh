@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Write and read throughput of a 3-node om cluster with mutual TLS on both
+# ports versus plaintext, in one run on this machine: the same cluster shape is
+# started twice (plaintext, then mTLS with certificates made here by openssl)
+# and `omctl bench` puts the same load on each. Prints both Markdown tables.
+#   scripts/bench-tls.sh [extra omctl bench flags, e.g. --seconds 5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+make -s build >/dev/null
+
+work="$(mktemp -d)"
+pids=()
+stop_all() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+}
+trap 'stop_all; rm -rf "$work"' EXIT
+
+# A CA, one certificate for every node (they all run on 127.0.0.1) and a
+# client certificate for omctl.
+pki="$work/pki"
+mkdir -p "$pki"
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+key "$pki/ca.key"
+openssl req -x509 -new -key "$pki/ca.key" -days 30 -subj "/CN=om bench CA" -out "$pki/ca.crt" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+issue() { # name subjectAltName extendedKeyUsage
+  key "$pki/$1.key"
+  openssl req -new -key "$pki/$1.key" -subj "/CN=$1" -out "$pki/$1.csr" 2>/dev/null
+  openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 30 -out "$pki/$1.crt" -extfile <(printf "subjectAltName=%s\nextendedKeyUsage=%s\n" "$2" "$3") 2>/dev/null
+}
+issue node "IP:127.0.0.1,DNS:localhost" "serverAuth,clientAuth"
+issue bench "DNS:bench" "clientAuth"
+
+base=${BENCH_PORT_BASE:-23000}
+run() { # mode: plain | mtls
+  local mode=$1 tls=() ctl=()
+  if [ "$mode" = mtls ]; then
+    tls=(--tls-cert "$pki/node.crt" --tls-key "$pki/node.key" --tls-ca "$pki/ca.crt")
+    ctl=(--cacert "$pki/ca.crt" --cert "$pki/bench.crt" --key "$pki/bench.key")
+  fi
+  local cluster=""
+  for i in 1 2 3; do
+    cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
+  done
+  for i in 1 2 3; do
+    OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/$mode$i" \
+      --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
+      --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" "${tls[@]}" \
+      >"$work/$mode$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+  local http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
+  for _ in $(seq 1 100); do
+    "$target/release/omctl" --endpoint "$eps" --timeout 1 "${ctl[@]}" volume list >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  echo
+  echo "### $mode"
+  echo
+  "$target/release/omctl" --endpoint "$eps" --timeout 60 "${ctl[@]}" bench --om-metrics "$http" "${@:2}"
+  stop_all
+}
+
+echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(nproc) cores, $(date -u +%Y-%m-%d)"
+run plain "$@"
+base=$((base + 100))
+run mtls "$@"
