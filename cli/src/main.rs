@@ -927,8 +927,29 @@ fn print_status(out: Output, all: Vec<MemberStatus>) -> Result<()> {
     Ok(())
 }
 
+/// A hint for an error that usually means the client and server disagree on
+/// TLS, or `None`.
+fn tls_hint(message: &str, tls: bool) -> Option<&'static str> {
+    let m = message.to_ascii_lowercase();
+    if !tls && (m.contains("h2 protocol error") || m.contains("frame with invalid size")) {
+        return Some("the server may require TLS: pass --cacert (and --cert/--key for mutual TLS)");
+    }
+    if tls && (m.contains("corrupt message") || m.contains("invalidcontenttype")) {
+        return Some("the server does not speak TLS: drop --cacert, or enable TLS on it");
+    }
+    if tls && (m.contains("transport error") || m.contains("certificate")) {
+        return Some(
+            "TLS failed: check that --cacert signed the server's certificate, that the \
+             certificate names the host you connect to, and that the server accepts \
+             your --cert",
+        );
+    }
+    None
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let tls = cli.cacert.is_some();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -942,9 +963,13 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            match e.downcast_ref::<ClientError>() {
-                Some(ce) => eprintln!("error: {ce}"),
-                None => eprintln!("error: {e:#}"),
+            let message = match e.downcast_ref::<ClientError>() {
+                Some(ce) => ce.to_string(),
+                None => format!("{e:#}"),
+            };
+            eprintln!("error: {message}");
+            if let Some(hint) = tls_hint(&message, tls) {
+                eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
         }
