@@ -70,7 +70,7 @@ impl ClientError {
 }
 
 /// Retry and timeout settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientOptions {
     /// Give up on a call after this long, retries included.
     pub deadline: Duration,
@@ -85,6 +85,23 @@ pub struct ClientOptions {
     pub lease_reads: bool,
     /// TLS to the servers (CA, and a client certificate for mutual TLS).
     pub tls: Option<Arc<om_tls::ClientTls>>,
+    /// Bearer token sent with every request (`authorization` metadata).
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("deadline", &self.deadline)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("backoff", &self.backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("stale_reads", &self.stale_reads)
+            .field("lease_reads", &self.lease_reads)
+            .field("tls", &self.tls)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -97,13 +114,14 @@ impl Default for ClientOptions {
             stale_reads: false,
             lease_reads: false,
             tls: None,
+            token: None,
         }
     }
 }
 
 struct Endpoints {
     addrs: Vec<String>,
-    channels: Vec<Channel>,
+    channels: Vec<AuthChannel>,
     /// Index of the node believed to be the leader.
     preferred: usize,
 }
@@ -113,6 +131,55 @@ pub struct OmClient {
     client_id: String,
     seq: AtomicU64,
     opts: ClientOptions,
+}
+
+/// A channel that adds the client's bearer token (if any) to every request.
+#[derive(Clone)]
+pub struct AuthChannel {
+    inner: Channel,
+    token: Option<tonic::codegen::http::HeaderValue>,
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for AuthChannel {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = <Channel as tonic::codegen::Service<
+        tonic::codegen::http::Request<tonic::body::Body>,
+    >>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tonic::codegen::Service::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut req: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        if let Some(t) = &self.token {
+            req.headers_mut()
+                .insert(tonic::codegen::http::header::AUTHORIZATION, t.clone());
+        }
+        tonic::codegen::Service::call(&mut self.inner, req)
+    }
+}
+
+/// `channel` with `opts`' TLS settings and bearer token.
+fn auth_channel(addr: &str, opts: &ClientOptions) -> Result<AuthChannel, ClientError> {
+    let token = match &opts.token {
+        None => None,
+        Some(t) => {
+            let mut v = tonic::codegen::http::HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| {
+                    ClientError::Endpoint("the token has characters a header cannot carry".into())
+                })?;
+            v.set_sensitive(true);
+            Some(v)
+        }
+    };
+    Ok(AuthChannel {
+        inner: channel(addr, opts.tls.as_ref())?,
+        token,
+    })
 }
 
 /// A lazily connecting channel to `addr` (`host:port`, optionally with an
@@ -185,7 +252,7 @@ impl OmClient {
         }
         let channels = addrs
             .iter()
-            .map(|a| channel(a, opts.tls.as_ref()))
+            .map(|a| auth_channel(a, &opts))
             .collect::<Result<_, _>>()?;
         Ok(OmClient {
             endpoints: Mutex::new(Endpoints {
@@ -227,7 +294,7 @@ impl OmClient {
         })
     }
 
-    fn pick(&self) -> (usize, Channel) {
+    fn pick(&self) -> (usize, AuthChannel) {
         let e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         (e.preferred, e.channels[e.preferred].clone())
     }
@@ -237,7 +304,7 @@ impl OmClient {
         if let Some(i) = e.addrs.iter().position(|a| a == addr) {
             e.preferred = i;
         } else {
-            let c = channel(addr, self.opts.tls.as_ref())?;
+            let c = auth_channel(addr, &self.opts)?;
             e.addrs.push(addr.to_string());
             e.channels.push(c);
             e.preferred = e.addrs.len() - 1;
@@ -256,7 +323,7 @@ impl OmClient {
     /// retrying unavailable nodes with backoff until the deadline.
     pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
     where
-        F: Fn(Channel) -> Fut,
+        F: Fn(AuthChannel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let started = Instant::now();
@@ -293,7 +360,7 @@ impl OmClient {
         }
     }
 
-    fn om(ch: Channel) -> OzoneManagerClient<Channel> {
+    fn om(ch: AuthChannel) -> OzoneManagerClient<AuthChannel> {
         OzoneManagerClient::new(ch)
     }
 
@@ -650,7 +717,10 @@ impl OmClient {
                     m.node_id
                 )))
             } else {
-                Self::node_status_with(&m.grpc_addr, self.opts.tls.as_ref()).await
+                match auth_channel(&m.grpc_addr, &self.opts) {
+                    Ok(ch) => Self::status_on(ch).await,
+                    Err(e) => Err(e),
+                }
             };
             out.push((m.clone(), s));
         }
@@ -667,7 +737,17 @@ impl OmClient {
         addr: &str,
         tls: Option<&Arc<om_tls::ClientTls>>,
     ) -> Result<ClusterStatusResponse, ClientError> {
-        ClusterClient::new(channel(addr, tls)?)
+        Self::status_on(channel(addr, tls)?).await
+    }
+
+    async fn status_on<T>(ch: T) -> Result<ClusterStatusResponse, ClientError>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<tonic::codegen::StdError>,
+        T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+        <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    {
+        ClusterClient::new(ch)
             .status(ClusterStatusRequest {})
             .await
             .map(|r| r.into_inner())

@@ -53,6 +53,11 @@ struct Cli {
     /// PEM private key of `--cert`.
     #[arg(long, global = true, env = "OM_KEY", requires = "cert")]
     key: Option<PathBuf>,
+    /// Bearer token for servers started with `--token-file` (prefer the
+    /// OM_TOKEN environment variable: a flag shows in the process list).
+    /// Listings' `--token` is their continuation token.
+    #[arg(long, global = true, env = "OM_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -73,6 +78,12 @@ impl Cli {
         };
         Ok(Some(om_tls::ClientTls::load("omctl", files)?))
     }
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Prints the token-file line of PRINCIPAL for the token read on stdin.
+    Hash { principal: String },
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -109,6 +120,10 @@ enum Cmd {
     Cluster(ClusterCmd),
     /// Measure write and read throughput (and, side by side, etcd's).
     Bench(bench::BenchArgs),
+    /// Bearer tokens: `token hash PRINCIPAL` reads a token on stdin and prints
+    /// its `--token-file` line (a random salt and the salted SHA-256).
+    #[command(subcommand)]
+    Token(TokenCmd),
 }
 
 #[derive(clap::Args)]
@@ -477,6 +492,7 @@ async fn run(cli: Cli) -> Result<()> {
         stale_reads: cli.stale,
         lease_reads: cli.lease,
         tls: tls.clone(),
+        token: cli.auth_token.clone(),
         ..Default::default()
     };
     let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
@@ -772,6 +788,29 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Mpu(m) => objects::mpu(&c, out, m).await?,
         Cmd::Blocks(b) => objects::blocks(&c, out, b).await?,
         Cmd::Fs(f) => files::run(&c, out, f).await?,
+        Cmd::Token(TokenCmd::Hash { principal }) => {
+            if principal.is_empty()
+                || principal.len() > 256
+                || principal.chars().any(char::is_whitespace)
+            {
+                bail!("PRINCIPAL must be 1 to 256 bytes without whitespace");
+            }
+            let mut token = String::new();
+            std::io::stdin().read_line(&mut token)?;
+            let token = token.trim_end_matches(['\r', '\n']);
+            if token.is_empty() {
+                bail!("no token on stdin");
+            }
+            let salt: [u8; 16] = rand::random();
+            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+            ctx.update(&salt);
+            ctx.update(token.as_bytes());
+            println!(
+                "{principal} {} {}",
+                hex::encode(salt),
+                hex::encode(ctx.finish().as_ref())
+            );
+        }
         Cmd::Bench(args) => {
             let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
             let rows = bench::run(&endpoints, &args, tls.clone()).await?;

@@ -59,6 +59,11 @@ pub struct Args {
     /// Serve plaintext on addresses other than loopback (refused otherwise).
     #[arg(long, env = "OM_INSECURE")]
     pub insecure: bool,
+    /// Bearer tokens the public port accepts, one `PRINCIPAL SALT SHA256`
+    /// line each (`omctl token hash` prints one). With it, a client presents
+    /// a token or a client certificate.
+    #[arg(long, env = "OM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Most entries a listing returns per page [default: 1000].
     #[arg(long, env = "OM_MAX_PAGE")]
     pub max_page: Option<u32>,
@@ -136,6 +141,7 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     insecure: Option<bool>,
+    token_file: Option<PathBuf>,
     max_page: Option<u32>,
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
@@ -179,6 +185,8 @@ pub struct Config {
     pub join: bool,
     /// Certificate, key and CA files; TLS is on when a certificate is set.
     pub tls: om_tls::TlsFiles,
+    /// Bearer tokens of the public port.
+    pub token_file: Option<PathBuf>,
     pub max_page: u32,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
@@ -296,6 +304,7 @@ impl Config {
             initial_cluster,
             join: args.join || file.join.unwrap_or(false),
             tls,
+            token_file: args.token_file.or(file.token_file),
             max_page,
             heartbeat: Duration::from_millis(heartbeat_ms),
             election_timeout: Duration::from_millis(election_ms),

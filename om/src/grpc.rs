@@ -45,9 +45,33 @@ fn capped(m: String) -> String {
 }
 
 pub use objects::MAX_RECORD_BLOCKS;
+pub mod auth;
 pub mod peer;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
+/// A refusal made before a request reaches the service (authentication,
+/// the Raft port's member check): `code` with a stable `reason` (also in
+/// `om-reason`) and the offending `field`, if any.
+pub fn refusal(code: tonic::Code, reason: &str, field: &str, message: &str) -> Status {
+    let detail = ErrorDetail {
+        reason: reason.to_string(),
+        field: field.to_string(),
+        message: message.to_string(),
+        leader_id: 0,
+        leader_addr: String::new(),
+    };
+    let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
+    if let Ok(v) = reason.parse() {
+        status.metadata_mut().insert("om-reason", v);
+    }
+    if !field.is_empty()
+        && let Ok(v) = field.parse()
+    {
+        status.metadata_mut().insert("om-field", v);
+    }
+    status
+}
+
 pub fn to_status(e: &OmError) -> Status {
     let (code, field, leader_id, leader_addr) = match e {
         OmError::Request { kind, field, .. } => (

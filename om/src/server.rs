@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::apply::OmApplier;
 use crate::config::Config;
+use crate::grpc::auth::Authenticate;
 use crate::grpc::peer::{MemberCheck, MembersOnly, PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, OmGrpc};
 use crate::net::{LimitedListener, PortPolicy, PortStats};
@@ -55,10 +56,11 @@ impl NodeTls {
         if cfg.tls.cert.is_none() {
             return Ok(None);
         }
-        let grpc_auth = if cfg.tls.ca.is_some() {
-            om_tls::ClientAuth::Required
-        } else {
-            om_tls::ClientAuth::None
+        // With a token file a client may bring a token instead of a certificate.
+        let grpc_auth = match (&cfg.tls.ca, &cfg.token_file) {
+            (Some(_), None) => om_tls::ClientAuth::Required,
+            (Some(_), Some(_)) => om_tls::ClientAuth::Optional,
+            (None, _) => om_tls::ClientAuth::None,
         };
         Ok(Some(NodeTls {
             grpc: om_tls::ServerTls::load("grpc", cfg.tls.clone(), grpc_auth)?,
@@ -185,6 +187,14 @@ impl Node {
             "descriptor budget"
         );
         let tls = NodeTls::load(&cfg)?;
+        let tokens = match &cfg.token_file {
+            Some(p) => Some(crate::grpc::auth::TokenFile::load(p)?),
+            None => None,
+        };
+        let authenticator = Arc::new(crate::grpc::auth::Authenticator {
+            required: cfg.tls.ca.is_some() || tokens.is_some(),
+            tokens,
+        });
         match &tls {
             Some(_) => tracing::info!(
                 grpc_addr = %cfg.grpc_addr,
@@ -328,8 +338,14 @@ impl Node {
             let r = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(grpc_policy.keepalive()))
                 .http2_keepalive_timeout(Some(grpc_policy.keepalive()))
-                .add_service(crate::grpc::MalformedAsInvalid(om))
-                .add_service(crate::grpc::MalformedAsInvalid(cluster))
+                .add_service(Authenticate::new(
+                    crate::grpc::MalformedAsInvalid(om),
+                    authenticator.clone(),
+                ))
+                .add_service(Authenticate::new(
+                    crate::grpc::MalformedAsInvalid(cluster),
+                    authenticator,
+                ))
                 .serve_with_incoming_shutdown(grpc_listener.into_incoming(grpc_tls), stopped(rx))
                 .await;
             if let Err(e) = r {

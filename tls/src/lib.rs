@@ -138,6 +138,9 @@ pub enum ClientAuth {
     None,
     /// A client certificate signed by the CA is required (the Raft port).
     Required,
+    /// A client certificate is asked for and verified when presented, but a
+    /// client may go without one (and authenticate otherwise, with a token).
+    Optional,
 }
 
 fn server_config(
@@ -155,16 +158,18 @@ fn server_config(
     let builder = ServerConfig::builder();
     let builder = match auth {
         ClientAuth::None => builder.with_no_client_auth(),
-        ClientAuth::Required => {
+        ClientAuth::Required | ClientAuth::Optional => {
             let Some(ca_path) = &files.ca else {
                 return Err(TlsError::Config(
                     "requiring client certificates needs a CA file".to_string(),
                 ));
             };
             let roots = parse_roots(ca_path, snap[2].as_deref().unwrap_or_default())?;
-            let verifier = WebPkiClientVerifier::builder(roots)
-                .build()
-                .map_err(|e| TlsError::Config(e.to_string()))?;
+            let mut b = WebPkiClientVerifier::builder(roots);
+            if auth == ClientAuth::Optional {
+                b = b.allow_unauthenticated();
+            }
+            let verifier = b.build().map_err(|e| TlsError::Config(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };

@@ -258,7 +258,10 @@ impl MemberCheck {
             .and_then(|i| i.peer_certs.as_ref())
             .and_then(|c| c.first())
         else {
-            return Some(Status::unauthenticated(
+            return Some(super::refusal(
+                tonic::Code::Unauthenticated,
+                "NO_CLIENT_CERTIFICATE",
+                "",
                 "the Raft port serves only members: no client certificate",
             ));
         };
@@ -277,7 +280,10 @@ impl MemberCheck {
         if om_tls::names_any_host(cert, addrs) {
             return None;
         }
-        Some(Status::permission_denied(
+        Some(super::refusal(
+            tonic::Code::PermissionDenied,
+            "NOT_A_MEMBER",
+            "",
             "the Raft port serves only members: the client certificate names none of the \
              members' Raft hosts",
         ))
