@@ -162,12 +162,14 @@ pub async fn run(
     endpoints: &[String],
     args: &BenchArgs,
     tls: Option<Arc<om_tls::ClientTls>>,
+    token: Option<String>,
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let om = Arc::new(OmClient::new(
         endpoints,
         ClientOptions {
             tls,
+            token,
             ..ClientOptions::default()
         },
     )?);

@@ -813,7 +813,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench(args) => {
             let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
-            let rows = bench::run(&endpoints, &args, tls.clone()).await?;
+            let rows = bench::run(&endpoints, &args, tls.clone(), cli.auth_token.clone()).await?;
             if out == Output::Json {
                 let v: Vec<Value> = rows
                     .iter()
