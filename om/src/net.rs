@@ -196,7 +196,7 @@ impl<A: Acceptor> LimitedListener<A> {
         let Some(tls) = tls else {
             return Box::pin(futures::stream::unfold(self, |mut l| async move {
                 let (s, _) = l.accept_limited().await;
-                Some((Ok(Conn::Plain(s)), l))
+                Some((Ok(om_tls::MaybeTls::Plain(s)), l))
             }));
         };
         let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Conn>>(64);
@@ -212,7 +212,7 @@ impl<A: Acceptor> LimitedListener<A> {
                 tokio::spawn(async move {
                     match tls.accept(s).await {
                         Ok(t) => {
-                            let _ = tx.send(Ok(Conn::Tls(Box::new(t)))).await;
+                            let _ = tx.send(Ok(om_tls::MaybeTls::Tls(Box::new(t)))).await;
                         }
                         Err(e) => {
                             metrics::counter!("om_net_tls_handshake_failures_total", "port" => port)
@@ -228,96 +228,14 @@ impl<A: Acceptor> LimitedListener<A> {
 }
 
 /// A connection a gRPC port serves: plain, or TLS over a `LimitedStream`.
-pub enum Conn {
-    Plain(LimitedStream),
-    Tls(Box<om_tls::ServerTlsStream<LimitedStream>>),
-}
+pub type Conn = om_tls::ServerStream<LimitedStream>;
 
-/// What a request knows of its connection (in its extensions): the client's
-/// address and, over TLS, the certificate chain it presented.
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    pub remote: Option<SocketAddr>,
-    pub peer_certs: Option<Arc<Vec<om_tls::rustls::pki_types::CertificateDer<'static>>>>,
-}
+/// What a request knows of its connection.
+pub use om_tls::ConnInfo;
 
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = ConnInfo;
-
-    fn connect_info(&self) -> ConnInfo {
-        match self {
-            Conn::Plain(s) => ConnInfo {
-                remote: s.inner.peer_addr().ok(),
-                peer_certs: None,
-            },
-            Conn::Tls(t) => {
-                let (s, session) = t.get_ref();
-                ConnInfo {
-                    remote: s.inner.peer_addr().ok(),
-                    peer_certs: session
-                        .peer_certificates()
-                        .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
-                }
-            }
-        }
-    }
-}
-
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Plain(s) => s.is_write_vectored(),
-            Conn::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+impl om_tls::PeerAddr for LimitedStream {
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.peer_addr().ok()
     }
 }
 

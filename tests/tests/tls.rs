@@ -384,8 +384,8 @@ fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> tonic::Code {
 /// The certificate a server presents to a new connection.
 async fn presented(addr: &str, tls: &ClientTls) -> Vec<u8> {
     match om_tls::connect(addr, Some(tls)).await.unwrap() {
-        om_tls::ClientStream::Tls(s) => s.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
-        om_tls::ClientStream::Plain(_) => unreachable!(),
+        om_tls::MaybeTls::Tls(s) => s.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
+        om_tls::MaybeTls::Plain(_) => unreachable!(),
     }
 }
 

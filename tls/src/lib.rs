@@ -392,11 +392,17 @@ pub fn spawn_reload(r: Arc<dyn Reloader>, every: Duration) {
     });
 }
 
-/// A client's connection: plain TCP, or TLS over it.
-pub enum ClientStream {
-    Plain(TcpStream),
-    Tls(Box<ClientTlsStream<TcpStream>>),
+/// A connection that is plain `S`, or TLS (`T`) over it.
+pub enum MaybeTls<S, T> {
+    Plain(S),
+    Tls(Box<T>),
 }
+
+/// A client's connection: plain TCP, or TLS over it.
+pub type ClientStream = MaybeTls<TcpStream, ClientTlsStream<TcpStream>>;
+
+/// A server's connection over the accepted stream `S`.
+pub type ServerStream<S> = MaybeTls<S, ServerTlsStream<S>>;
 
 /// Opens a connection to `addr` (`host:port`): TCP with no delay, then a TLS
 /// handshake when `tls` is given.
@@ -408,33 +414,41 @@ pub async fn connect(addr: &str, tls: Option<&ClientTls>) -> io::Result<ClientSt
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     match tls {
-        None => Ok(ClientStream::Plain(tcp)),
-        Some(t) => Ok(ClientStream::Tls(Box::new(t.connect(addr, tcp).await?))),
+        None => Ok(MaybeTls::Plain(tcp)),
+        Some(t) => Ok(MaybeTls::Tls(Box::new(t.connect(addr, tcp).await?))),
     }
 }
 
-impl AsyncRead for ClientStream {
+impl<S, T> AsyncRead for MaybeTls<S, T>
+where
+    S: AsyncRead + Unpin,
+    T: AsyncRead + Unpin,
+{
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for ClientStream {
+impl<S, T> AsyncWrite for MaybeTls<S, T>
+where
+    S: AsyncWrite + Unpin,
+    T: AsyncWrite + Unpin,
+{
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -444,29 +458,68 @@ impl AsyncWrite for ClientStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            MaybeTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            ClientStream::Plain(s) => s.is_write_vectored(),
-            ClientStream::Tls(s) => s.is_write_vectored(),
+            MaybeTls::Plain(s) => s.is_write_vectored(),
+            MaybeTls::Tls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A stream that knows the address at its other end.
+pub trait PeerAddr {
+    fn peer_addr(&self) -> Option<std::net::SocketAddr>;
+}
+
+/// What a request knows of its connection (tonic puts it in the request's
+/// extensions): the client's address and, over TLS, the certificate chain
+/// it presented (verified during the handshake).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub remote: Option<std::net::SocketAddr>,
+    pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl<S> tonic::transport::server::Connected for ServerStream<S>
+where
+    S: PeerAddr,
+{
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        match self {
+            MaybeTls::Plain(s) => ConnInfo {
+                remote: s.peer_addr(),
+                peer_certs: None,
+            },
+            MaybeTls::Tls(t) => {
+                let (s, session) = t.get_ref();
+                ConnInfo {
+                    remote: s.peer_addr(),
+                    peer_certs: session
+                        .peer_certificates()
+                        .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
+                }
+            }
         }
     }
 }
