@@ -184,6 +184,12 @@ pub fn client_options() -> ClientOptions {
     }
 }
 
+/// A snapshot of `n`'s Raft metrics.
+pub fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
+    let m = n.node.raft.metrics();
+    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
+}
+
 /// The `--initial-cluster` value for `members`.
 pub fn initial_cluster(members: &[MemberAddrs]) -> String {
     members

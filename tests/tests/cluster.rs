@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{TestNode, cluster_addrs, wait_for};
+use om_tests::{TestNode, cluster_addrs, metrics_of, wait_for};
 
 async fn leader_of(nodes: &[Option<TestNode>], not: Option<u64>) -> u64 {
     wait_for(
@@ -88,11 +88,6 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;
     }
-}
-
-fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
-    let m = n.node.raft.metrics();
-    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
 }
 
 /// Waits until the nodes at `idx` agree on a leader among themselves.

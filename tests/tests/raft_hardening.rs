@@ -13,13 +13,8 @@ use om_proto::raft as pb;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_raft_store::StateMachine;
 use om_raft_store::snapshot_store::{MAX_SNAPSHOT_BYTES, SnapshotFaults, SnapshotStats};
-use om_tests::{MemberAddrs, TestNode, cluster_addrs, http_get, wait_for};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, http_get, metrics_of, wait_for};
 use tonic::codegen::tokio_stream;
-
-fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
-    let m = n.node.raft.metrics();
-    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
-}
 
 /// Waits until every live node agrees on one leader.
 async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {

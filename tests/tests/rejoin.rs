@@ -7,12 +7,7 @@ use std::time::Duration;
 use om::rejoin::{Outcome, Phase};
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{Faults, MemberAddrs, TestNode, cluster_addrs, http_get, wait_for};
-
-fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
-    let m = n.node.raft.metrics();
-    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
-}
+use om_tests::{Faults, MemberAddrs, TestNode, cluster_addrs, http_get, metrics_of, wait_for};
 
 /// Waits until every running node names the same leader.
 async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {

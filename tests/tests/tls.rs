@@ -13,15 +13,10 @@ use om_proto::raft as pb;
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_tests::certs::{Issued, TestCa};
-use om_tests::{MemberAddrs, TestNode, cluster_addrs, wait_for};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, metrics_of, wait_for};
 use om_tls::rustls::pki_types::pem::PemObject;
 use om_tls::{ClientTls, TlsFiles};
 use tonic::transport::{Channel, Endpoint};
-
-fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConfig> {
-    let m = n.node.raft.metrics();
-    openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
-}
 
 /// A client identity: the CA it trusts and, for mutual TLS, its certificate.
 fn identity(ca: &Path, cert: Option<&Issued>) -> Arc<ClientTls> {
