@@ -87,6 +87,11 @@ pub struct ClientOptions {
     pub tls: Option<Arc<om_tls::ClientTls>>,
     /// Bearer token sent with every request (`authorization` metadata).
     pub token: Option<String>,
+    /// Act for this end user (`om-impersonate-user`); the principal needs
+    /// the IMPERSONATE right.
+    pub impersonate: Option<String>,
+    /// The impersonated user's groups (`om-impersonate-groups`).
+    pub impersonate_groups: Vec<String>,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -100,6 +105,8 @@ impl std::fmt::Debug for ClientOptions {
             .field("lease_reads", &self.lease_reads)
             .field("tls", &self.tls)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("impersonate", &self.impersonate)
+            .field("impersonate_groups", &self.impersonate_groups)
             .finish()
     }
 }
@@ -115,6 +122,8 @@ impl Default for ClientOptions {
             lease_reads: false,
             tls: None,
             token: None,
+            impersonate: None,
+            impersonate_groups: Vec::new(),
         }
     }
 }
@@ -133,11 +142,12 @@ pub struct OmClient {
     opts: ClientOptions,
 }
 
-/// A channel that adds the client's bearer token (if any) to every request.
+/// A channel that adds the client's bearer token and impersonation (if
+/// any) to every request.
 #[derive(Clone)]
 pub struct AuthChannel {
     inner: Channel,
-    token: Option<tonic::codegen::http::HeaderValue>,
+    headers: Arc<Vec<(&'static str, tonic::codegen::http::HeaderValue)>>,
 }
 
 impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for AuthChannel {
@@ -155,30 +165,37 @@ impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> f
     }
 
     fn call(&mut self, mut req: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
-        if let Some(t) = &self.token {
-            req.headers_mut()
-                .insert(tonic::codegen::http::header::AUTHORIZATION, t.clone());
+        for (name, v) in self.headers.iter() {
+            req.headers_mut().insert(*name, v.clone());
         }
         tonic::codegen::Service::call(&mut self.inner, req)
     }
 }
 
-/// `channel` with `opts`' TLS settings and bearer token.
+/// `channel` with `opts`' TLS settings, bearer token and impersonation.
 fn auth_channel(addr: &str, opts: &ClientOptions) -> Result<AuthChannel, ClientError> {
-    let token = match &opts.token {
-        None => None,
-        Some(t) => {
-            let mut v = tonic::codegen::http::HeaderValue::from_str(&format!("Bearer {t}"))
-                .map_err(|_| {
-                    ClientError::Endpoint("the token has characters a header cannot carry".into())
-                })?;
-            v.set_sensitive(true);
-            Some(v)
-        }
+    use tonic::codegen::http::HeaderValue;
+    let value = |what: &str, v: &str| {
+        HeaderValue::from_str(v).map_err(|_| {
+            ClientError::Endpoint(format!("the {what} has characters a header cannot carry"))
+        })
     };
+    let mut headers = Vec::new();
+    if let Some(t) = &opts.token {
+        let mut v = value("token", &format!("Bearer {t}"))?;
+        v.set_sensitive(true);
+        headers.push(("authorization", v));
+    }
+    if let Some(u) = &opts.impersonate {
+        headers.push(("om-impersonate-user", value("impersonated user", u)?));
+        if !opts.impersonate_groups.is_empty() {
+            let groups = opts.impersonate_groups.join(",");
+            headers.push(("om-impersonate-groups", value("groups", &groups)?));
+        }
+    }
     Ok(AuthChannel {
         inner: channel(addr, opts.tls.as_ref())?,
-        token,
+        headers: Arc::new(headers),
     })
 }
 
@@ -811,6 +828,9 @@ impl OmClient {
         set_volume_quota(SetVolumeQuotaRequest) -> SetVolumeQuotaResponse;
         /// Sets or clears a bucket's quotas (absent fields stay as they are).
         set_bucket_quota(SetBucketQuotaRequest) -> SetBucketQuotaResponse;
+        /// Replaces, adds to or removes from the grants of the cluster, a
+        /// volume or a bucket.
+        set_acl(SetAclRequest) -> SetAclResponse;
     }
 
     read_rpcs! {
@@ -821,5 +841,13 @@ impl OmClient {
         list_deleted_blocks(ListDeletedBlocksRequest) -> ListDeletedBlocksResponse;
         get_file_status(GetFileStatusRequest) -> GetFileStatusResponse;
         list_status(ListStatusRequest) -> ListStatusResponse;
+        /// The owner and grants of the cluster, a volume or a bucket.
+        get_acl(GetAclRequest) -> GetAclResponse;
+    }
+
+    /// Who the server takes this client for.
+    pub async fn who_am_i(&self) -> Result<WhoAmIResponse, ClientError> {
+        self.call(|ch| async move { Self::om(ch).who_am_i(WhoAmIRequest {}).await })
+            .await
     }
 }

@@ -12,6 +12,7 @@ use om_client::v1::*;
 use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
+mod acl;
 mod bench;
 mod files;
 mod objects;
@@ -58,6 +59,18 @@ struct Cli {
     /// Listings' `--token` is their continuation token.
     #[arg(long, global = true, env = "OM_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// Act for this user (the principal needs the IMPERSONATE right), as
+    /// an S3 gateway does for the user behind an access key.
+    #[arg(long = "as", global = true, env = "OM_AS")]
+    as_user: Option<String>,
+    /// Groups of the `--as` user (repeat or comma-separate).
+    #[arg(
+        long = "as-group",
+        global = true,
+        requires = "as_user",
+        value_delimiter = ','
+    )]
+    as_groups: Vec<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -124,6 +137,11 @@ enum Cmd {
     /// its `--token-file` line (a random salt and the salted SHA-256).
     #[command(subcommand)]
     Token(TokenCmd),
+    /// ACLs of the cluster (`/`), a volume or a bucket: get, set, add, remove.
+    #[command(subcommand)]
+    Acl(acl::AclCmd),
+    /// Who the server takes this client for, and whether it is an admin.
+    Whoami,
 }
 
 #[derive(clap::Args)]
@@ -493,6 +511,8 @@ async fn run(cli: Cli) -> Result<()> {
         lease_reads: cli.lease,
         tls: tls.clone(),
         token: cli.auth_token.clone(),
+        impersonate: cli.as_user.clone(),
+        impersonate_groups: cli.as_groups.clone(),
         ..Default::default()
     };
     let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
@@ -788,6 +808,8 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Mpu(m) => objects::mpu(&c, out, m).await?,
         Cmd::Blocks(b) => objects::blocks(&c, out, b).await?,
         Cmd::Fs(f) => files::run(&c, out, f).await?,
+        Cmd::Acl(a) => acl::run(&c, out, a).await?,
+        Cmd::Whoami => acl::whoami(&c, out).await?,
         Cmd::Token(TokenCmd::Hash { principal }) => {
             if principal.is_empty()
                 || principal.len() > 256

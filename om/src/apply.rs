@@ -18,6 +18,7 @@ use om_proto::store::{
 };
 use rocksdb::{DB, WriteBatch};
 
+mod acl;
 mod fs;
 mod limits;
 mod multipart;
@@ -44,7 +45,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 1;
+pub const RULES: u32 = 2;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -143,47 +144,54 @@ pub fn apply_command(
         index: log_index,
         now: cmd.now_ms,
         rules: cmd.rules,
+        caller: cmd.caller.as_ref(),
         holders: RefCell::new(HashMap::new()),
     };
     // Handlers check everything before they stage their first write, so a
     // rejected command leaves the batch as it was; the length check enforces it.
     let staged_before = batch.len();
-    let outcome = limits::check(cmd).and_then(|()| match &cmd.op {
-        Some(Op::CreateVolume(c)) => ctx.create_volume(batch, c),
-        Some(Op::DeleteVolume(c)) => ctx.delete_volume(batch, c),
-        Some(Op::CreateBucket(c)) => ctx.create_bucket(batch, c),
-        Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
-        Some(Op::PutKey(c)) => ctx.put_key(batch, c),
-        Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
-        Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c),
-        Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
-        Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
-        Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
-        Some(Op::AllocateBlock(c)) => ctx.allocate_block(batch, c),
-        Some(Op::CommitKey(c)) => ctx.commit_key(batch, c),
-        Some(Op::CopyKey(c)) => ctx.copy_key(batch, c),
-        Some(Op::ExpireOpenKeys(c)) => ctx.expire_open_keys(batch, c),
-        Some(Op::AckDeletedBlocks(c)) => ctx.ack_deleted_blocks(batch, c),
-        Some(Op::InitiateMultipart(c)) => ctx.initiate_multipart(batch, c),
-        Some(Op::CommitPart(c)) => ctx.commit_part(batch, c),
-        Some(Op::CompleteMultipart(c)) => ctx.complete_multipart(batch, c),
-        Some(Op::AbortMultipart(c)) => ctx.abort_multipart(batch, c),
-        Some(Op::CreateDirectory(c)) => ctx.create_directory(batch, c),
-        Some(Op::CreateFile(c)) => ctx.create_file(batch, c),
-        Some(Op::DeletePath(c)) => ctx.delete_path(batch, c),
-        Some(Op::RenamePath(c)) => ctx.rename_path(batch, c),
-        Some(Op::PurgeDeletedDirs(c)) => ctx.purge_deleted_dirs(batch, c),
-        Some(Op::SetVolumeQuota(c)) => ctx.set_volume_quota(batch, c),
-        Some(Op::SetBucketQuota(c)) => ctx.set_bucket_quota(batch, c),
-        None => Err(OmError::invalid(
-            "EMPTY_COMMAND",
-            "op",
-            "command has no operation",
-        )),
-    });
+    let outcome = limits::check(cmd)
+        .and_then(|()| match &cmd.op {
+            Some(op) if cmd.rules >= 2 => crate::authz::check_command(db, cmd.caller.as_ref(), op),
+            _ => Ok(()),
+        })
+        .and_then(|()| match &cmd.op {
+            Some(Op::CreateVolume(c)) => ctx.create_volume(batch, c),
+            Some(Op::DeleteVolume(c)) => ctx.delete_volume(batch, c),
+            Some(Op::CreateBucket(c)) => ctx.create_bucket(batch, c),
+            Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
+            Some(Op::PutKey(c)) => ctx.put_key(batch, c),
+            Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
+            Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c),
+            Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
+            Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
+            Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
+            Some(Op::AllocateBlock(c)) => ctx.allocate_block(batch, c),
+            Some(Op::CommitKey(c)) => ctx.commit_key(batch, c),
+            Some(Op::CopyKey(c)) => ctx.copy_key(batch, c),
+            Some(Op::ExpireOpenKeys(c)) => ctx.expire_open_keys(batch, c),
+            Some(Op::AckDeletedBlocks(c)) => ctx.ack_deleted_blocks(batch, c),
+            Some(Op::InitiateMultipart(c)) => ctx.initiate_multipart(batch, c),
+            Some(Op::CommitPart(c)) => ctx.commit_part(batch, c),
+            Some(Op::CompleteMultipart(c)) => ctx.complete_multipart(batch, c),
+            Some(Op::AbortMultipart(c)) => ctx.abort_multipart(batch, c),
+            Some(Op::CreateDirectory(c)) => ctx.create_directory(batch, c),
+            Some(Op::CreateFile(c)) => ctx.create_file(batch, c),
+            Some(Op::DeletePath(c)) => ctx.delete_path(batch, c),
+            Some(Op::RenamePath(c)) => ctx.rename_path(batch, c),
+            Some(Op::PurgeDeletedDirs(c)) => ctx.purge_deleted_dirs(batch, c),
+            Some(Op::SetVolumeQuota(c)) => ctx.set_volume_quota(batch, c),
+            Some(Op::SetBucketQuota(c)) => ctx.set_bucket_quota(batch, c),
+            Some(Op::SetAcl(c)) => ctx.set_acl(batch, c),
+            None => Err(OmError::invalid(
+                "EMPTY_COMMAND",
+                "op",
+                "command has no operation",
+            )),
+        });
     let result = match outcome {
         Ok(r) => r,
-        Err(e @ OmError::Request { .. }) => {
+        Err(e @ (OmError::Request { .. } | OmError::Denied { .. })) => {
             if batch.len() != staged_before {
                 return Err(OmError::Internal(format!(
                     "command rejected ({}) after staging writes",
@@ -214,6 +222,23 @@ pub fn apply_command(
 
 /// The replicated result of a refused request.
 fn rejection(e: OmError) -> CommandResult {
+    if let OmError::Denied {
+        right,
+        resource,
+        message,
+    } = e
+    {
+        return CommandResult {
+            result: Some(command_result::Result::Rejected(Rejection {
+                reason: "ACCESS_DENIED".to_string(),
+                field: String::new(),
+                message,
+                kind: ErrorKind::PermissionDenied.to_code(),
+                right,
+                resource,
+            })),
+        };
+    }
     let (kind, reason, field, message) = match e {
         OmError::Request {
             kind,
@@ -234,6 +259,7 @@ fn rejection(e: OmError) -> CommandResult {
             field,
             message,
             kind: kind.to_code(),
+            ..Rejection::default()
         })),
     }
 }
@@ -241,6 +267,11 @@ fn rejection(e: OmError) -> CommandResult {
 /// Decodes a replicated result into the response or the request error it holds.
 pub fn into_outcome(result: CommandResult) -> Result<command_result::Result, OmError> {
     match result.result {
+        Some(command_result::Result::Rejected(r)) if r.kind == 5 => Err(OmError::Denied {
+            right: r.right,
+            resource: r.resource,
+            message: r.message,
+        }),
         Some(command_result::Result::Rejected(r)) => Err(OmError::Request {
             kind: ErrorKind::from_code(r.kind),
             reason: r.reason,
@@ -259,6 +290,9 @@ struct Ctx<'a> {
     /// The command's `rules` version: what changed since is done only for
     /// commands of the version that changed it.
     rules: u32,
+    /// Who the command is applied for (rules 2; absent for internal
+    /// commands and without authentication).
+    caller: Option<&'a om_proto::store::Caller>,
     /// Holder counts of blocks changed by this command so far: reads inside
     /// one apply see the state before the entry, so a command that touches a
     /// shared block twice (deleting a key and its copy at once) must see its
@@ -318,6 +352,7 @@ impl Ctx<'_> {
             metadata: c.metadata.clone(),
             bucket_count: 0,
             used_bytes: (self.rules >= 1).then_some(0),
+            acl: Vec::new(),
         };
         table::put::<VolumeTable>(self.db, b, &key, &mut v)?;
         ok(command_result::Result::Volume(v))
@@ -399,6 +434,8 @@ impl Ctx<'_> {
             quota_bytes: c.quota_bytes,
             quota_namespace: c.quota_namespace,
             dir_count: (self.rules >= 1).then_some(0),
+            acl: Vec::new(),
+            owner: self.caller.map(|c| c.user.clone()).unwrap_or_default(),
         };
         vol.bucket_count = self.grow(vol.bucket_count, 1, "name", "the volume's bucket count")?;
         vol.update_id = self.index;
@@ -1024,6 +1061,26 @@ mod tests {
             into_outcome(self.apply(op).0).unwrap()
         }
 
+        /// `apply` of a command proposed for `user` (not an admin).
+        pub fn apply_as(&mut self, user: &str, op: Op) -> (CommandResult, usize) {
+            self.index += 1;
+            let mut b = WriteBatch::default();
+            let cmd = Command {
+                now_ms: 1000 + self.index,
+                op: Some(op),
+                rules: RULES,
+                caller: Some(om_proto::store::Caller {
+                    user: user.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
+            let n = b.len();
+            self.db.write(b).unwrap();
+            (r, n)
+        }
+
         pub fn ok_rules(&mut self, op: Op, rules: u32) -> command_result::Result {
             into_outcome(self.apply_rules(op, rules).0).unwrap()
         }
@@ -1055,6 +1112,71 @@ mod tests {
             layout,
             ..Default::default()
         }));
+    }
+
+    /// Apply decides rights from the state as of the entry: a grant lets a
+    /// user write, its removal stops the next command, and a refusal stages
+    /// nothing; a bucket belongs to whoever created it.
+    #[test]
+    fn apply_checks_the_callers_rights_against_the_acl_of_its_entry() {
+        let mut sm = Sm::new();
+        sm.ok(Op::CreateVolume(st::CreateVolume {
+            name: "vol".into(),
+            owner: "alice".into(),
+            ..Default::default()
+        }));
+        let (r, _) = sm.apply_as(
+            "alice",
+            Op::CreateBucket(st::CreateBucket {
+                volume: "vol".into(),
+                name: "bkt".into(),
+                ..Default::default()
+            }),
+        );
+        match into_outcome(r).unwrap() {
+            command_result::Result::Bucket(b) => assert_eq!(b.owner, "alice"),
+            other => panic!("{other:?}"),
+        }
+        let put = || {
+            Op::PutKey(st::PutKey {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "k".into(),
+                ..Default::default()
+            })
+        };
+        let denied = |sm: &mut Sm| {
+            let (r, staged) = sm.apply_as("bob", put());
+            assert_eq!(staged, 0, "a refused command staged writes");
+            match into_outcome(r) {
+                Err(OmError::Denied {
+                    right, resource, ..
+                }) => assert_eq!((right.as_str(), resource.as_str()), ("WRITE", "/vol/bkt")),
+                other => panic!("expected ACCESS_DENIED, got {other:?}"),
+            }
+        };
+        denied(&mut sm);
+        let grant = |mode| {
+            Op::SetAcl(st::SetAcl {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                mode,
+                grants: vec![st::AclGrant {
+                    kind: crate::authz::KIND_USER,
+                    name: "bob".into(),
+                    rights: crate::authz::WRITE,
+                }],
+            })
+        };
+        // bob may not grant himself anything.
+        let (r, staged) = sm.apply_as("bob", grant(1));
+        assert!(matches!(into_outcome(r), Err(OmError::Denied { .. })) && staged == 0);
+        into_outcome(sm.apply_as("alice", grant(1)).0).unwrap();
+        into_outcome(sm.apply_as("bob", put()).0).unwrap();
+        into_outcome(sm.apply_as("alice", grant(2)).0).unwrap();
+        denied(&mut sm);
+        // Commands without a caller (internal, or authentication off) pass.
+        sm.ok(put());
     }
 
     /// Checks the edge also makes are repeated at apply, so a replicated
@@ -1138,6 +1260,7 @@ mod tests {
             index: 99,
             now: 0,
             rules: RULES,
+            caller: None,
             holders: RefCell::new(HashMap::new()),
         };
         let mut b = WriteBatch::default();

@@ -64,6 +64,22 @@ pub struct Args {
     /// a token or a client certificate.
     #[arg(long, env = "OM_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Cluster admins, comma-separated principal names (certificate or token
+    /// names). With authentication on (a CA or a token file), requests are
+    /// authorized against ACLs; admins may do everything. Give every member
+    /// the same list.
+    #[arg(long, env = "OM_ADMINS")]
+    pub admins: Option<String>,
+    /// Append an audit line (JSON) for every mutation and refused request
+    /// to this file.
+    #[arg(long, env = "OM_AUDIT_LOG")]
+    pub audit_log: Option<PathBuf>,
+    /// Rotate the audit log past this many bytes [default: 104857600 (100 MiB)].
+    #[arg(long, env = "OM_AUDIT_LOG_MAX_BYTES")]
+    pub audit_log_max_bytes: Option<u64>,
+    /// Rotated audit logs kept (`PATH.1` newest) [default: 10].
+    #[arg(long, env = "OM_AUDIT_LOG_KEEP")]
+    pub audit_log_keep: Option<u32>,
     /// Most entries a listing returns per page [default: 1000].
     #[arg(long, env = "OM_MAX_PAGE")]
     pub max_page: Option<u32>,
@@ -142,6 +158,10 @@ struct FileConfig {
     tls_ca: Option<PathBuf>,
     insecure: Option<bool>,
     token_file: Option<PathBuf>,
+    admins: Option<String>,
+    audit_log: Option<PathBuf>,
+    audit_log_max_bytes: Option<u64>,
+    audit_log_keep: Option<u32>,
     max_page: Option<u32>,
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
@@ -187,6 +207,12 @@ pub struct Config {
     pub tls: om_tls::TlsFiles,
     /// Bearer tokens of the public port.
     pub token_file: Option<PathBuf>,
+    /// Cluster admins by configuration.
+    pub admins: std::collections::BTreeSet<String>,
+    /// Audit log file, its rotation size and rotated files kept.
+    pub audit_log: Option<PathBuf>,
+    pub audit_log_max_bytes: u64,
+    pub audit_log_keep: u32,
     pub max_page: u32,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
@@ -268,6 +294,20 @@ impl Config {
                 }
             }
         }
+        let mut admins = std::collections::BTreeSet::new();
+        for name in args
+            .admins
+            .or(file.admins)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            if name.len() > crate::authz::MAX_NAME_BYTES {
+                return Err(format!("--admins: {name:?} is longer than 256 bytes"));
+            }
+            admins.insert(name.to_string());
+        }
         let max_page = args.max_page.or(file.max_page).unwrap_or(1000);
         if max_page == 0 {
             return Err("max page must be at least 1".to_string());
@@ -305,6 +345,14 @@ impl Config {
             join: args.join || file.join.unwrap_or(false),
             tls,
             token_file: args.token_file.or(file.token_file),
+            admins,
+            audit_log: args.audit_log.or(file.audit_log),
+            audit_log_max_bytes: args
+                .audit_log_max_bytes
+                .or(file.audit_log_max_bytes)
+                .unwrap_or(100 << 20)
+                .max(4096),
+            audit_log_keep: args.audit_log_keep.or(file.audit_log_keep).unwrap_or(10),
             max_page,
             heartbeat: Duration::from_millis(heartbeat_ms),
             election_timeout: Duration::from_millis(election_ms),

@@ -12,6 +12,7 @@ pub enum ErrorKind {
     NotFound,
     AlreadyExists,
     FailedPrecondition,
+    PermissionDenied,
 }
 
 impl ErrorKind {
@@ -22,6 +23,7 @@ impl ErrorKind {
             ErrorKind::NotFound => 2,
             ErrorKind::AlreadyExists => 3,
             ErrorKind::FailedPrecondition => 4,
+            ErrorKind::PermissionDenied => 5,
         }
     }
 
@@ -30,6 +32,7 @@ impl ErrorKind {
             1 => ErrorKind::InvalidArgument,
             2 => ErrorKind::NotFound,
             3 => ErrorKind::AlreadyExists,
+            5 => ErrorKind::PermissionDenied,
             _ => ErrorKind::FailedPrecondition,
         }
     }
@@ -51,6 +54,14 @@ pub enum OmError {
         reason: String,
         /// The request field at fault; empty when none is.
         field: String,
+        message: String,
+    },
+    /// The caller lacks `right` (e.g. `READ`) on `resource` (`/`, `/vol` or
+    /// `/vol/bucket`); nothing changed.
+    #[error("{message}")]
+    Denied {
+        right: String,
+        resource: String,
         message: String,
     },
     /// This node cannot serve the request; the leader (if known) can.
@@ -118,6 +129,7 @@ impl OmError {
     pub fn reason(&self) -> &str {
         match self {
             OmError::Request { reason, .. } => reason,
+            OmError::Denied { .. } => "ACCESS_DENIED",
             OmError::NotLeader { .. } => "NOT_LEADER",
             OmError::Unavailable(_) => "UNAVAILABLE",
             OmError::Internal(_) => "INTERNAL",

@@ -18,6 +18,7 @@ use crate::error::{ErrorKind, OmError};
 use crate::service::{Consistency, KeyListing, OmService, WriteId, item_len};
 use crate::validate;
 
+mod acl;
 mod files;
 mod malformed;
 mod objects;
@@ -59,6 +60,8 @@ pub fn refusal(code: tonic::Code, reason: &str, field: &str, message: &str) -> S
         message: message.to_string(),
         leader_id: 0,
         leader_addr: String::new(),
+        right: String::new(),
+        resource: String::new(),
     };
     let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
     if let Ok(v) = reason.parse() {
@@ -80,11 +83,13 @@ pub fn to_status(e: &OmError) -> Status {
                 ErrorKind::NotFound => tonic::Code::NotFound,
                 ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
                 ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+                ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
             },
             field.clone(),
             None,
             None,
         ),
+        OmError::Denied { .. } => (tonic::Code::PermissionDenied, String::new(), None, None),
         OmError::NotLeader {
             leader_id,
             leader_addr,
@@ -104,6 +109,14 @@ pub fn to_status(e: &OmError) -> Status {
         message: message.clone(),
         leader_id: leader_id.unwrap_or(0),
         leader_addr: leader_addr.clone().unwrap_or_default(),
+        right: match e {
+            OmError::Denied { right, .. } => right.clone(),
+            _ => String::new(),
+        },
+        resource: match e {
+            OmError::Denied { resource, .. } => resource.clone(),
+            _ => String::new(),
+        },
     };
     let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
     let md = status.metadata_mut();
@@ -950,6 +963,27 @@ impl OzoneManager for OmGrpc {
             files::list_status(&self.svc, req.into_inner()),
         )
         .await
+    }
+
+    async fn get_acl(
+        &self,
+        req: Request<GetAclRequest>,
+    ) -> Result<Response<GetAclResponse>, Status> {
+        observe("GetAcl", acl::get_acl(&self.svc, req.into_inner())).await
+    }
+
+    async fn set_acl(
+        &self,
+        req: Request<SetAclRequest>,
+    ) -> Result<Response<SetAclResponse>, Status> {
+        observe("SetAcl", acl::set_acl(&self.svc, req.into_inner())).await
+    }
+
+    async fn who_am_i(
+        &self,
+        _req: Request<WhoAmIRequest>,
+    ) -> Result<Response<WhoAmIResponse>, Status> {
+        observe("WhoAmI", acl::who_am_i(&self.svc)).await
     }
 }
 

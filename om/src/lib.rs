@@ -7,6 +7,8 @@
 //! and only `grpc` turns errors into `tonic::Status`.
 
 pub mod apply;
+pub mod audit;
+pub mod authz;
 pub mod config;
 pub mod error;
 pub mod fs;

@@ -191,10 +191,36 @@ impl Node {
             Some(p) => Some(crate::grpc::auth::TokenFile::load(p)?),
             None => None,
         };
+        let audit = match &cfg.audit_log {
+            Some(p) => Some(Arc::new(
+                crate::audit::AuditLog::open(
+                    p,
+                    cfg.audit_log_max_bytes,
+                    cfg.audit_log_keep,
+                    cfg.node_id,
+                )
+                .map_err(|e| format!("audit log {}: {e}", p.display()))?,
+            )),
+            None => None,
+        };
         let authenticator = Arc::new(crate::grpc::auth::Authenticator {
             required: cfg.tls.ca.is_some() || tokens.is_some(),
             tokens,
+            audit: audit.clone(),
         });
+        if authenticator.required {
+            if cfg.admins.is_empty() {
+                tracing::warn!(
+                    "authentication is on but --admins is empty: only principals granted ALL \
+                     on the cluster can create volumes or change the cluster ACL"
+                );
+            }
+            tracing::info!(admins = ?cfg.admins, "requests are authorized against ACLs");
+        } else {
+            tracing::warn!(
+                "no authentication (no --tls-ca, no --token-file): every caller may do everything"
+            );
+        }
         match &tls {
             Some(_) => tracing::info!(
                 grpc_addr = %cfg.grpc_addr,
@@ -245,19 +271,26 @@ impl Node {
             http_listener.stats(),
         ];
 
-        let service = Arc::new(
-            OmService::new(
-                raft.clone(),
-                db,
-                cfg.node_id,
-                cfg.max_page,
-                cfg.request_timeout,
-                cfg.list_seek_after,
-            )
-            .with_min_part_size(cfg.min_part_size)
-            .with_max_response_bytes(cfg.max_response_bytes)
-            .with_clock_offset(opts.clock_offset_ms),
-        );
+        let mut service = OmService::new(
+            raft.clone(),
+            db,
+            cfg.node_id,
+            cfg.max_page,
+            cfg.request_timeout,
+            cfg.list_seek_after,
+        )
+        .with_min_part_size(cfg.min_part_size)
+        .with_max_response_bytes(cfg.max_response_bytes)
+        .with_clock_offset(opts.clock_offset_ms);
+        if authenticator.required {
+            service = service.with_authorization(crate::service::Policy {
+                admins: cfg.admins.clone(),
+            });
+        }
+        if let Some(a) = &audit {
+            service = service.with_audit(a.clone());
+        }
+        let service = Arc::new(service);
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 

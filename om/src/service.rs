@@ -16,7 +16,10 @@ use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, ReadPolicy};
 use rocksdb::DB;
 
+mod access;
 mod files;
+
+pub use access::Policy;
 pub use files::{Status, StatusListing, StatusPage};
 
 use crate::apply::into_outcome;
@@ -99,6 +102,10 @@ pub struct OmService {
     /// Added to the wall clock this node stamps commands with (tests skew
     /// one node's clock with it; 0 in production).
     clock_offset_ms: i64,
+    /// Authorization (on with authentication); `None`: every caller may do
+    /// everything.
+    policy: Option<Arc<Policy>>,
+    audit: Option<Arc<crate::audit::AuditLog>>,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -182,6 +189,8 @@ impl OmService {
             min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             clock_offset_ms: 0,
+            policy: None,
+            audit: None,
         }
     }
 
@@ -234,7 +243,14 @@ impl OmService {
 
     /// Proposes `op` stamped with this (leader) node's clock and waits for it
     /// to be applied. Request errors decided at apply come back as `Err`.
+    ///
+    /// Within a request, the command carries its caller (when authorization
+    /// is on), whose rights the leader checks first and apply again; every
+    /// outcome is audited.
     pub async fn propose(&self, id: WriteId, op: Op) -> Result<command_result::Result, OmError> {
+        let caller = self.caller()?;
+        self.precheck(caller.as_ref(), &op)?;
+        let audited = self.audit.is_some().then(|| op.clone());
         let cmd = Command {
             client_id: id.client_id,
             seq: id.seq,
@@ -242,20 +258,28 @@ impl OmService {
             op: Some(op),
             request_digest: id.request_digest,
             rules: crate::apply::RULES,
+            caller,
         };
-        match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await {
+        let outcome = match tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd))
+            .await
+        {
             Ok(Ok(resp)) => into_outcome(resp.data),
             Ok(Err(e)) => Err(write_err(e)),
             Err(_) => Err(OmError::Unavailable(format!(
                 "write not committed within {:?}; its outcome is unknown, retry with the same client id and seq",
                 self.request_timeout
             ))),
+        };
+        if let Some(op) = &audited {
+            self.audit_write(op, &outcome);
         }
+        outcome
     }
 
     /// Adds `id` as a learner, waits until it has caught up, then promotes it
     /// to voter unless `learner_only`.
     pub async fn add_node(&self, id: u64, node: OmNode, learner_only: bool) -> Result<(), OmError> {
+        self.require_admin()?;
         let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         if membership.voter_ids().any(|v| v == id) {
@@ -293,6 +317,7 @@ impl OmService {
 
     /// Removes `id` from the cluster, voter or learner.
     pub async fn remove_node(&self, id: u64) -> Result<(), OmError> {
+        self.require_admin()?;
         let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         if membership.get_node(&id).is_none() {
@@ -316,6 +341,7 @@ impl OmService {
 
     /// Hands leadership to voter `to` and waits until it leads.
     pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), OmError> {
+        self.require_admin()?;
         let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         if !membership.voter_ids().any(|v| v == to) {
@@ -384,7 +410,8 @@ impl OmService {
 
     /// A volume, its used bytes filled in even before a write kept them.
     pub async fn get_volume(&self, c: Consistency, name: &str) -> Result<VolumeRecord, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(c, crate::authz::Resource::Volume(name), crate::authz::READ)
+            .await?;
         let mut v =
             table::get::<VolumeTable>(&self.db, &keys::volume_key(name))?.ok_or_else(|| {
                 OmError::not_found(
@@ -403,7 +430,12 @@ impl OmService {
         volume: &str,
         name: &str,
     ) -> Result<BucketRecord, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, name),
+            crate::authz::READ,
+        )
+        .await?;
         self.bucket_now(volume, name)
     }
 
@@ -431,7 +463,12 @@ impl OmService {
         bucket: &str,
         key: &str,
     ) -> Result<KeyRecord, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::READ,
+        )
+        .await?;
         let b = self.bucket_now(volume, bucket)?;
         if b.layout == crate::apply::LAYOUT_FSO {
             // A key of an FSO bucket is a file path.
@@ -453,24 +490,45 @@ impl OmService {
     }
 
     /// One page of volumes; `convert` turns each into what the response
-    /// carries and says how many bytes it adds there.
+    /// carries and says how many bytes it adds there. With authorization on,
+    /// a caller sees the volumes it may READ (an admin all): the page is
+    /// read as usual and the others left out, so it may hold fewer items
+    /// (even none) and still continue after the last volume it read.
     pub async fn list_volumes<T>(
         &self,
         c: Consistency,
         prefix: &str,
         start_after: &str,
         max: u32,
-        convert: impl FnMut(VolumeRecord) -> (T, usize),
+        mut convert: impl FnMut(VolumeRecord) -> (T, usize),
     ) -> Result<Page<T>, OmError> {
         self.read_barrier(c).await?;
-        list_page::<VolumeTable, T>(
+        let visible = self.volume_filter()?;
+        let page = list_page::<VolumeTable, _>(
             &self.db,
             &[],
             prefix,
             start_after,
             (self.page_size(max), self.item_budget()),
-            convert,
-        )
+            |v| {
+                if visible(&v) {
+                    let (t, n) = convert(v);
+                    (Some(t), n)
+                } else {
+                    (None, 0)
+                }
+            },
+        )?;
+        Ok(Page {
+            items: page
+                .items
+                .into_iter()
+                .filter_map(|(name, t)| t.map(|t| (name, t)))
+                .collect(),
+            truncated: page.truncated,
+            next_start_after: page.next_start_after,
+            stats: page.stats,
+        })
     }
 
     /// One page of a volume's buckets; `convert` as for `list_volumes`.
@@ -483,7 +541,12 @@ impl OmService {
         max: u32,
         convert: impl FnMut(BucketRecord) -> (T, usize),
     ) -> Result<Page<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Volume(volume),
+            crate::authz::LIST,
+        )
+        .await?;
         if table::get::<VolumeTable>(&self.db, &keys::volume_key(volume))?.is_none() {
             return Err(OmError::not_found(
                 "VOLUME_NOT_FOUND",
@@ -510,7 +573,12 @@ impl OmService {
         q: KeyListing,
         mut convert: impl FnMut(String, KeyRecord) -> (T, usize),
     ) -> Result<KeyPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(&q.volume, &q.bucket),
+            crate::authz::LIST,
+        )
+        .await?;
         let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
         let expect = ContinuationToken {
             version: 1,
@@ -669,7 +737,12 @@ impl OmService {
         token: &str,
         mut convert: impl FnMut(String, OpenKeyRecord) -> (T, usize),
     ) -> Result<OpenKeyPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::LIST,
+        )
+        .await?;
         let b = self.bucket_now(volume, bucket)?;
         if b.layout == crate::apply::LAYOUT_FSO {
             return self.list_open_files(&b, prefix, max, token, convert);
@@ -823,7 +896,12 @@ impl OmService {
         max: u32,
         mut convert: impl FnMut(PartRecord) -> (T, usize),
     ) -> Result<PartPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::LIST,
+        )
+        .await?;
         self.object_store_bucket_now(volume, bucket)?;
         if table::get::<UploadTable>(&self.db, &keys::upload_key(volume, bucket, key, upload_id))?
             .is_none()
@@ -881,7 +959,12 @@ impl OmService {
         q: UploadListing,
         mut convert: impl FnMut(String, UploadRecord) -> (T, usize),
     ) -> Result<UploadPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(&q.volume, &q.bucket),
+            crate::authz::LIST,
+        )
+        .await?;
         self.object_store_bucket_now(&q.volume, &q.bucket)?;
         let marker = q.key_marker.as_bytes();
         let rolled_up = crate::listing::marker_prefix(
@@ -979,7 +1062,8 @@ impl OmService {
         max: u32,
         mut convert: impl FnMut(DeletedId, DeletedBlocksRecord) -> (T, usize),
     ) -> Result<DeletedPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(c, crate::authz::Resource::Cluster, crate::authz::ALL)
+            .await?;
         let start = match after {
             None => Start::Beginning,
             Some((index, seq)) => Start::After(keys::deleted_blocks_key(index, seq)),

@@ -25,8 +25,15 @@ pub mod etcd {
 /// Names the operation only: user keys never reach logs at info level.
 impl std::fmt::Display for store::Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.op_name())
+    }
+}
+
+impl store::Command {
+    /// The operation's name, e.g. `PutKey`.
+    pub fn op_name(&self) -> &'static str {
         use store::command::Op;
-        let op = match &self.op {
+        match &self.op {
             Some(Op::CreateVolume(_)) => "CreateVolume",
             Some(Op::DeleteVolume(_)) => "DeleteVolume",
             Some(Op::CreateBucket(_)) => "CreateBucket",
@@ -53,9 +60,9 @@ impl std::fmt::Display for store::Command {
             Some(Op::PurgeDeletedDirs(_)) => "PurgeDeletedDirs",
             Some(Op::SetVolumeQuota(_)) => "SetVolumeQuota",
             Some(Op::SetBucketQuota(_)) => "SetBucketQuota",
+            Some(Op::SetAcl(_)) => "SetAcl",
             None => "Empty",
-        };
-        write!(f, "{op}")
+        }
     }
 }
 

@@ -45,6 +45,15 @@ impl TestCa {
         self.issue_with(dir, stem, names, |_| {})
     }
 
+    /// A certificate for `names` whose subject's Organization is `group`
+    /// (the group om takes the holder to be in).
+    pub fn issue_in_group(&self, dir: &Path, stem: &str, names: &[&str], group: &str) -> Issued {
+        self.issue_with(dir, stem, names, |p| {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, group);
+        })
+    }
+
     /// A certificate for `names` that expired in 2020.
     pub fn issue_expired(&self, dir: &Path, stem: &str, names: &[&str]) -> Issued {
         self.issue_with(dir, stem, names, |p| {

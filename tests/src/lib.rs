@@ -79,6 +79,7 @@ impl TestNode {
             args.tls_cert = Some(p.member.cert.clone());
             args.tls_key = Some(p.member.key.clone());
             args.tls_ca = Some(p.ca_path.clone());
+            args.admins = Some(MTLS_CLIENT.to_string());
         }
         tweak(&mut args);
         let node = Node::start_with(Config::load(args).expect("config"), opts)
@@ -141,6 +142,10 @@ pub struct Pki {
     pub client: Arc<om_tls::ClientTls>,
 }
 
+/// The name in the harness's client certificate; nodes started with mutual
+/// TLS take it as their admin (`--admins`).
+pub const MTLS_CLIENT: &str = "test-client";
+
 /// The harness's certificates when `OM_TEST_MTLS=1`: then every node started
 /// through `TestNode` serves mutual TLS on both gRPC ports, and clients built
 /// from `client_options()` present the client certificate. `make test` runs
@@ -155,9 +160,9 @@ pub fn mtls() -> Option<&'static Pki> {
         let ca = certs::TestCa::new("om test CA");
         let ca_path = ca.write(dir.path(), "ca");
         let member = ca.issue(dir.path(), "member", &["127.0.0.1", "localhost"]);
-        let client_cert = ca.issue(dir.path(), "client", &["test-client"]);
+        let client_cert = ca.issue(dir.path(), "client", &[MTLS_CLIENT]);
         let client = om_tls::ClientTls::load(
-            "test-client",
+            MTLS_CLIENT,
             om_tls::TlsFiles {
                 cert: Some(client_cert.cert),
                 key: Some(client_cert.key),
@@ -255,6 +260,7 @@ impl TestNode {
             args.tls_cert = Some(p.member.cert.clone());
             args.tls_key = Some(p.member.key.clone());
             args.tls_ca = Some(p.ca_path.clone());
+            args.admins = Some(MTLS_CLIENT.to_string());
         }
         tweak(&mut args);
         let node = Node::start_with(Config::load(args).expect("config"), opts)

@@ -95,6 +95,7 @@ async fn secure_cluster(n: u64) -> SecureCluster {
                     args.tls_cert = Some(me.cert);
                     args.tls_key = Some(me.key);
                     args.tls_ca = Some(ca_path);
+                    args.admins = Some("admin.example".to_string());
                 },
             )
             .await,
@@ -475,12 +476,17 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
             a.tls_key = Some(node.key);
             a.tls_ca = Some(ca_path);
             a.token_file = Some(tokens);
+            a.admins = Some("alice,admin.example".to_string());
         })
         .await
     };
     let (plain_node, pa) = {
         let tokens = tokens.clone();
-        single(move |a| a.token_file = Some(tokens)).await
+        single(move |a| {
+            a.token_file = Some(tokens);
+            a.admins = Some("alice".to_string());
+        })
+        .await
     };
     let ca_only = identity(&ca_path, None);
     for (a, tls, with_cert) in [
@@ -549,7 +555,11 @@ async fn omctl_hashes_tokens_and_presents_them() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, &line).unwrap();
-    let (n, a) = single(move |args| args.token_file = Some(tokens)).await;
+    let (n, a) = single(move |args| {
+        args.token_file = Some(tokens);
+        args.admins = Some("gateway".to_string());
+    })
+    .await;
     let run = |token: Option<&str>| {
         let mut cmd = std::process::Command::new(&omctl);
         cmd.args([

@@ -39,10 +39,40 @@ pub fn block_size_or_legacy(stamped: u64) -> u64 {
     }
 }
 
+/// A command's caller: a valid user name (the principal's), groups and
+/// impersonator within their limits.
+fn caller(c: &om_proto::store::Caller) -> Result<(), OmError> {
+    use crate::authz::{MAX_GROUPS, MAX_NAME_BYTES};
+    let bad = |field: &str, what: &str| {
+        Err(OmError::invalid(
+            "INVALID_CALLER",
+            field,
+            format!("the command's caller has {what}"),
+        ))
+    };
+    let sized = |n: &str| !n.is_empty() && n.len() <= MAX_NAME_BYTES;
+    if !sized(&c.user) {
+        return bad("caller.user", "no user name or one that is too long");
+    }
+    if c.by.len() > MAX_NAME_BYTES {
+        return bad("caller.by", "an impersonator name that is too long");
+    }
+    if c.groups.len() > MAX_GROUPS || !c.groups.iter().all(|g| sized(g)) {
+        return bad(
+            "caller.groups",
+            "too many groups or an empty or too long group name",
+        );
+    }
+    Ok(())
+}
+
 /// Checks every field of `cmd` that has a limit; the error names the field
 /// as the edge would.
 pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
     let Some(op) = &cmd.op else { return Ok(()) };
+    if let Some(c) = &cmd.caller {
+        caller(c)?;
+    }
     match op {
         Op::CreateVolume(c) => {
             name("name", &c.name)?;
@@ -65,6 +95,25 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
         Op::SetBucketQuota(c) => {
             name("volume", &c.volume)?;
             name("name", &c.name)?;
+        }
+        Op::SetAcl(c) => {
+            if !c.volume.is_empty() {
+                name("volume", &c.volume)?;
+            }
+            if !c.bucket.is_empty() {
+                name("bucket", &c.bucket)?;
+            }
+            if c.volume.is_empty() && !c.bucket.is_empty() {
+                return Err(OmError::invalid(
+                    "MISSING_VOLUME",
+                    "volume",
+                    "a bucket's ACL names its volume",
+                ));
+            }
+            crate::authz::check_grants(
+                crate::authz::Resource::of(&c.volume, &c.bucket),
+                &c.grants,
+            )?;
         }
         Op::PutKey(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;

@@ -192,7 +192,12 @@ impl OmService {
         bucket: &str,
         path: &str,
     ) -> Result<Status, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::READ,
+        )
+        .await?;
         let b = self.fso_bucket_now(volume, bucket)?;
         let comps = fs::components(path);
         let not_found = || {
@@ -234,7 +239,12 @@ impl OmService {
         q: StatusListing,
         mut convert: impl FnMut(Status) -> (T, usize),
     ) -> Result<StatusPage<T>, OmError> {
-        self.read_barrier(c).await?;
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(&q.volume, &q.bucket),
+            crate::authz::LIST,
+        )
+        .await?;
         let b = self.fso_bucket_now(&q.volume, &q.bucket)?;
         let comps = fs::components(&q.path);
         let entry = fs::stat(&self.db, b.object_id, &comps, "path")?.ok_or_else(|| {

@@ -24,6 +24,7 @@
 //! | `open_files`     | u64 BE parent id, name, `\0`, u64 BE session id   | `OpenKeyRecord`       |
 //! |                  | `\xff` u64 BE opened-ms, then the entry's key      | empty (expiry index)  |
 //! | `deleted_dirs`   | u64 BE log index, u32 BE sequence                 | `DeletedDirRecord`    |
+//! | `settings`       | `cluster_acl`                                     | `ClusterAclRecord`    |
 //!
 //! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
 //! parent directory's object id (the bucket's object id at the root) and its
@@ -66,6 +67,7 @@ pub const TABLE_CFS: &[&str] = &[
     FILES_CF,
     OPEN_FILES_CF,
     DELETED_DIRS_CF,
+    SETTINGS_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -97,6 +99,10 @@ pub const DIRECTORIES_CF: &str = "directories";
 pub const FILES_CF: &str = "files";
 pub const OPEN_FILES_CF: &str = "open_files";
 pub const DELETED_DIRS_CF: &str = "deleted_dirs";
+pub const SETTINGS_CF: &str = "settings";
+
+/// The cluster's ACL (admins and impersonators) in `settings`.
+pub const CLUSTER_ACL_KEY: &[u8] = b"cluster_acl";
 
 /// `parent id`: every child of one directory (in `directories` or `files`).
 pub fn children_prefix(parent: u64) -> Vec<u8> {

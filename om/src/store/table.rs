@@ -8,8 +8,8 @@ use rocksdb::{ColumnFamily, DB, WriteBatch};
 use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
-    BucketRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord, KeyRecord, OpenKeyRecord,
-    PartRecord, RetryCacheRecord, UploadRecord, VolumeRecord,
+    BucketRecord, ClusterAclRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord,
+    KeyRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -36,7 +36,8 @@ record!(
     UploadRecord,
     PartRecord,
     DirectoryRecord,
-    DeletedDirRecord
+    DeletedDirRecord,
+    ClusterAclRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -131,6 +132,13 @@ table!(
     keys::DELETED_DIRS_CF,
     DeletedDirRecord,
     "Directories deleted recursively, awaiting purge."
+);
+
+table!(
+    SettingsTable,
+    keys::SETTINGS_CF,
+    ClusterAclRecord,
+    "Cluster-wide settings; today only the cluster ACL (`keys::CLUSTER_ACL_KEY`)."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {

@@ -1,0 +1,570 @@
+//! Authorization end to end: ACLs replicated through Raft and enforced on
+//! every replica (stale follower reads included), owners, groups, cluster
+//! admins, impersonation, the audit log, and `omctl acl`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use om_client::v1::*;
+use om_client::{ClientError, ClientOptions, OmClient};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, wait_for};
+
+const OPS: &str = "ops-token";
+const ALICE: &str = "alice-token";
+const BOB: &str = "bob-token";
+const GW: &str = "gw-token";
+
+/// A token file: ops (admin), alice (group eng), bob, gw (a gateway).
+fn token_file(dir: &Path) -> PathBuf {
+    let p = dir.join("tokens");
+    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
+    std::fs::write(
+        &p,
+        format!(
+            "{}\n{} eng\n{}\n{}\n",
+            line("ops", OPS, b"salt-ops-"),
+            line("alice", ALICE, b"salt-alice"),
+            line("bob", BOB, b"salt-bob-"),
+            line("gw", GW, b"salt-gw-"),
+        ),
+    )
+    .unwrap();
+    p
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    addrs: Vec<MemberAddrs>,
+    nodes: Vec<TestNode>,
+}
+
+async fn cluster(n: u64) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path());
+    let addrs = cluster_addrs(n);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        let (tokens, audit) = (
+            tokens.clone(),
+            dir.path().join(format!("audit-{}.log", a.id)),
+        );
+        nodes.push(
+            TestNode::start_member_with(a, &addrs, None, move |args| {
+                args.token_file = Some(tokens);
+                args.admins = Some("ops".to_string());
+                args.audit_log = Some(audit);
+            })
+            .await,
+        );
+    }
+    let c = Cluster { dir, addrs, nodes };
+    let ops = c.client(OPS);
+    wait_for(Duration::from_secs(20), "a leader", || {
+        let ops = &ops;
+        async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
+    })
+    .await;
+    c
+}
+
+impl Cluster {
+    fn opts(token: &str) -> ClientOptions {
+        ClientOptions {
+            deadline: Duration::from_secs(15),
+            token: Some(token.to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn client(&self, token: &str) -> OmClient {
+        let eps: Vec<String> = self.addrs.iter().map(|a| a.grpc.clone()).collect();
+        OmClient::new(&eps, Self::opts(token)).unwrap()
+    }
+
+    /// A client reading only `node`'s local state (stale reads).
+    fn stale(&self, node: usize, token: &str) -> OmClient {
+        OmClient::new(
+            std::slice::from_ref(&self.addrs[node].grpc),
+            ClientOptions {
+                stale_reads: true,
+                ..Self::opts(token)
+            },
+        )
+        .unwrap()
+    }
+
+    fn acting_for(&self, token: &str, user: &str) -> OmClient {
+        let eps: Vec<String> = self.addrs.iter().map(|a| a.grpc.clone()).collect();
+        OmClient::new(
+            &eps,
+            ClientOptions {
+                impersonate: Some(user.to_string()),
+                ..Self::opts(token)
+            },
+        )
+        .unwrap()
+    }
+
+    fn dumps(&self) -> Vec<om::store::TableDump> {
+        self.nodes.iter().map(TestNode::dump).collect()
+    }
+
+    /// Waits until every replica holds the same tables (so a later
+    /// comparison sees every write applied everywhere).
+    async fn settled(&self) -> Vec<om::store::TableDump> {
+        wait_for(Duration::from_secs(10), "replicas to converge", || async {
+            let d = self.dumps();
+            d.windows(2).all(|w| w[0] == w[1]).then_some(d)
+        })
+        .await
+    }
+
+    fn audit_lines(&self) -> Vec<String> {
+        (1..=self.addrs.len())
+            .flat_map(|id| {
+                std::fs::read_to_string(self.dir.path().join(format!("audit-{id}.log")))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    async fn shutdown(self) {
+        for n in self.nodes {
+            n.node.shutdown().await;
+        }
+    }
+}
+
+fn grant(kind: GranteeKind, name: &str, rights: &[AclRight]) -> AclGrant {
+    AclGrant {
+        kind: kind as i32,
+        name: name.to_string(),
+        rights: rights.iter().map(|r| *r as i32).collect(),
+    }
+}
+
+async fn set_acl(c: &OmClient, vol: &str, bucket: &str, mode: AclMode, g: AclGrant) {
+    c.set_acl(SetAclRequest {
+        volume: vol.into(),
+        bucket: bucket.into(),
+        mode: mode as i32,
+        grants: vec![g],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+/// Asserts `r` is PERMISSION_DENIED ACCESS_DENIED naming `right` on `resource`.
+fn assert_denied<T: std::fmt::Debug>(r: Result<T, ClientError>, right: &str, resource: &str) {
+    match r {
+        Err(ClientError::Api {
+            code,
+            reason,
+            message,
+            ..
+        }) => {
+            assert_eq!(code, tonic::Code::PermissionDenied, "{message}");
+            assert_eq!(reason, "ACCESS_DENIED");
+            assert!(
+                message.contains(&format!("lacks {right} on {resource}")),
+                "{message}"
+            );
+        }
+        other => panic!("expected ACCESS_DENIED ({right} on {resource}), got {other:?}"),
+    }
+}
+
+async fn list_keys(c: &OmClient, vol: &str, bucket: &str) -> Result<Vec<String>, ClientError> {
+    let r = c
+        .list_keys(ListKeysRequest {
+            volume: vol.into(),
+            bucket: bucket.into(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(r.keys.into_iter().map(|k| k.name).collect())
+}
+
+/// Alice cannot list, read, write, delete or re-grant Bob's bucket, and
+/// each refusal changes nothing on any replica; Bob's grant lets her read
+/// (on the leader and in stale reads of every follower), a group grant lets
+/// her write, and revoking stops her everywhere. Cluster operations need an
+/// admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grants_and_revokes_take_effect_on_every_replica() {
+    let c = cluster(3).await;
+    let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
+    ops.create_volume("vola", "alice").await.unwrap();
+    ops.create_volume("volb", "bob").await.unwrap();
+    alice
+        .create_bucket("vola", "bka", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    bob.create_bucket("volb", "bkb", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    bob.put_key("volb", "bkb", "k", 10).await.unwrap();
+    // Alice owns va, not vb: only her volume is listed to her.
+    let names = |v: Vec<VolumeInfo>| v.into_iter().map(|v| v.name).collect::<Vec<_>>();
+    let vols = alice.list_volumes("", "", 100).await.unwrap().volumes;
+    assert_eq!(names(vols), vec!["vola"]);
+    let vols = ops.list_volumes("", "", 100).await.unwrap().volumes;
+    assert_eq!(names(vols), vec!["vola", "volb"]);
+
+    let before = c.settled().await;
+    assert_denied(list_keys(&alice, "volb", "bkb").await, "LIST", "/volb/bkb");
+    assert_denied(
+        alice.lookup_key("volb", "bkb", "k").await,
+        "READ",
+        "/volb/bkb",
+    );
+    assert_denied(alice.get_bucket("volb", "bkb").await, "READ", "/volb/bkb");
+    assert_denied(
+        alice.put_key("volb", "bkb", "k", 1).await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice.delete_key("volb", "bkb", "k").await,
+        "DELETE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice.delete_bucket("volb", "bkb").await,
+        "DELETE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .create_bucket("volb", "mine", BucketLayout::ObjectStore)
+            .await,
+        "CREATE",
+        "/volb",
+    );
+    assert_denied(alice.get_volume("volb").await, "READ", "/volb");
+    assert_denied(
+        alice
+            .set_acl(SetAclRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                mode: AclMode::Add as i32,
+                grants: vec![grant(GranteeKind::User, "alice", &[AclRight::All])],
+                ..Default::default()
+            })
+            .await,
+        "WRITE_ACL",
+        "/volb/bkb",
+    );
+    assert_denied(alice.create_volume("volc", "alice").await, "ALL", "/");
+    assert_denied(alice.delete_volume("vola").await, "ALL", "/");
+    assert_denied(alice.transfer_leader(2).await, "ALL", "/");
+    assert_denied(alice.remove_node(3).await, "ALL", "/");
+    assert_eq!(c.dumps(), before, "a refused request changed a replica");
+
+    // Bob lets Alice read and list his bucket.
+    set_acl(
+        &bob,
+        "volb",
+        "bkb",
+        AclMode::Add,
+        grant(
+            GranteeKind::User,
+            "alice",
+            &[AclRight::Read, AclRight::List],
+        ),
+    )
+    .await;
+    assert_eq!(list_keys(&alice, "volb", "bkb").await.unwrap(), vec!["k"]);
+    for node in 0..3 {
+        let stale = c.stale(node, ALICE);
+        wait_for(
+            Duration::from_secs(10),
+            "the grant on every replica",
+            || {
+                let stale = &stale;
+                async move { stale.lookup_key("volb", "bkb", "k").await.ok() }
+            },
+        )
+        .await;
+    }
+    assert_denied(
+        alice.put_key("volb", "bkb", "k2", 1).await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    // A grant to her group lets her write; one to a group she is not in
+    // does nothing.
+    set_acl(
+        &bob,
+        "volb",
+        "bkb",
+        AclMode::Add,
+        grant(GranteeKind::Group, "finance", &[AclRight::Write]),
+    )
+    .await;
+    assert_denied(
+        alice.put_key("volb", "bkb", "k2", 1).await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    set_acl(
+        &bob,
+        "volb",
+        "bkb",
+        AclMode::Add,
+        grant(GranteeKind::Group, "eng", &[AclRight::Write]),
+    )
+    .await;
+    alice.put_key("volb", "bkb", "k2", 1).await.unwrap();
+    let acl = bob
+        .get_acl(GetAclRequest {
+            volume: "volb".into(),
+            bucket: "bkb".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(acl.owner, "bob");
+    assert_eq!(acl.grants.len(), 3);
+    assert_denied(
+        alice
+            .get_acl(GetAclRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                ..Default::default()
+            })
+            .await,
+        "READ_ACL",
+        "/volb/bkb",
+    );
+
+    // Revoking stops her on the leader and on every follower.
+    set_acl(
+        &bob,
+        "volb",
+        "bkb",
+        AclMode::Remove,
+        grant(
+            GranteeKind::User,
+            "alice",
+            &[AclRight::Read, AclRight::List],
+        ),
+    )
+    .await;
+    assert_denied(list_keys(&alice, "volb", "bkb").await, "LIST", "/volb/bkb");
+    for node in 0..3 {
+        let stale = c.stale(node, ALICE);
+        wait_for(
+            Duration::from_secs(10),
+            "the revoke on every replica",
+            || {
+                let stale = &stale;
+                async move {
+                    match stale.lookup_key("volb", "bkb", "k").await {
+                        Err(e) if e.code() == tonic::Code::PermissionDenied => Some(()),
+                        _ => None,
+                    }
+                }
+            },
+        )
+        .await;
+        assert_denied(list_keys(&stale, "volb", "bkb").await, "LIST", "/volb/bkb");
+    }
+    // A world grant reaches every authenticated principal.
+    set_acl(
+        &bob,
+        "volb",
+        "bkb",
+        AclMode::Add,
+        grant(GranteeKind::World, "", &[AclRight::List]),
+    )
+    .await;
+    assert_eq!(
+        list_keys(&alice, "volb", "bkb").await.unwrap(),
+        vec!["k", "k2"]
+    );
+    c.shutdown().await;
+}
+
+/// A gateway acts for an end user only with the IMPERSONATE right, the
+/// decision is made for that user, it may not act for an admin, and the
+/// audit log names both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn impersonation_needs_the_right_and_is_audited() {
+    let c = cluster(1).await;
+    let (ops, alice) = (c.client(OPS), c.client(ALICE));
+    ops.create_volume("vola", "alice").await.unwrap();
+    ops.create_volume("volb", "bob").await.unwrap();
+    alice
+        .create_bucket("vola", "bka", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let gw_as_alice = c.acting_for(GW, "alice");
+    let before = c.settled().await;
+    assert_denied(
+        gw_as_alice.put_key("vola", "bka", "k", 1).await,
+        "IMPERSONATE",
+        "/",
+    );
+    assert_denied(
+        c.acting_for(ALICE, "bob").who_am_i().await,
+        "IMPERSONATE",
+        "/",
+    );
+    assert_eq!(c.dumps(), before);
+
+    set_acl(
+        &ops,
+        "",
+        "",
+        AclMode::Add,
+        grant(GranteeKind::User, "gw", &[AclRight::Impersonate]),
+    )
+    .await;
+    let me = gw_as_alice.who_am_i().await.unwrap();
+    assert_eq!(
+        (me.user.as_str(), me.impersonated_by.as_str()),
+        ("alice", "gw")
+    );
+    assert!(!me.admin);
+    gw_as_alice.put_key("vola", "bka", "k", 1).await.unwrap();
+    // The gateway's own identity has no rights on Alice's bucket...
+    assert_denied(
+        c.client(GW).put_key("vola", "bka", "k", 1).await,
+        "WRITE",
+        "/vola/bka",
+    );
+    // ...and acting for Alice gives none on Bob's volume.
+    assert_denied(
+        gw_as_alice
+            .create_bucket("volb", "bkx", BucketLayout::ObjectStore)
+            .await,
+        "CREATE",
+        "/volb",
+    );
+    // Acting for an admin would make the gateway one.
+    let e = c
+        .acting_for(GW, "ops")
+        .create_volume("volc", "gw")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    // Non-admins cannot read or change the cluster ACL.
+    assert_denied(alice.get_acl(GetAclRequest::default()).await, "ALL", "/");
+    let cluster_acl = ops.get_acl(GetAclRequest::default()).await.unwrap();
+    assert_eq!(
+        cluster_acl.grants,
+        vec![grant(GranteeKind::User, "gw", &[AclRight::Impersonate])]
+    );
+
+    // Unauthenticated requests are audited too.
+    let nobody = c.client("forged");
+    assert_eq!(
+        nobody.list_volumes("", "", 10).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    let lines = wait_for(Duration::from_secs(10), "audit lines", || async {
+        let l = c.audit_lines();
+        l.iter()
+            .any(|l| l.contains("\"result\":\"INVALID_TOKEN\""))
+            .then_some(l)
+    })
+    .await;
+    let find = |needles: &[&str]| {
+        lines
+            .iter()
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+            .unwrap_or_else(|| panic!("no audit line with {needles:?} in {lines:#?}"))
+            .clone()
+    };
+    let put = find(&[
+        "\"principal\":\"gw\"",
+        "\"impersonated_user\":\"alice\"",
+        "\"operation\":\"PutKey\"",
+        "\"resource\":\"/vola/bka/k\"",
+        "\"result\":\"OK\"",
+    ]);
+    assert!(put.contains("\"request_id\":\"") && put.contains("\"via\":\"token\""));
+    find(&[
+        "\"principal\":\"gw\"",
+        "\"operation\":\"PutKey\"",
+        "\"result\":\"ACCESS_DENIED\"",
+        "\"right\":\"IMPERSONATE\"",
+    ]);
+    find(&[
+        "\"principal\":\"gw\"",
+        "\"impersonated_user\":\"alice\"",
+        "\"operation\":\"CreateBucket\"",
+        "\"resource\":\"/volb\"",
+        "\"result\":\"ACCESS_DENIED\"",
+        "\"right\":\"CREATE\"",
+    ]);
+    find(&[
+        "\"principal\":\"alice\"",
+        "\"operation\":\"GetAcl\"",
+        "\"result\":\"ACCESS_DENIED\"",
+    ]);
+    find(&[
+        "\"operation\":\"SetAcl\"",
+        "\"principal\":\"ops\"",
+        "\"resource\":\"/\"",
+        "\"result\":\"OK\"",
+    ]);
+    c.shutdown().await;
+}
+
+/// `omctl acl add|get|remove` and `omctl whoami --as`, as an operator uses
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn omctl_manages_acls() {
+    let c = cluster(1).await;
+    let ops = c.client(OPS);
+    ops.create_volume("volb", "bob").await.unwrap();
+    c.client(BOB)
+        .create_bucket("volb", "bkb", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let omctl = om_tests::binary("omctl");
+    let run = |token: &str, args: &[&str]| {
+        let out = std::process::Command::new(&omctl)
+            .args(["--endpoint", &c.addrs[0].grpc, "--timeout", "10"])
+            .args(args)
+            .env("OM_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = run(
+        BOB,
+        &["acl", "add", "volb/bkb", "user:alice:rl", "group:eng:WRITE"],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = run(BOB, &["acl", "get", "/volb/bkb"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("owner:  bob"), "{out}");
+    assert!(out.contains("grant:  user:alice:READ,LIST"), "{out}");
+    assert!(out.contains("grant:  group:eng:WRITE"), "{out}");
+    let (ok, out) = run(BOB, &["acl", "remove", "volb/bkb", "user:alice:l"]);
+    assert!(ok && out.contains("user:alice:READ\n"), "{out}");
+    let (ok, out) = run(ALICE, &["acl", "set", "volb/bkb"]);
+    assert!(!ok && out.contains("ACCESS_DENIED"), "{out}");
+    assert!(out.contains("lacks WRITE_ACL on /volb/bkb"), "{out}");
+    let (ok, out) = run(OPS, &["acl", "add", "/", "user:gw:IMPERSONATE"]);
+    assert!(ok, "{out}");
+    let (ok, out) = run(GW, &["--output", "json", "--as", "alice", "whoami"]);
+    assert!(ok, "{out}");
+    let who: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(who["user"], "alice");
+    assert_eq!(who["impersonated_by"], "gw");
+    let (ok, out) = run(OPS, &["acl", "add", "volb", "user:gw:IMPERSONATE"]);
+    assert!(!ok && out.contains("INVALID_RIGHTS"), "{out}");
+    c.shutdown().await;
+}
