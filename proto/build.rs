@@ -15,8 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Every protobuf map is a BTreeMap, so a message always encodes its map
     // entries in key order: replicas store identical bytes for the same state
     // (a HashMap's order depends on each process's random hasher).
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .btree_map(".")
+        .file_descriptor_set_path(out.join("om_descriptor.bin"))
         .build_client(true)
         .build_server(true)
         .compile_protos(&files, &["proto"])?;

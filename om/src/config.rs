@@ -32,6 +32,10 @@ pub struct Args {
     /// This node's Raft id, unique in the cluster [default: 1].
     #[arg(long, env = "OM_NODE_ID")]
     pub node_id: Option<u64>,
+    /// Take the node id from the host name's trailing ordinal, as a
+    /// StatefulSet names its pods: `om-0` is node 1, `om-2` node 3.
+    #[arg(long, env = "OM_NODE_ID_FROM_HOSTNAME", conflicts_with = "node_id")]
+    pub node_id_from_hostname: bool,
     /// Address of the internal Raft service [default: 127.0.0.1:9872].
     #[arg(long, env = "OM_RAFT_ADDR")]
     pub raft_addr: Option<SocketAddr>,
@@ -80,6 +84,10 @@ pub struct Args {
     /// Rotated audit logs kept (`PATH.1` newest) [default: 10].
     #[arg(long, env = "OM_AUDIT_LOG_KEEP")]
     pub audit_log_keep: Option<u32>,
+    /// Log lines as `text` or `json` (one JSON object per event, for log
+    /// collectors) [default: text].
+    #[arg(long, env = "OM_LOG_FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
     /// Most entries a listing returns per page [default: 1000].
     #[arg(long, env = "OM_MAX_PAGE")]
     pub max_page: Option<u32>,
@@ -150,6 +158,7 @@ struct FileConfig {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     node_id: Option<u64>,
+    node_id_from_hostname: Option<bool>,
     raft_addr: Option<SocketAddr>,
     initial_cluster: Option<String>,
     join: Option<bool>,
@@ -243,7 +252,13 @@ impl Config {
             None => FileConfig::default(),
         };
         let parse = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
-        let node_id = args.node_id.or(file.node_id).unwrap_or(1);
+        let from_hostname =
+            args.node_id_from_hostname || file.node_id_from_hostname.unwrap_or(false);
+        let node_id = match (args.node_id, from_hostname) {
+            (Some(id), _) => id,
+            (None, true) => node_id_of_host(&hostname()?)?,
+            (None, false) => file.node_id.unwrap_or(1),
+        };
         if node_id == 0 {
             return Err("node id must be at least 1".to_string());
         }
@@ -412,6 +427,36 @@ impl Config {
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 60;
 
 /// Parses `1=127.0.0.1:9872/127.0.0.1:9862,2=...`. The gRPC address is optional.
+/// This machine's host name (a pod's name in Kubernetes).
+fn hostname() -> Result<String, String> {
+    if let Ok(h) = std::env::var("HOSTNAME")
+        && !h.is_empty()
+    {
+        return Ok(h);
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .map_err(|e| format!("--node-id-from-hostname: cannot read the host name: {e}"))
+}
+
+/// The node id a StatefulSet pod's name stands for: its trailing ordinal
+/// plus one (`om-0` → 1); a fully qualified name counts by its first label.
+pub fn node_id_of_host(host: &str) -> Result<u64, String> {
+    let label = host.split('.').next().unwrap_or_default();
+    let ordinal = label
+        .rsplit_once('-')
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            format!("--node-id-from-hostname: host name {host:?} does not end in -ORDINAL")
+        })?;
+    ordinal
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| format!("--node-id-from-hostname: ordinal of {host:?} is too large"))
+}
+
 pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
     let mut out: Vec<InitialMember> = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -448,6 +493,16 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statefulset_pod_names_give_node_ids() {
+        assert_eq!(node_id_of_host("om-0").unwrap(), 1);
+        assert_eq!(node_id_of_host("om-2").unwrap(), 3);
+        assert_eq!(node_id_of_host("my-om-12.om-peers.ns.svc").unwrap(), 13);
+        for bad in ["om", "om-", "om-x", "", "om-99999999999999999999"] {
+            assert!(node_id_of_host(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn flags_override_file_and_defaults_fill_in() {

@@ -276,9 +276,9 @@ async fn observe<T>(
         Ok(_) => "OK".to_string(),
         Err(e) => format!("{:?}", to_status(e).code()),
     };
-    metrics::counter!("om_grpc_requests_total", "method" => method, "code" => code).increment(1);
-    metrics::histogram!("om_grpc_request_seconds", "method" => method)
+    metrics::histogram!("om_grpc_request_seconds", "method" => method, "code" => code.clone())
         .record(started.elapsed().as_secs_f64());
+    metrics::counter!("om_grpc_requests_total", "method" => method, "code" => code).increment(1);
     match r {
         Ok(v) => Ok(Response::new(v)),
         Err(e) => {

@@ -36,6 +36,7 @@ pub fn router(svc: Arc<OmService>, prom: PrometheusHandle, admission: Admission)
 async fn metrics(State(s): State<HttpState>) -> String {
     crate::metrics::db_counters();
     crate::metrics::retry_cache(&s.svc);
+    crate::metrics::db_sizes(s.svc.db());
     s.prom.run_upkeep();
     let mut text = s.prom.render();
     let m = s.svc.raft().metrics().borrow_watched().clone();
@@ -52,17 +53,24 @@ async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
 }
 
 /// Ready once Raft runs, a leader is known and this node takes full part in
-/// Raft (a member that lost its data says why it does not, see `rejoin`).
-async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
-    let m = s.svc.raft().metrics().borrow_watched().clone();
-    if s.admission.phase() != Phase::Open {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not admitted: {}\n", s.admission.message()),
-        )
-    } else if m.running_state.is_ok() && m.current_leader.is_some() {
-        (StatusCode::OK, "ready\n".to_string())
+/// Raft (a member that lost its data says why it does not, see `rejoin`);
+/// else why not. `/readyz` and the gRPC health service both answer this.
+pub fn readiness(svc: &OmService, admission: &Admission) -> Result<(), String> {
+    let m = svc.raft().metrics().borrow_watched().clone();
+    if admission.phase() != Phase::Open {
+        Err(format!("not admitted: {}", admission.message()))
+    } else if m.running_state.is_err() {
+        Err("raft stopped".to_string())
+    } else if m.current_leader.is_none() {
+        Err("no leader".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "no leader\n".to_string())
+        Ok(())
+    }
+}
+
+async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
+    match readiness(&s.svc, &s.admission) {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }

@@ -12,7 +12,13 @@ pub fn recorder() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Histograms as Prometheus histograms (so alerts and dashboards
+            // can aggregate quantiles across members): 50 µs to ~13 s.
+            let buckets: Vec<f64> = (0..19).map(|i| 50e-6 * 2f64.powi(i)).collect();
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&buckets)
+                .expect("non-empty buckets")
+                .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (e.g. by an embedding
             // test); then this handle renders only what it sees, which is fine.
@@ -84,4 +90,28 @@ pub fn retry_cache(svc: &crate::service::OmService) {
     let age = oldest_ms.map_or(0.0, |t| svc.now_ms().saturating_sub(t) as f64 / 1000.0);
     metrics::gauge!("om_retry_cache_oldest_age_seconds").set(age);
     metrics::gauge!("om_retry_cache_entries_estimate").set(estimate as f64);
+}
+
+/// Per column family: live data, SST bytes on disk and pending compaction
+/// bytes, as RocksDB estimates them (`om_db_*_bytes{cf}`).
+pub fn db_sizes(db: &rocksdb::DB) {
+    for &cf in crate::store::keys::TABLE_CFS.iter().chain(&[
+        om_raft_store::keys::LOG_CF,
+        om_raft_store::keys::RAFT_META_CF,
+        om_raft_store::keys::SM_META_CF,
+    ]) {
+        let Some(h) = db.cf_handle(cf) else { continue };
+        for (name, prop) in [
+            ("om_db_live_data_bytes", "rocksdb.estimate-live-data-size"),
+            ("om_db_sst_files_bytes", "rocksdb.total-sst-files-size"),
+            (
+                "om_db_pending_compaction_bytes",
+                "rocksdb.estimate-pending-compaction-bytes",
+            ),
+        ] {
+            if let Ok(Some(v)) = db.property_int_value_cf(h, prop) {
+                metrics::gauge!(name, "cf" => cf).set(v as f64);
+            }
+        }
+    }
 }

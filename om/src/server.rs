@@ -27,6 +27,9 @@ use crate::store::keys;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Longest a stopping leader waits for another voter to take over.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Hooks for tests; production nodes use the default.
 #[derive(Default, Clone)]
 pub struct NodeOptions {
@@ -366,11 +369,30 @@ impl Node {
         ));
         let cluster =
             om_proto::v1::cluster_server::ClusterServer::new(ClusterGrpc::new(service.clone()));
+        // grpc.health.v1 says SERVING exactly when /readyz answers 200;
+        // reflection lets grpcurl list and describe the API. Neither needs
+        // credentials beyond what the connection's TLS asks.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        tasks.push(tokio::spawn(report_health(
+            health,
+            service.clone(),
+            admission.clone(),
+            stop_rx.clone(),
+        )));
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(om_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(om_proto::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(grpc_policy.keepalive()))
                 .http2_keepalive_timeout(Some(grpc_policy.keepalive()))
+                .add_service(health_service)
+                .add_service(reflection)
+                .add_service(reflection_alpha)
                 .add_service(Authenticate::new(
                     crate::grpc::MalformedAsInvalid(om),
                     authenticator.clone(),
@@ -506,8 +528,59 @@ impl Node {
     /// Runs until `signal` completes, then shuts down.
     pub async fn run_until(self, signal: impl Future<Output = ()>) {
         signal.await;
+        self.stop_gracefully().await;
+    }
+
+    /// What SIGTERM does: a leader first hands leadership to the most
+    /// caught-up voter (so writes pause for a transfer, not an election),
+    /// then the node stops serving, letting in-flight requests finish.
+    pub async fn stop_gracefully(self) {
+        let started = std::time::Instant::now();
+        if let Some(to) = self.service.step_down(HANDOVER_TIMEOUT).await {
+            tracing::info!(
+                to,
+                ms = started.elapsed().as_millis() as u64,
+                "handed leadership over"
+            );
+        }
         tracing::info!("shutting down");
         self.shutdown().await;
+    }
+}
+
+/// Keeps the gRPC health service in step with readiness (`http::readiness`):
+/// the whole server ("") and both public services are SERVING while the
+/// node is ready, NOT_SERVING otherwise and once it stops.
+async fn report_health(
+    health: tonic_health::server::HealthReporter,
+    svc: Arc<OmService>,
+    admission: Admission,
+    mut stop: watch::Receiver<bool>,
+) {
+    use tonic_health::ServingStatus;
+    const SERVICES: [&str; 3] = ["", "om.v1.OzoneManager", "om.v1.Cluster"];
+    let mut last = None;
+    loop {
+        let status = if *stop.borrow() {
+            ServingStatus::NotServing
+        } else if crate::http::readiness(&svc, &admission).is_ok() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        if last != Some(status) {
+            for s in SERVICES {
+                health.set_service_status(s, status).await;
+            }
+            last = Some(status);
+        }
+        if *stop.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
     }
 }
 

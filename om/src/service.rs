@@ -375,6 +375,36 @@ impl OmService {
         Ok(())
     }
 
+    /// When this node leads, hands leadership to the most caught-up other
+    /// voter and waits (at most `timeout`) until it has taken over; what a
+    /// stopping node does first, so writes pause for one transfer instead
+    /// of an election timeout. Returns the new leader, if one took over.
+    pub async fn step_down(&self, timeout: Duration) -> Option<u64> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.state != openraft::ServerState::Leader {
+            return None;
+        }
+        let matched = |id: &u64| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(id).cloned().flatten())
+                .map_or(0, |l| l.index)
+        };
+        let to = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|v| *v != self.node_id)
+            .max_by_key(|v| (matched(v), std::cmp::Reverse(*v)))?;
+        match self.transfer_leader(to, timeout).await {
+            Ok(()) => Some(to),
+            Err(e) => {
+                tracing::warn!(to, error = %e, "leadership handover before stopping failed");
+                None
+            }
+        }
+    }
+
     /// Waits until local state reflects every write committed before this call.
     pub async fn read_barrier(&self, c: Consistency) -> Result<(), OmError> {
         let policy = match c {

@@ -17,6 +17,11 @@ pub mod raft {
     tonic::include_proto!("om.raft.v1");
 }
 
+/// The encoded `FileDescriptorSet` of every proto above, for gRPC server
+/// reflection (`grpcurl list`, `grpcurl describe`).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/om_descriptor.bin"));
+
 /// A wire-compatible subset of etcd's KV API, for side-by-side benchmarks.
 pub mod etcd {
     tonic::include_proto!("etcdserverpb");

@@ -149,12 +149,13 @@ fn flusher(shared: Arc<Shared>, rx: mpsc::Receiver<Pending>) {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         let target = shared.db.latest_sequence_number();
+        let started = std::time::Instant::now();
         let result = shared.db.flush_wal(true);
         match result {
             Ok(()) => {
                 shared.durable_seq.fetch_max(target, Ordering::AcqRel);
                 shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::log_fsync(batch.len());
+                crate::metrics::log_fsync(batch.len(), started.elapsed().as_secs_f64());
                 for p in batch {
                     debug_assert!(p.written_seq <= target);
                     p.callback.io_completed(Ok(()));

@@ -1,8 +1,10 @@
 //! Metrics owned by the Raft store.
 
-/// Counts one WAL fsync that made `appends` log appends durable.
-pub fn log_fsync(appends: usize) {
+/// Counts one WAL fsync, which took `seconds`, that made `appends` log
+/// appends durable.
+pub fn log_fsync(appends: usize, seconds: f64) {
     metrics::counter!("om_raft_log_fsyncs_total").increment(1);
+    metrics::histogram!("om_raft_fsync_seconds").record(seconds);
     metrics::counter!("om_raft_log_appends_total").increment(appends as u64);
 }
 
@@ -52,4 +54,9 @@ pub fn peer_up(peer: u64, addr: &str, up: bool) {
         "addr" => addr.to_string()
     )
     .set(if up { 1.0 } else { 0.0 });
+}
+
+/// One committed entry applied (its batch written) in `seconds`.
+pub fn applied(seconds: f64) {
+    metrics::histogram!("om_raft_apply_seconds").record(seconds);
 }

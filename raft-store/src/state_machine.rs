@@ -164,7 +164,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let (_, mut membership) = self.read_applied()?;
         while let Some((entry, responder)) = entries.try_next().await? {
+            let started = Instant::now();
             let result = self.apply_one(&entry, &mut membership)?;
+            crate::metrics::applied(started.elapsed().as_secs_f64());
             if let Some(r) = responder {
                 r.send(result);
             }

@@ -1,0 +1,885 @@
+//! `deploy/`: every Kubernetes manifest parsed strictly against Kubernetes'
+//! types (unknown fields refused), their cross-references checked, the
+//! StatefulSet run as processes through a rolling update under write load,
+//! and gRPC health and reflection answered to real clients.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use om_client::{ClientOptions, OmClient};
+use om_tests::certs::TestCa;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+fn kube_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes")
+}
+
+/// The YAML documents of `file`.
+fn documents(file: &Path) -> Vec<serde_norway::Value> {
+    let text = std::fs::read_to_string(file).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde_norway::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `v` as `T`, refusing any field `T` does not know.
+fn strict<T: DeserializeOwned>(v: &serde_norway::Value, what: &str) -> T {
+    let mut unknown = Vec::new();
+    let t = serde_ignored::deserialize(v.clone(), |path| unknown.push(path.to_string()))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(unknown.is_empty(), "{what}: unknown fields {unknown:?}");
+    t
+}
+
+// The custom resources the manifests use, as their CRDs define the fields
+// used here; anything else is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Custom<S> {
+    api_version: String,
+    kind: String,
+    metadata: ObjectMeta,
+    spec: S,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceMonitorSpec {
+    selector: LabelSelector,
+    endpoints: Vec<Endpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Endpoint {
+    port: String,
+    path: String,
+    interval: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrometheusRuleSpec {
+    groups: Vec<RuleGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleGroup {
+    #[allow(dead_code)]
+    name: String,
+    rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    alert: String,
+    expr: String,
+    #[serde(rename = "for")]
+    #[allow(dead_code)]
+    for_: Option<String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct IssuerSpec {
+    self_signed: Option<BTreeMap<String, String>>,
+    ca: Option<CaIssuer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CaIssuer {
+    #[allow(dead_code)]
+    secret_name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct CertificateSpec {
+    #[serde(rename = "isCA")]
+    is_ca: Option<bool>,
+    common_name: Option<String>,
+    secret_name: String,
+    duration: Option<String>,
+    renew_before: Option<String>,
+    dns_names: Option<Vec<String>>,
+    usages: Option<Vec<String>>,
+    private_key: Option<PrivateKey>,
+    issuer_ref: IssuerRef,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PrivateKey {
+    algorithm: String,
+    size: u32,
+    rotation_policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IssuerRef {
+    name: String,
+    kind: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Kustomization {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    namespace: String,
+    resources: Vec<String>,
+    config_map_generator: Vec<Generator>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Generator {
+    #[allow(dead_code)]
+    name: String,
+    files: Vec<String>,
+    #[allow(dead_code)]
+    options: serde_norway::Value,
+}
+
+/// Every object of the base, by kind.
+#[derive(Default)]
+struct Manifests {
+    namespace: Option<Namespace>,
+    config: Option<ConfigMap>,
+    services: Vec<Service>,
+    statefulset: Option<StatefulSet>,
+    pdb: Option<PodDisruptionBudget>,
+    rules: Vec<Rule>,
+    monitors: Vec<ServiceMonitorSpec>,
+    certificates: Vec<(String, CertificateSpec)>,
+    issuers: Vec<(String, IssuerSpec)>,
+}
+
+fn load() -> (Kustomization, Manifests) {
+    let dir = kube_dir();
+    let k: Kustomization = strict(
+        &documents(&dir.join("kustomization.yaml"))[0],
+        "kustomization.yaml",
+    );
+    let mut m = Manifests::default();
+    for file in &k.resources {
+        for (i, doc) in documents(&dir.join(file)).iter().enumerate() {
+            let what = format!("{file} #{i}");
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            match kind.as_str() {
+                "Namespace" => m.namespace = Some(strict(doc, &what)),
+                "ConfigMap" => m.config = Some(strict(doc, &what)),
+                "Service" => m.services.push(strict(doc, &what)),
+                "StatefulSet" => m.statefulset = Some(strict(doc, &what)),
+                "PodDisruptionBudget" => m.pdb = Some(strict(doc, &what)),
+                "ServiceMonitor" => {
+                    let c: Custom<ServiceMonitorSpec> = strict(doc, &what);
+                    assert_eq!(c.api_version, "monitoring.coreos.com/v1");
+                    m.monitors.push(c.spec);
+                }
+                "PrometheusRule" => {
+                    let c: Custom<PrometheusRuleSpec> = strict(doc, &what);
+                    assert_eq!(c.api_version, "monitoring.coreos.com/v1");
+                    m.rules
+                        .extend(c.spec.groups.into_iter().flat_map(|g| g.rules));
+                }
+                "Certificate" => {
+                    let c: Custom<CertificateSpec> = strict(doc, &what);
+                    assert_eq!(
+                        (c.api_version.as_str(), c.kind.as_str()),
+                        ("cert-manager.io/v1", "Certificate")
+                    );
+                    m.certificates.push((c.metadata.name.unwrap(), c.spec));
+                }
+                "Issuer" => {
+                    let c: Custom<IssuerSpec> = strict(doc, &what);
+                    assert_eq!(c.api_version, "cert-manager.io/v1");
+                    m.issuers.push((c.metadata.name.unwrap(), c.spec));
+                }
+                other => panic!("{what}: unexpected kind {other:?}"),
+            }
+        }
+    }
+    (k, m)
+}
+
+fn om_container(sts: &StatefulSet) -> &Container {
+    let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    pod.containers
+        .iter()
+        .find(|c| c.name == "om")
+        .expect("an om container")
+}
+
+fn om_toml(m: &Manifests) -> toml::Table {
+    let data = m.config.as_ref().unwrap().data.as_ref().unwrap();
+    toml::from_str(&data["om.toml"]).unwrap()
+}
+
+/// Every `"om_…"` metric name om's sources register.
+fn metric_catalog() -> BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = BTreeSet::new();
+    let mut stack = vec![
+        root.join("om/src"),
+        root.join("raft-store/src"),
+        root.join("tls/src"),
+    ];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.extend(metric_names(&text));
+            }
+        }
+    }
+    out
+}
+
+fn metric_names(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("om_") {
+        let start = i + at;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_') {
+            end += 1;
+        }
+        let before = start.checked_sub(1).map(|j| b[j]);
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+            out.push(text[start..end].to_string());
+        }
+        i = end.max(start + 3);
+    }
+    out
+}
+
+/// Every manifest parses strictly against Kubernetes' (or the CRD's)
+/// types, the kustomization lists every file, and the pieces fit: service
+/// names, ports, probes, mounts, the config om loads, certificate names,
+/// the grace period against the handover, and metric names in alerts and
+/// the dashboard.
+#[test]
+fn manifests_are_strict_kubernetes_objects_that_fit_together() {
+    let (k, m) = load();
+    let dir = kube_dir();
+    // Every file of the folder is used.
+    let mut listed: BTreeSet<String> = k.resources.iter().cloned().collect();
+    listed.extend(k.config_map_generator.iter().flat_map(|g| g.files.clone()));
+    listed.insert("kustomization.yaml".into());
+    let present: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(listed, present);
+    let ns = m.namespace.as_ref().unwrap().metadata.name.clone().unwrap();
+    assert_eq!(ns, k.namespace);
+
+    let sts = m.statefulset.as_ref().unwrap();
+    let spec = sts.spec.as_ref().unwrap();
+    let name = sts.metadata.name.clone().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+    assert!(
+        spec.volume_claim_templates
+            .as_ref()
+            .is_some_and(|v| !v.is_empty())
+    );
+    let peers = m
+        .services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(spec.service_name.as_deref().unwrap()))
+        .expect("the StatefulSet's service");
+    let ps = peers.spec.as_ref().unwrap();
+    assert_eq!(ps.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(ps.publish_not_ready_addresses, Some(true));
+    let pdb = m.pdb.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(
+        pdb.min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+    );
+    assert_eq!(pdb.selector, Some(spec.selector.clone()));
+
+    let pod = spec.template.spec.as_ref().unwrap();
+    let grace = pod.termination_grace_period_seconds.unwrap() as u64;
+    assert!(
+        grace >= om::server::HANDOVER_TIMEOUT.as_secs() + 10,
+        "the grace period must cover the handover and the shutdown"
+    );
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    let c = om_container(sts);
+    let csc = c.security_context.as_ref().unwrap();
+    assert_eq!(csc.read_only_root_filesystem, Some(true));
+    assert_eq!(csc.allow_privilege_escalation, Some(false));
+    assert!(c.resources.as_ref().unwrap().requests.is_some());
+    let port = |n: &str| {
+        c.ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|p| p.name.as_deref() == Some(n))
+            .unwrap()
+            .container_port
+    };
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(probe_path(&c.readiness_probe), "/readyz");
+    assert_eq!(probe_path(&c.liveness_probe), "/healthz");
+    assert_eq!(probe_path(&c.startup_probe), "/healthz");
+
+    // The config om reads: ports match the container's, files are mounted,
+    // the initial cluster names every pod through the peer service.
+    let cfg = om_toml(&m);
+    for (key, p) in [
+        ("grpc_addr", "grpc"),
+        ("raft_addr", "raft"),
+        ("http_addr", "http"),
+    ] {
+        let addr: std::net::SocketAddr = cfg[key].as_str().unwrap().parse().unwrap();
+        assert_eq!(i32::from(addr.port()), port(p), "{key}");
+    }
+    let args = c.args.as_ref().unwrap();
+    let config_path = &args[args.iter().position(|a| a == "--config").unwrap() + 1];
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    let mounted = |path: &str| {
+        mounts
+            .iter()
+            .any(|v| path == v.mount_path || path.starts_with(&format!("{}/", v.mount_path)))
+    };
+    for path in [
+        config_path.as_str(),
+        cfg["tls_cert"].as_str().unwrap(),
+        cfg["tls_ca"].as_str().unwrap(),
+        cfg["data_dir"].as_str().unwrap(),
+        cfg["audit_log"].as_str().unwrap(),
+    ] {
+        assert!(mounted(path), "{path} is not on a mounted volume");
+    }
+    let peer_svc = spec.service_name.clone().unwrap();
+    let members =
+        om::config::parse_initial_cluster(cfg["initial_cluster"].as_str().unwrap()).unwrap();
+    assert_eq!(members.len(), 3);
+    let members_cert = &m
+        .certificates
+        .iter()
+        .find(|(n, _)| n == "om-members")
+        .unwrap()
+        .1;
+    let dns = members_cert.dns_names.clone().unwrap();
+    for (i, mem) in members.iter().enumerate() {
+        let host = format!("{name}-{i}.{peer_svc}.{ns}.svc.cluster.local");
+        assert_eq!(mem.id, i as u64 + 1);
+        assert_eq!(om_tls::host_of(&mem.raft_addr), host);
+        assert_eq!(om_tls::host_of(&mem.grpc_addr), host);
+        assert_eq!(
+            om::config::node_id_of_host(&format!("{name}-{i}")).unwrap(),
+            mem.id
+        );
+        let wildcard = format!("*.{}", host.split_once('.').unwrap().1);
+        assert!(
+            dns.contains(&wildcard),
+            "the member certificate names {host}"
+        );
+    }
+    // The Secret the pods mount is the members' certificate's; issuers exist.
+    let tls_secret = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find_map(|v| v.secret.as_ref().and_then(|s| s.secret_name.clone()))
+        .unwrap();
+    assert_eq!(members_cert.secret_name, tls_secret);
+    for (_, cert) in &m.certificates {
+        assert!(
+            m.issuers.iter().any(|(n, _)| *n == cert.issuer_ref.name),
+            "{}",
+            cert.issuer_ref.name
+        );
+        assert_eq!(cert.issuer_ref.kind, "Issuer");
+    }
+    assert!(m.issuers.iter().any(|(_, s)| s.self_signed.is_some()));
+    assert!(m.issuers.iter().any(|(_, s)| s.ca.is_some()));
+    let admins = cfg["admins"].as_str().unwrap();
+    assert!(
+        m.certificates
+            .iter()
+            .any(|(_, c)| c.common_name.as_deref() == Some(admins))
+    );
+
+    // om loads that file, and a pod's name gives its node id.
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("om.toml");
+    std::fs::write(
+        &f,
+        &m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"],
+    )
+    .unwrap();
+    let loaded = om::config::Config::load(om::config::Args {
+        config: Some(f),
+        node_id: Some(2),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(loaded.initial_cluster, members);
+
+    // Metrics in alerts, the scrape port and the dashboard exist.
+    let catalog = metric_catalog();
+    let known = |name: &str| {
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        catalog.contains(base)
+    };
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("om-dashboard.json")).unwrap())
+            .unwrap();
+    let mut exprs: Vec<String> = m.rules.iter().map(|r| r.expr.clone()).collect();
+    for p in dashboard["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for e in &exprs {
+        for n in metric_names(e) {
+            assert!(known(&n), "{n} in {e:?} is not a metric om exports");
+        }
+    }
+    for r in &m.rules {
+        assert!(
+            r.labels.contains_key("severity") && r.annotations.contains_key("summary"),
+            "{}",
+            r.alert
+        );
+    }
+    for mon in &m.monitors {
+        assert_eq!(mon.endpoints[0].path, "/metrics");
+        assert_eq!(port(&mon.endpoints[0].port), i32::from(9874u16));
+        assert_eq!(Some(mon.selector.clone()), Some(spec.selector.clone()));
+        let _ = &mon.endpoints[0].interval;
+    }
+}
+
+/// One pod of the StatefulSet run as a process: the container's command and
+/// environment, its host name, the ConfigMap's file with peer DNS names
+/// mapped to loopback addresses 127.0.77.N.
+struct Pod {
+    ordinal: usize,
+    config: PathBuf,
+    command: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl Pod {
+    fn ip(&self) -> String {
+        format!("127.0.77.{}", self.ordinal + 1)
+    }
+
+    fn start(&mut self) {
+        let mut cmd = Command::new(om_tests::binary("om"));
+        cmd.args(&self.command[1..]).envs(self.env.iter().cloned());
+        cmd.env("HOSTNAME", format!("om-{}", self.ordinal));
+        cmd.env("OM_LOG", "warn");
+        cmd.stdout(std::process::Stdio::null());
+        self.child = Some(cmd.spawn().unwrap());
+    }
+
+    fn signal(&mut self, sig: i32) -> Duration {
+        let mut child = self.child.take().unwrap();
+        let started = Instant::now();
+        unsafe { libc::kill(child.id() as i32, sig) };
+        child.wait().unwrap();
+        started.elapsed()
+    }
+
+    async fn ready(&self) -> bool {
+        let addr: std::net::SocketAddr = format!("{}:9874", self.ip()).parse().unwrap();
+        match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+            .await
+        {
+            Ok(Ok(_)) => om_tests::http_get(addr, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 200"),
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Writes keys as fast as acknowledgements come back, recording each
+/// acknowledged key, every client-visible error, and the longest stretch
+/// without an acknowledgement since `mark`.
+struct Load {
+    acked: std::sync::Mutex<Vec<String>>,
+    errors: std::sync::Mutex<Vec<String>>,
+    last_ack: std::sync::Mutex<Instant>,
+    longest_gap: std::sync::Mutex<Duration>,
+    stop: AtomicBool,
+}
+
+impl Load {
+    fn mark(&self) {
+        *self.longest_gap.lock().unwrap() = Duration::ZERO;
+    }
+
+    fn gap(&self) -> Duration {
+        let since = self.last_ack.lock().unwrap().elapsed();
+        (*self.longest_gap.lock().unwrap()).max(since)
+    }
+}
+
+async fn write_loop(c: Arc<OmClient>, load: Arc<Load>) {
+    let mut i = 0u64;
+    while !load.stop.load(Ordering::Relaxed) {
+        let key = format!("k{i:08}");
+        match c.put_key("vol1", "bkt1", &key, 1).await {
+            Ok(_) => {
+                let now = Instant::now();
+                let mut last = load.last_ack.lock().unwrap();
+                let gap = now - *last;
+                *last = now;
+                let mut longest = load.longest_gap.lock().unwrap();
+                *longest = (*longest).max(gap);
+                load.acked.lock().unwrap().push(key);
+            }
+            Err(e) => load.errors.lock().unwrap().push(format!("{key}: {e}")),
+        }
+        i += 1;
+    }
+}
+
+async fn wait_ready(pods: &[Pod]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for p in pods {
+        while !p.ready().await {
+            assert!(
+                Instant::now() < deadline,
+                "om-{} never became ready",
+                p.ordinal
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn leader_ordinal(c: &OmClient) -> usize {
+    let s = c.cluster_status().await.unwrap();
+    s.leader_id as usize - 1
+}
+
+/// The StatefulSet as three processes (its command, environment and
+/// ConfigMap; mutual TLS with a test CA): a rolling update as Kubernetes
+/// does it (highest ordinal first, SIGTERM, wait until ready again) under a
+/// steady write load loses no acknowledged write and shows the client no
+/// error; then the leader's write unavailability is measured for SIGTERM
+/// (handover) and for kill -9 (election), side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_statefulset_survives_a_rolling_update_under_load() {
+    let (_, m) = load();
+    let sts = m.statefulset.as_ref().unwrap();
+    let c = om_container(sts);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("om cluster CA");
+    let ca_path = ca.write(dir.path(), "ca");
+    let ips: Vec<String> = (1..=3).map(|n| format!("127.0.77.{n}")).collect();
+    let names: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let member = ca.issue(dir.path(), "member", &names);
+    let admin = ca.issue(dir.path(), "admin", &["om-admin"]);
+    let base = m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"].clone();
+    let mut command: Vec<String> = c.command.clone().unwrap();
+    command.extend(c.args.clone().unwrap());
+    let env: Vec<(String, String)> = c
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    let mut pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            let pod_dir = dir.path().join(format!("om-{i}"));
+            std::fs::create_dir_all(&pod_dir).unwrap();
+            let mut text = base.clone();
+            for (j, ip) in ips.iter().enumerate() {
+                text = text.replace(&format!("om-{j}.om-peers.om.svc.cluster.local"), ip);
+            }
+            text = text
+                .replace("0.0.0.0", &ips[i])
+                .replace("/var/lib/om", pod_dir.to_str().unwrap())
+                .replace("/etc/om/tls/tls.crt", member.cert.to_str().unwrap())
+                .replace("/etc/om/tls/tls.key", member.key.to_str().unwrap())
+                .replace("/etc/om/tls/ca.crt", ca_path.to_str().unwrap());
+            let config = pod_dir.join("om.toml");
+            std::fs::write(&config, text).unwrap();
+            let mut command = command.clone();
+            let at = command.iter().position(|a| a == "--config").unwrap() + 1;
+            command[at] = config.to_str().unwrap().to_string();
+            Pod {
+                ordinal: i,
+                config,
+                command,
+                env: env.clone(),
+                child: None,
+            }
+        })
+        .collect();
+    // Parallel pod management: all at once, highest ordinal first.
+    for p in pods.iter_mut().rev() {
+        p.start();
+    }
+    wait_ready(&pods).await;
+    assert!(pods.iter().all(|p| p.config.exists()));
+
+    let tls = om_tls::ClientTls::load(
+        "om-admin",
+        om_tls::TlsFiles {
+            cert: Some(admin.cert.clone()),
+            key: Some(admin.key.clone()),
+            ca: Some(ca_path.clone()),
+        },
+    )
+    .unwrap();
+    let endpoints: Vec<String> = ips.iter().map(|ip| format!("{ip}:9862")).collect();
+    let client = Arc::new(
+        OmClient::new(
+            &endpoints,
+            ClientOptions {
+                tls: Some(tls),
+                deadline: Duration::from_secs(30),
+                attempt_timeout: Duration::from_secs(2),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    client.create_volume("vol1", "om-admin").await.unwrap();
+    client
+        .create_bucket("vol1", "bkt1", om_client::v1::BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let load = Arc::new(Load {
+        acked: Default::default(),
+        errors: Default::default(),
+        last_ack: std::sync::Mutex::new(Instant::now()),
+        longest_gap: Default::default(),
+        stop: AtomicBool::new(false),
+    });
+    let writer = tokio::spawn(write_loop(client.clone(), load.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The rolling update: om-2, om-1, om-0.
+    let mut report = Vec::new();
+    for i in (0..3).rev() {
+        let was_leader = leader_ordinal(&client).await == i;
+        load.mark();
+        let stopped = pods[i].signal(libc::SIGTERM);
+        assert!(
+            stopped < Duration::from_secs(15),
+            "om-{i} took {stopped:?} to stop"
+        );
+        pods[i].start();
+        wait_ready(&pods).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        report.push(format!(
+            "om-{i}{}: stopped in {stopped:?}, longest write gap {:?}",
+            if was_leader { " (leader)" } else { "" },
+            load.gap()
+        ));
+    }
+    // The leader alone, SIGTERM then kill -9, measured alike.
+    let mut gaps = BTreeMap::new();
+    for (name, sig) in [("SIGTERM", libc::SIGTERM), ("SIGKILL", libc::SIGKILL)] {
+        let l = leader_ordinal(&client).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        load.mark();
+        pods[l].signal(sig);
+        // Until writes flow again without it.
+        let before = load.acked.lock().unwrap().len();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while load.acked.lock().unwrap().len() < before + 20 {
+            assert!(
+                Instant::now() < deadline,
+                "writes did not resume after {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        gaps.insert(name, load.gap());
+        pods[l].start();
+        wait_ready(&pods).await;
+    }
+    load.stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    for line in &report {
+        println!("rolling update: {line}");
+    }
+    println!(
+        "leader write unavailability: SIGTERM {:?}, kill -9 {:?}",
+        gaps["SIGTERM"], gaps["SIGKILL"]
+    );
+    let errors = load.errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "client-visible errors: {errors:?}");
+    let acked = load.acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    for key in &acked {
+        client
+            .lookup_key("vol1", "bkt1", key)
+            .await
+            .unwrap_or_else(|e| panic!("acknowledged {key} lost: {e}"));
+    }
+}
+
+/// grpc.health.v1 answers SERVING once the node is ready and NOT_SERVING
+/// while it has no leader; reflection lists and describes om's services, as
+/// `grpcurl list` and `grpcurl describe` ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer_real_clients() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let node = om_tests::TestNode::start().await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", node.endpoint()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(ch.clone());
+    for service in ["", "om.v1.OzoneManager", "om.v1.Cluster"] {
+        let status = om_tests::wait_for(Duration::from_secs(10), "SERVING", || {
+            let mut health = health.clone();
+            async move {
+                let r = health
+                    .check(HealthCheckRequest {
+                        service: service.into(),
+                    })
+                    .await
+                    .ok()?
+                    .into_inner();
+                (r.status == ServingStatus::Serving as i32).then_some(r.status)
+            }
+        })
+        .await;
+        assert_eq!(status, ServingStatus::Serving as i32);
+    }
+    assert_eq!(
+        health
+            .check(HealthCheckRequest {
+                service: "no.such.Service".into()
+            })
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::NotFound
+    );
+
+    let mut reflection = ServerReflectionClient::new(ch);
+    let ask = |m: MessageRequest| {
+        futures::stream::iter(vec![ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(m),
+        }])
+    };
+    let mut answers = reflection
+        .server_reflection_info(ask(MessageRequest::ListServices(String::new())))
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = match answers.message().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::ListServicesResponse(l)) => l
+            .service
+            .into_iter()
+            .map(|s| s.name)
+            .collect::<BTreeSet<_>>(),
+        other => panic!("{other:?}"),
+    };
+    for s in ["om.v1.OzoneManager", "om.v1.Cluster"] {
+        assert!(listed.contains(s), "{listed:?}");
+    }
+    let mut answers = reflection
+        .server_reflection_info(ask(MessageRequest::FileContainingSymbol(
+            "om.v1.OzoneManager".into(),
+        )))
+        .await
+        .unwrap()
+        .into_inner();
+    match answers.message().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::FileDescriptorResponse(f)) => {
+            // The encoded FileDescriptorProto of om.proto: its package, the
+            // service and its methods are there by name.
+            let file = f.file_descriptor_proto.concat();
+            let has = |s: &str| file.windows(s.len()).any(|w| w == s.as_bytes());
+            assert!(has("om/v1/om.proto") && has("om.v1"));
+            assert!(has("OzoneManager") && has("ListKeys") && has("ListKeysRequest"));
+        }
+        other => panic!("{other:?}"),
+    }
+    node.stop().await;
+
+    // A member whose peers never start has no leader: NOT_SERVING.
+    let addrs = om_tests::cluster_addrs(3);
+    let lonely = om_tests::TestNode::start_member(&addrs[0], &addrs).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0].grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let r = HealthClient::new(ch)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, ServingStatus::NotServing as i32);
+    lonely.node.shutdown().await;
+}
