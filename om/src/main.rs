@@ -19,10 +19,8 @@ fn main() -> std::process::ExitCode {
     let filter = EnvFilter::try_from_env("OM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    match std::env::var("OM_LOG_FORMAT")
-        .ok()
-        .or_else(|| log_format_flag())
-    {
+    // The flag wins over OM_LOG_FORMAT, as for every setting.
+    match log_format_flag().or_else(|| std::env::var("OM_LOG_FORMAT").ok()) {
         Some(f) if f == "json" => tracing_subscriber::fmt()
             .json()
             .flatten_event(true)
