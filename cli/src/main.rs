@@ -371,6 +371,74 @@ fn parse_meta(items: &[String]) -> Result<BTreeMap<String, String>> {
         .collect()
 }
 
+/// Epoch milliseconds as local ISO-8601 (`2026-11-30T18:52:07.123+01:00`).
+fn iso_time(ms: u64) -> String {
+    use chrono::TimeZone;
+    match chrono::Local.timestamp_millis_opt(ms as i64) {
+        chrono::LocalResult::Single(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false),
+        _ => ms.to_string(),
+    }
+}
+
+/// A byte count as people read it: `1.5 MiB`, exact below 1 KiB.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// JSON keeps exact numbers and adds an ISO-8601 string beside each
+/// `*_ms` time: `created_ms` gets `created`.
+fn with_iso_times(mut v: Value) -> Value {
+    if let Value::Object(m) = &mut v {
+        let times: Vec<(String, u64)> = m
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_suffix("_ms")?.to_string(), v.as_u64()?)))
+            .filter(|(k, _)| matches!(k.as_str(), "created" | "modified" | "opened" | "initiated"))
+            .collect();
+        for (k, ms) in times {
+            m.insert(k, Value::String(iso_time(ms)));
+        }
+    }
+    v
+}
+
+/// How a table shows field `key`: times as local ISO-8601, byte counts
+/// human-readable; everything else as it is.
+fn table_cell(key: &str, v: &Value) -> String {
+    match (key, v.as_u64()) {
+        (k, Some(ms)) if k.ends_with("_ms") && ms > 0 && !k.starts_with("p") => iso_time(ms),
+        (k, Some(n)) if k == "size" || k.ends_with("_bytes") => {
+            if k.starts_with("quota") && n == 0 {
+                "none".to_string()
+            } else {
+                human_bytes(n)
+            }
+        }
+        _ => match v {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// A table header for `key`: `created_ms` shows as CREATED.
+fn table_header(key: &str) -> String {
+    key.strip_suffix("_ms")
+        .filter(|k| !k.starts_with('p'))
+        .unwrap_or(key)
+        .to_uppercase()
+}
+
 fn volume_json(v: &VolumeInfo) -> Value {
     json!({
         "name": v.name, "owner": v.owner, "quota_bytes": v.quota_bytes,
@@ -433,16 +501,25 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) {
 
 fn print_kv(out: Output, v: Value) {
     if out == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&with_iso_times(v)).unwrap_or_default()
+        );
         return;
     }
     if let Value::Object(m) = v {
-        let w = m.keys().map(String::len).max().unwrap_or(0);
-        for (k, v) in m {
-            let s = match v {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
+        let shown: Vec<(String, String)> = m
+            .iter()
+            .map(|(k, v)| {
+                let name = k
+                    .strip_suffix("_ms")
+                    .filter(|_| v.as_u64().is_some_and(|n| n > 0))
+                    .unwrap_or(k);
+                (name.to_string(), table_cell(k, v))
+            })
+            .collect();
+        let w = shown.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, s) in shown {
             println!("{k:<w$}  {s}");
         }
     }
@@ -450,26 +527,19 @@ fn print_kv(out: Output, v: Value) {
 
 fn print_list(out: Output, items: Vec<Value>, cols: &[&str], next: &str, truncated: bool) {
     if out == Output::Json {
+        let items: Vec<Value> = items.into_iter().map(with_iso_times).collect();
         let v = json!({"items": items, "truncated": truncated, "next_start_after": next});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return;
     }
     let rows = items
         .iter()
-        .map(|i| {
-            cols.iter()
-                .map(|c| match &i[*c] {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                })
-                .collect()
-        })
+        .map(|i| cols.iter().map(|c| table_cell(c, &i[*c])).collect())
         .collect();
     table(
         &cols
             .iter()
-            .map(|c| c.to_uppercase())
+            .map(|c| table_header(c))
             .collect::<Vec<_>>()
             .iter()
             .map(String::as_str)
@@ -746,14 +816,14 @@ async fn run(cli: Cli) -> Result<()> {
                             } else {
                                 vec![
                                     i["name"].as_str().unwrap_or("").to_string(),
-                                    i["size"].to_string(),
+                                    table_cell("size", &i["size"]),
                                     i["etag"].as_str().unwrap_or("").to_string(),
-                                    i["modified_ms"].to_string(),
+                                    table_cell("modified_ms", &i["modified_ms"]),
                                 ]
                             }
                         })
                         .collect();
-                    table(&["NAME", "SIZE", "ETAG", "MODIFIED_MS"], rows);
+                    table(&["NAME", "SIZE", "ETAG", "MODIFIED"], rows);
                     if !next_token.is_empty() {
                         println!("-- more: --token {next_token}");
                     }
@@ -1034,5 +1104,34 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+
+    #[test]
+    fn tables_show_times_and_sizes_for_people_and_json_keeps_numbers() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 40), "5.0 TiB");
+        assert_eq!(table_cell("quota_bytes", &json!(0)), "none");
+        assert_eq!(table_cell("size", &json!(2048)), "2.0 KiB");
+        assert_eq!(table_cell("etag", &json!("abc")), "abc");
+        let t = table_cell("created_ms", &json!(1_796_060_000_123u64));
+        assert!(
+            t.starts_with("2026-11-30T") || t.starts_with("2026-12-01T"),
+            "{t}"
+        );
+        assert!(t.contains(".123"), "{t}");
+        assert_eq!(table_header("created_ms"), "CREATED");
+        assert_eq!(table_header("p99_ms"), "P99_MS");
+        let v = with_iso_times(json!({"created_ms": 0u64, "size": 5}));
+        assert_eq!(v["created_ms"], 0);
+        // Local time of the epoch: 1970-01-01 or 1969-12-31 by time zone.
+        assert!(v["created"].as_str().unwrap().starts_with("19"), "{v}");
+        assert_eq!(v["size"], 5);
     }
 }

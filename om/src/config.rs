@@ -270,11 +270,10 @@ impl Config {
             Some(s) => parse_initial_cluster(&s)?,
             None => Vec::new(),
         };
-        if !initial_cluster.is_empty() && !initial_cluster.iter().any(|m| m.id == node_id) {
-            return Err(format!(
-                "--initial-cluster does not list this node's id {node_id}"
-            ));
-        }
+        // A node the initial cluster does not list can only join the
+        // cluster later (a StatefulSet scaled out shares the members' file).
+        let unlisted =
+            !initial_cluster.is_empty() && !initial_cluster.iter().any(|m| m.id == node_id);
         let tls = om_tls::TlsFiles {
             cert: args.tls_cert.or(file.tls_cert),
             key: args.tls_key.or(file.tls_key),
@@ -357,7 +356,7 @@ impl Config {
             node_id,
             raft_addr,
             initial_cluster,
-            join: args.join || file.join.unwrap_or(false),
+            join: args.join || file.join.unwrap_or(false) || unlisted,
             tls,
             token_file: args.token_file.or(file.token_file),
             admins,

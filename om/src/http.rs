@@ -1,6 +1,8 @@
 //! The HTTP side: `/metrics` (Prometheus text), `/healthz` (the process and
-//! Raft are running) and `/readyz` (a leader is known and this node is a full
-//! member, so requests can be served).
+//! Raft are running) and `/readyz` (a leader is known, this node is a full
+//! member, and it has applied the log as far as the leader had it when last
+//! asked, so requests can be served and stopping another member leaves a
+//! caught-up quorum).
 
 use std::sync::Arc;
 
@@ -19,9 +21,15 @@ struct HttpState {
     svc: Arc<OmService>,
     prom: PrometheusHandle,
     admission: Admission,
+    catch_up: CatchUp,
 }
 
-pub fn router(svc: Arc<OmService>, prom: PrometheusHandle, admission: Admission) -> Router {
+pub fn router(
+    svc: Arc<OmService>,
+    prom: PrometheusHandle,
+    admission: Admission,
+    catch_up: CatchUp,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -30,7 +38,65 @@ pub fn router(svc: Arc<OmService>, prom: PrometheusHandle, admission: Admission)
             svc,
             prom,
             admission,
+            catch_up,
         })
+}
+
+/// The leader's last log index as a follower last heard it (`track`), so
+/// readiness can wait until the follower has applied that far.
+#[derive(Clone, Default)]
+pub struct CatchUp {
+    seen: Arc<std::sync::Mutex<Option<(u64, u64)>>>,
+}
+
+impl CatchUp {
+    /// The leader's id and last log index, when asked since it led.
+    pub fn target(&self) -> Option<(u64, u64)> {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, v: Option<(u64, u64)>) {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = v;
+    }
+
+    /// Asks the leader (on its Raft port, as members ask each other) for
+    /// its last log index every `every` while this node follows and has not
+    /// applied that far, every ten times `every` once it has.
+    pub async fn track(
+        self,
+        svc: Arc<OmService>,
+        tls: Option<Arc<om_tls::ClientTls>>,
+        every: std::time::Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            let m = svc.raft().metrics().borrow_watched().clone();
+            match m.current_leader {
+                Some(l) if l != m.id => {
+                    let addr = m
+                        .membership_config
+                        .membership()
+                        .get_node(&l)
+                        .map(|n| n.raft_addr.clone());
+                    if let Some(addr) = addr {
+                        match crate::grpc::peer::peer_state(&addr, m.id, tls.as_ref()).await {
+                            Ok(v) if v.node_id == l => self.set(Some((l, v.last_log_index))),
+                            Ok(_) => {}
+                            Err(e) => tracing::debug!(error = %e, "asking the leader's progress"),
+                        }
+                    }
+                }
+                _ => self.set(None),
+            }
+            let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
+            let caught_up = self.target().is_some_and(|(_, t)| applied >= t);
+            let pause = if caught_up { every * 10 } else { every };
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
 }
 
 async fn metrics(State(s): State<HttpState>) -> String {
@@ -55,21 +121,32 @@ async fn healthz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
 /// Ready once Raft runs, a leader is known and this node takes full part in
 /// Raft (a member that lost its data says why it does not, see `rejoin`);
 /// else why not. `/readyz` and the gRPC health service both answer this.
-pub fn readiness(svc: &OmService, admission: &Admission) -> Result<(), String> {
+pub fn readiness(svc: &OmService, admission: &Admission, catch_up: &CatchUp) -> Result<(), String> {
     let m = svc.raft().metrics().borrow_watched().clone();
+    let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
     if admission.phase() != Phase::Open {
-        Err(format!("not admitted: {}", admission.message()))
-    } else if m.running_state.is_err() {
-        Err("raft stopped".to_string())
-    } else if m.current_leader.is_none() {
-        Err("no leader".to_string())
-    } else {
-        Ok(())
+        return Err(format!("not admitted: {}", admission.message()));
+    }
+    if m.running_state.is_err() {
+        return Err("raft stopped".to_string());
+    }
+    let Some(leader) = m.current_leader else {
+        return Err("no leader".to_string());
+    };
+    if leader == m.id {
+        return Ok(());
+    }
+    match catch_up.target() {
+        Some((l, target)) if l == leader && applied >= target => Ok(()),
+        Some((l, target)) if l == leader => Err(format!(
+            "catching up: applied {applied} of the leader's {target}"
+        )),
+        _ => Err("catching up: the leader's progress is not known yet".to_string()),
     }
 }
 
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
-    match readiness(&s.svc, &s.admission) {
+    match readiness(&s.svc, &s.admission, &s.catch_up) {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }

@@ -6,12 +6,13 @@ use om::config::{Args, Config};
 use om::server::Node;
 use tracing_subscriber::EnvFilter;
 
-/// openraft logs every failed RPC to a peer at WARN (heartbeats every
-/// interval, replication on every retry); om's Raft network logs a peer's
-/// state changes instead (one WARN when it becomes unreachable, one INFO when
-/// it is back), so by default those openraft modules log errors only.
-/// `OM_LOG` / `RUST_LOG` replace the whole filter.
-const DEFAULT_LOG_FILTER: &str = "info,openraft::core::heartbeat=error,\
+/// openraft logs its whole internal state at INFO and every failed RPC to a
+/// peer at WARN (heartbeats every interval, replication on every retry).
+/// om logs one line per event instead: leadership changes (`metrics::raft`),
+/// a peer becoming unreachable and coming back (the Raft network). So by
+/// default openraft logs warnings only, and those per-RPC modules errors
+/// only. `OM_LOG` / `RUST_LOG` replace the whole filter.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::heartbeat=error,\
     openraft::replication=error,openraft::engine::handler::replication_handler=error";
 
 fn main() -> std::process::ExitCode {

@@ -48,6 +48,13 @@ pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
         if m.current_leader.is_some() {
             metrics::counter!("om_raft_leader_changes_total").increment(1);
         }
+        // openraft's own state logs are kept at WARN by default: this is
+        // the one line an operator reads when leadership moves.
+        match m.current_leader {
+            Some(l) if l == m.id => tracing::info!(term = m.current_term, "this node leads"),
+            Some(l) => tracing::info!(term = m.current_term, leader = l, "leader changed"),
+            None => tracing::info!(term = m.current_term, "no leader"),
+        }
         *previous_leader = m.current_leader;
     }
 }

@@ -149,6 +149,7 @@ pub struct PeerView {
     pub leader_id: u64,
     pub leader_raft_addr: String,
     pub admitted: bool,
+    pub last_log_index: u64,
 }
 
 /// The next step of a sealed node.
@@ -636,6 +637,7 @@ mod tests {
             has_state: state,
             has_history: history,
             admitted: true,
+            last_log_index: 0,
             leader_id: leader,
             leader_raft_addr: if leader == 0 {
                 String::new()

@@ -372,11 +372,19 @@ impl Node {
         // grpc.health.v1 says SERVING exactly when /readyz answers 200;
         // reflection lets grpcurl list and describe the API. Neither needs
         // credentials beyond what the connection's TLS asks.
+        let catch_up = crate::http::CatchUp::default();
+        tasks.push(tokio::spawn(catch_up.clone().track(
+            service.clone(),
+            tls.as_ref().map(|t| t.peer.clone()),
+            Duration::from_millis(500),
+            stop_rx.clone(),
+        )));
         let (health, health_service) = tonic_health::server::health_reporter();
         tasks.push(tokio::spawn(report_health(
             health,
             service.clone(),
             admission.clone(),
+            catch_up.clone(),
             stop_rx.clone(),
         )));
         let reflection = tonic_reflection::server::Builder::configure()
@@ -408,7 +416,7 @@ impl Node {
             }
         }));
 
-        let app = crate::http::router(service.clone(), prom, admission.clone());
+        let app = crate::http::router(service.clone(), prom, admission.clone(), catch_up);
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = axum::serve(http_listener, app)
@@ -448,7 +456,14 @@ impl Node {
                 )));
             }
             Some(_) => {}
-            None if cfg.join => {}
+            None if cfg.join => {
+                if !cfg.initial_cluster.iter().any(|m| m.id == cfg.node_id) {
+                    tracing::info!(
+                        node_id = cfg.node_id,
+                        "not in --initial-cluster: waiting to be added (omctl cluster add-node)"
+                    );
+                }
+            }
             None => initialize_single(&raft, cfg.node_id, grpc_addr, raft_addr).await?,
         }
         tracing::info!(
@@ -555,6 +570,7 @@ async fn report_health(
     health: tonic_health::server::HealthReporter,
     svc: Arc<OmService>,
     admission: Admission,
+    catch_up: crate::http::CatchUp,
     mut stop: watch::Receiver<bool>,
 ) {
     use tonic_health::ServingStatus;
@@ -563,7 +579,7 @@ async fn report_health(
     loop {
         let status = if *stop.borrow() {
             ServingStatus::NotServing
-        } else if crate::http::readiness(&svc, &admission).is_ok() {
+        } else if crate::http::readiness(&svc, &admission, &catch_up).is_ok() {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing

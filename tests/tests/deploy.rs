@@ -498,6 +498,8 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
 /// environment, its host name, the ConfigMap's file with peer DNS names
 /// mapped to loopback addresses 127.0.77.N.
 struct Pod {
+    /// Its address is 127.0.NET.(ordinal+1): each test its own NET.
+    net: u8,
     ordinal: usize,
     config: PathBuf,
     command: Vec<String>,
@@ -507,7 +509,7 @@ struct Pod {
 
 impl Pod {
     fn ip(&self) -> String {
-        format!("127.0.77.{}", self.ordinal + 1)
+        format!("127.0.{}.{}", self.net, self.ordinal + 1)
     }
 
     fn start(&mut self) {
@@ -610,6 +612,113 @@ async fn leader_ordinal(c: &OmClient) -> usize {
     s.leader_id as usize - 1
 }
 
+/// The StatefulSet's pods as processes, with a test CA standing in for
+/// cert-manager and an admin client.
+struct Sts {
+    _dir: tempfile::TempDir,
+    pods: Vec<Pod>,
+    client: Arc<OmClient>,
+}
+
+/// Ordinals a test may run (0..MAX_PODS); the member certificate names each
+/// one's address, as the wildcard does in Kubernetes.
+const MAX_PODS: usize = 4;
+
+impl Sts {
+    /// Starts `replicas` pods at once (Parallel pod management) on
+    /// 127.0.NET.N and waits until each is ready.
+    async fn start(net: u8, replicas: usize) -> Sts {
+        let (_, m) = load();
+        let sts = m.statefulset.as_ref().unwrap();
+        let c = om_container(sts);
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("om cluster CA");
+        let ca_path = ca.write(dir.path(), "ca");
+        let ips: Vec<String> = (1..=MAX_PODS).map(|n| format!("127.0.{net}.{n}")).collect();
+        let names: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let member = ca.issue(dir.path(), "member", &names);
+        let admin = ca.issue(dir.path(), "admin", &["om-admin"]);
+        let base = m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"].clone();
+        let mut command: Vec<String> = c.command.clone().unwrap();
+        command.extend(c.args.clone().unwrap());
+        let env: Vec<(String, String)> = c
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect();
+        let mut pods: Vec<Pod> = (0..MAX_PODS)
+            .map(|i| {
+                let pod_dir = dir.path().join(format!("om-{i}"));
+                std::fs::create_dir_all(&pod_dir).unwrap();
+                let mut text = base.clone();
+                for (j, ip) in ips.iter().enumerate() {
+                    text = text.replace(&format!("om-{j}.om-peers.om.svc.cluster.local"), ip);
+                }
+                text = text
+                    .replace("0.0.0.0", &ips[i])
+                    .replace("/var/lib/om", pod_dir.to_str().unwrap())
+                    .replace("/etc/om/tls/tls.crt", member.cert.to_str().unwrap())
+                    .replace("/etc/om/tls/tls.key", member.key.to_str().unwrap())
+                    .replace("/etc/om/tls/ca.crt", ca_path.to_str().unwrap());
+                let config = pod_dir.join("om.toml");
+                std::fs::write(&config, text).unwrap();
+                let mut command = command.clone();
+                let at = command.iter().position(|a| a == "--config").unwrap() + 1;
+                command[at] = config.to_str().unwrap().to_string();
+                Pod {
+                    net,
+                    ordinal: i,
+                    config,
+                    command,
+                    env: env.clone(),
+                    child: None,
+                }
+            })
+            .collect();
+        for p in pods[..replicas].iter_mut().rev() {
+            p.start();
+        }
+        wait_ready(&pods[..replicas]).await;
+        let tls = om_tls::ClientTls::load(
+            "om-admin",
+            om_tls::TlsFiles {
+                cert: Some(admin.cert.clone()),
+                key: Some(admin.key.clone()),
+                ca: Some(ca_path.clone()),
+            },
+        )
+        .unwrap();
+        let endpoints: Vec<String> = ips[..replicas]
+            .iter()
+            .map(|ip| format!("{ip}:9862"))
+            .collect();
+        let client = Arc::new(
+            OmClient::new(
+                &endpoints,
+                ClientOptions {
+                    tls: Some(tls),
+                    deadline: Duration::from_secs(30),
+                    attempt_timeout: Duration::from_secs(2),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
+        client.create_volume("vol1", "om-admin").await.unwrap();
+        client
+            .create_bucket("vol1", "bkt1", om_client::v1::BucketLayout::ObjectStore)
+            .await
+            .unwrap();
+        Sts {
+            _dir: dir,
+            pods,
+            client,
+        }
+    }
+}
+
 /// The StatefulSet as three processes (its command, environment and
 /// ConfigMap; mutual TLS with a test CA): a rolling update as Kubernetes
 /// does it (highest ordinal first, SIGTERM, wait until ready again) under a
@@ -618,88 +727,13 @@ async fn leader_ordinal(c: &OmClient) -> usize {
 /// (handover) and for kill -9 (election), side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_statefulset_survives_a_rolling_update_under_load() {
-    let (_, m) = load();
-    let sts = m.statefulset.as_ref().unwrap();
-    let c = om_container(sts);
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new("om cluster CA");
-    let ca_path = ca.write(dir.path(), "ca");
-    let ips: Vec<String> = (1..=3).map(|n| format!("127.0.77.{n}")).collect();
-    let names: Vec<&str> = ips.iter().map(String::as_str).collect();
-    let member = ca.issue(dir.path(), "member", &names);
-    let admin = ca.issue(dir.path(), "admin", &["om-admin"]);
-    let base = m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"].clone();
-    let mut command: Vec<String> = c.command.clone().unwrap();
-    command.extend(c.args.clone().unwrap());
-    let env: Vec<(String, String)> = c
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect();
-    let mut pods: Vec<Pod> = (0..3)
-        .map(|i| {
-            let pod_dir = dir.path().join(format!("om-{i}"));
-            std::fs::create_dir_all(&pod_dir).unwrap();
-            let mut text = base.clone();
-            for (j, ip) in ips.iter().enumerate() {
-                text = text.replace(&format!("om-{j}.om-peers.om.svc.cluster.local"), ip);
-            }
-            text = text
-                .replace("0.0.0.0", &ips[i])
-                .replace("/var/lib/om", pod_dir.to_str().unwrap())
-                .replace("/etc/om/tls/tls.crt", member.cert.to_str().unwrap())
-                .replace("/etc/om/tls/tls.key", member.key.to_str().unwrap())
-                .replace("/etc/om/tls/ca.crt", ca_path.to_str().unwrap());
-            let config = pod_dir.join("om.toml");
-            std::fs::write(&config, text).unwrap();
-            let mut command = command.clone();
-            let at = command.iter().position(|a| a == "--config").unwrap() + 1;
-            command[at] = config.to_str().unwrap().to_string();
-            Pod {
-                ordinal: i,
-                config,
-                command,
-                env: env.clone(),
-                child: None,
-            }
-        })
-        .collect();
-    // Parallel pod management: all at once, highest ordinal first.
-    for p in pods.iter_mut().rev() {
-        p.start();
-    }
-    wait_ready(&pods).await;
+    let Sts {
+        _dir,
+        mut pods,
+        client,
+    } = Sts::start(77, 3).await;
+    pods.truncate(3);
     assert!(pods.iter().all(|p| p.config.exists()));
-
-    let tls = om_tls::ClientTls::load(
-        "om-admin",
-        om_tls::TlsFiles {
-            cert: Some(admin.cert.clone()),
-            key: Some(admin.key.clone()),
-            ca: Some(ca_path.clone()),
-        },
-    )
-    .unwrap();
-    let endpoints: Vec<String> = ips.iter().map(|ip| format!("{ip}:9862")).collect();
-    let client = Arc::new(
-        OmClient::new(
-            &endpoints,
-            ClientOptions {
-                tls: Some(tls),
-                deadline: Duration::from_secs(30),
-                attempt_timeout: Duration::from_secs(2),
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    );
-    client.create_volume("vol1", "om-admin").await.unwrap();
-    client
-        .create_bucket("vol1", "bkt1", om_client::v1::BucketLayout::ObjectStore)
-        .await
-        .unwrap();
     let load = Arc::new(Load {
         acked: Default::default(),
         errors: Default::default(),
@@ -773,6 +807,62 @@ async fn the_statefulset_survives_a_rolling_update_under_load() {
             .await
             .unwrap_or_else(|e| panic!("acknowledged {key} lost: {e}"));
     }
+}
+
+/// Scaling as the runbook says: pod om-3 starts from the same ConfigMap,
+/// finds itself outside the initial cluster and waits; `add-node` makes it
+/// a learner, then a voter once caught up, and it serves what was written
+/// before it came. Scaling in removes the member first, then the pod; the
+/// cluster keeps serving throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scaling_out_and_in_follows_the_runbook() {
+    let mut sts = Sts::start(78, 3).await;
+    let c = sts.client.clone();
+    for i in 0..50 {
+        c.put_key("vol1", "bkt1", &format!("before-{i:03}"), 1)
+            .await
+            .unwrap();
+    }
+    sts.pods[3].start();
+    // Not a member yet: it waits, not ready.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !sts.pods[3].ready().await,
+        "a joiner is ready only once added"
+    );
+    let ip = sts.pods[3].ip();
+    let status = c
+        .add_node(4, &format!("{ip}:9872"), &format!("{ip}:9862"), false)
+        .await
+        .unwrap();
+    let voters = status.members.iter().filter(|m| m.voter).count();
+    assert_eq!(voters, 4, "{status:?}");
+    wait_ready(&sts.pods).await;
+    // The new member holds what was written before it joined.
+    om_tests::wait_for(Duration::from_secs(10), "om-3 to apply the log", || {
+        let c = c.clone();
+        async move {
+            let s = c.cluster_status().await.ok()?;
+            let m = s.members.iter().find(|m| m.node_id == 4)?;
+            (m.matched_index >= s.committed_index).then_some(())
+        }
+    })
+    .await;
+    c.put_key("vol1", "bkt1", "after-join", 1).await.unwrap();
+    // Scale in: the member goes first, then the pod.
+    let status = c.remove_node(4).await.unwrap();
+    assert_eq!(status.members.len(), 3, "{status:?}");
+    sts.pods[3].signal(libc::SIGTERM);
+    c.put_key("vol1", "bkt1", "after-leave", 1).await.unwrap();
+    let listed = c
+        .list_keys(om_client::v1::ListKeysRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.keys.len(), 52);
 }
 
 /// grpc.health.v1 answers SERVING once the node is ready and NOT_SERVING

@@ -159,6 +159,7 @@ pub async fn peer_state(
         leader_id: r.leader_id,
         leader_raft_addr: r.leader_raft_addr,
         admitted: r.admitted,
+        last_log_index: r.last_log_index,
     })
 }
 
