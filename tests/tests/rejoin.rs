@@ -114,8 +114,19 @@ async fn check_rejoined(
     )
     .await;
     assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
-    let ready = http_get(nodes[victim].as_ref().unwrap().node.http_addr, "/readyz").await;
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    // Ready once it has applied what the leader had when it last asked.
+    let http = nodes[victim].as_ref().unwrap().node.http_addr;
+    wait_for(
+        Duration::from_secs(10),
+        "the rejoined node to be ready",
+        || async move {
+            http_get(http, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 200")
+                .then_some(())
+        },
+    )
+    .await;
     let leader = leader_of(&nodes).await;
     assert_ne!(leader as usize, victim + 1);
     nodes[(leader - 1) as usize]
