@@ -103,10 +103,11 @@ where
 {
     let op = Arc::new(op);
     let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let (op, stop) = (op.clone(), stop.clone());
+        let (op, stop, done) = (op.clone(), stop.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
@@ -115,6 +116,7 @@ where
                 let t = Instant::now();
                 if op(w, n).await {
                     lat.push(t.elapsed().as_micros() as u64);
+                    done.fetch_add(1, Ordering::Relaxed);
                 } else {
                     errors += 1;
                 }
@@ -123,7 +125,17 @@ where
             (lat, errors)
         }));
     }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    // A live count on a terminal (stderr), once a second.
+    let progress = crate::Progress::new(true, "ops");
+    let end = started + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        tokio::time::sleep(
+            Duration::from_secs(1).min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
+        progress.update(done.load(Ordering::Relaxed) as usize);
+    }
+    progress.done();
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     let mut errors = 0;

@@ -552,6 +552,39 @@ fn print_list(out: Output, items: Vec<Value>, cols: &[&str], next: &str, truncat
 }
 
 /// Follows `start_after` markers while `all`, returning every item and the last page's marker.
+/// A one-line progress count on stderr for long commands (`--all`
+/// listings), shown only when stderr is a terminal, so pipes and scripts
+/// see nothing of it.
+pub struct Progress {
+    on: bool,
+    started: std::time::Instant,
+    what: &'static str,
+}
+
+impl Progress {
+    pub fn new(enabled: bool, what: &'static str) -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            on: enabled && std::io::stderr().is_terminal(),
+            started: std::time::Instant::now(),
+            what,
+        }
+    }
+
+    pub fn update(&self, n: usize) {
+        if self.on {
+            let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+            eprint!("\r{n} {} ({:.0}/s)\x1b[K", self.what, n as f64 / secs);
+        }
+    }
+
+    pub fn done(&self) {
+        if self.on {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
 async fn collect_pages<F, Fut>(
     all: bool,
     start_after: &str,
@@ -563,10 +596,13 @@ where
 {
     let mut items = Vec::new();
     let mut marker = start_after.to_string();
+    let progress = Progress::new(all, "items");
     loop {
         let (mut got, next, truncated) = page(marker.clone()).await?;
         items.append(&mut got);
+        progress.update(items.len());
         if !(all && truncated) {
+            progress.done();
             return Ok((items, next, truncated));
         }
         marker = next;
@@ -770,6 +806,7 @@ async fn run(cli: Cli) -> Result<()> {
                 let (v, b) = split2(&path)?;
                 let mut items = Vec::new();
                 let mut token = token;
+                let progress = Progress::new(l.all, "keys");
                 let (next, next_token) = loop {
                     let r = c
                         .list_keys(ListKeysRequest {
@@ -793,7 +830,9 @@ async fn run(cli: Cli) -> Result<()> {
                     );
                     page.sort_by(|x, y| x["name"].as_str().cmp(&y["name"].as_str()));
                     items.extend(page);
+                    progress.update(items.len());
                     if !(l.all && r.truncated) {
+                        progress.done();
                         break (r.next_start_after, r.next_continuation_token);
                     }
                     token = r.next_continuation_token;

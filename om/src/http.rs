@@ -22,6 +22,7 @@ struct HttpState {
     prom: PrometheusHandle,
     admission: Admission,
     catch_up: CatchUp,
+    db_options: Arc<rocksdb::Options>,
 }
 
 pub fn router(
@@ -29,6 +30,7 @@ pub fn router(
     prom: PrometheusHandle,
     admission: Admission,
     catch_up: CatchUp,
+    db_options: Arc<rocksdb::Options>,
 ) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -39,6 +41,7 @@ pub fn router(
             prom,
             admission,
             catch_up,
+            db_options,
         })
 }
 
@@ -103,6 +106,7 @@ async fn metrics(State(s): State<HttpState>) -> String {
     crate::metrics::db_counters();
     crate::metrics::retry_cache(&s.svc);
     crate::metrics::db_sizes(s.svc.db());
+    crate::metrics::db_cache(&s.db_options);
     s.prom.run_upkeep();
     let mut text = s.prom.render();
     let m = s.svc.raft().metrics().borrow_watched().clone();

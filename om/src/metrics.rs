@@ -122,3 +122,41 @@ pub fn db_sizes(db: &rocksdb::DB) {
         }
     }
 }
+
+/// The count of ticker `name` in a RocksDB statistics dump (lines like
+/// `rocksdb.block.cache.hit COUNT : 42`), read by name so it cannot drift
+/// from the library's numbering.
+pub fn ticker(stats: &str, name: &str) -> Option<u64> {
+    stats.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(" COUNT : ")?;
+        rest.trim().parse().ok()
+    })
+}
+
+/// Block-cache hits and misses of the whole database (all column
+/// families share the statistics): `om_db_block_cache_{hits,misses}_total`.
+pub fn db_cache(options: &rocksdb::Options) {
+    let Some(stats) = options.get_statistics() else {
+        return;
+    };
+    for (metric, name) in [
+        ("om_db_block_cache_hits_total", "rocksdb.block.cache.hit"),
+        ("om_db_block_cache_misses_total", "rocksdb.block.cache.miss"),
+    ] {
+        if let Some(n) = ticker(&stats, name) {
+            metrics::counter!(metric).absolute(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod ticker_tests {
+    #[test]
+    fn tickers_are_read_by_name() {
+        let dump = "rocksdb.block.cache.miss COUNT : 7\nrocksdb.block.cache.hit COUNT : 42\n\
+                    rocksdb.block.cache.hit.extra COUNT : 1\n";
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.hit"), Some(42));
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.miss"), Some(7));
+        assert_eq!(super::ticker(dump, "rocksdb.nothing"), None);
+    }
+}

@@ -239,6 +239,7 @@ impl Node {
         }
         let store = open_store(&cfg.data_dir, budget.db_max_open_files).await?;
         let db = store.db.clone();
+        let db_options = store.options.clone();
         crate::store::tune_tables(&db)?;
         let raft = Raft::new(
             cfg.node_id,
@@ -416,7 +417,13 @@ impl Node {
             }
         }));
 
-        let app = crate::http::router(service.clone(), prom, admission.clone(), catch_up);
+        let app = crate::http::router(
+            service.clone(),
+            prom,
+            admission.clone(),
+            catch_up,
+            db_options,
+        );
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = axum::serve(http_listener, app)

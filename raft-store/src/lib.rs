@@ -92,6 +92,9 @@ pub struct OpenedStore {
     pub db: Arc<DB>,
     pub log_store: LogStore,
     pub state_machine: StateMachine,
+    /// The database's options, which hold its statistics (ticker counts
+    /// such as block-cache hits; `Options::get_statistics`).
+    pub options: Arc<Options>,
 }
 
 /// Opens (or creates) the database in `dir/db`, with snapshots in `dir/snapshots`.
@@ -131,6 +134,10 @@ pub fn open_with(
     // acknowledged log append was fsynced, so nothing acknowledged is lost.
     opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
     opts.set_max_background_jobs(2);
+    // Ticker counts (block-cache hits and misses) for /metrics, read by
+    // name from the statistics dump; timers stay off (RocksDB's default
+    // level for `enable_statistics`).
+    opts.enable_statistics();
     let table_names: Vec<String> = tables.iter().map(|d| d.name().to_string()).collect();
     let mut cfs = vec![
         ColumnFamilyDescriptor::new(keys::LOG_CF, Options::default()),
@@ -146,6 +153,7 @@ pub fn open_with(
         db,
         log_store,
         state_machine,
+        options: Arc::new(opts),
     })
 }
 
