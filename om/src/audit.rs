@@ -37,7 +37,6 @@ pub struct Event {
 
 /// Where audit events go.
 pub struct AuditLog {
-    node_id: u64,
     tx: SyncSender<Event>,
 }
 
@@ -59,23 +58,13 @@ impl AuditLog {
         std::thread::Builder::new()
             .name("om-audit".to_string())
             .spawn(move || w.run(rx))?;
-        Ok(AuditLog { node_id, tx })
-    }
-
-    pub fn node_id(&self) -> u64 {
-        self.node_id
+        Ok(AuditLog { tx })
     }
 
     /// Queues `e`; never blocks.
     pub fn record(&self, e: Event) {
-        match self.tx.try_send(e) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                metrics::counter!("om_audit_dropped_total").increment(1);
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                metrics::counter!("om_audit_dropped_total").increment(1);
-            }
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.tx.try_send(e) {
+            metrics::counter!("om_audit_dropped_total").increment(1);
         }
     }
 }

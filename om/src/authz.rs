@@ -23,7 +23,7 @@
 use std::fmt;
 use std::future::Future;
 
-use om_proto::store::{AclGrant, Caller, command::Op};
+use om_proto::store::{AclGrant, Caller, VolumeRecord, command::Op};
 use rocksdb::DB;
 
 use crate::error::OmError;
@@ -134,23 +134,31 @@ pub fn cluster_acl(db: &DB) -> Result<Vec<AclGrant>, OmError> {
 /// Whether `c` is a cluster admin: by the leader's `--admins`, or granted ALL
 /// on the cluster.
 pub fn is_admin(db: &DB, c: &Caller) -> Result<bool, OmError> {
-    Ok(c.admin || granted(&cluster_acl(db)?, c) & ALL == ALL)
+    Ok(cluster_rights(&cluster_acl(db)?, c) & ALL == ALL)
+}
+
+/// The rights `c` holds on the cluster under its grants `cluster`: every
+/// one for an admin (by `--admins` or granted ALL).
+pub fn cluster_rights(cluster: &[AclGrant], c: &Caller) -> u32 {
+    let rights = granted(cluster, c);
+    if c.admin || rights & ALL == ALL {
+        ALL | IMPERSONATE
+    } else {
+        rights
+    }
 }
 
 /// The rights `c` holds on `r`; `None` when `r` does not exist.
 pub fn rights_on(db: &DB, c: &Caller, r: Resource<'_>) -> Result<Option<u32>, OmError> {
-    let cluster = granted(&cluster_acl(db)?, c);
-    let admin = c.admin || cluster & ALL == ALL;
+    let cluster = cluster_rights(&cluster_acl(db)?, c);
+    let admin = cluster & ALL == ALL;
     match r {
-        Resource::Cluster => Ok(Some(if admin { ALL | IMPERSONATE } else { cluster })),
+        Resource::Cluster => Ok(Some(cluster)),
         Resource::Volume(v) => {
             let Some(vol) = table::get::<VolumeTable>(db, &keys::volume_key(v))? else {
                 return Ok(None);
             };
-            if admin || owns(&vol.owner, c) {
-                return Ok(Some(ALL));
-            }
-            Ok(Some(granted(&vol.acl, c)))
+            Ok(Some(volume_rights(&vol, c, admin)))
         }
         Resource::Bucket(v, b) => {
             let Some(vol) = table::get::<VolumeTable>(db, &keys::volume_key(v))? else {
@@ -164,6 +172,15 @@ pub fn rights_on(db: &DB, c: &Caller, r: Resource<'_>) -> Result<Option<u32>, Om
             }
             Ok(Some(granted(&bucket.acl, c)))
         }
+    }
+}
+
+/// The rights `c` holds on volume `vol`, given whether it is an admin.
+pub fn volume_rights(vol: &VolumeRecord, c: &Caller, admin: bool) -> u32 {
+    if admin || owns(&vol.owner, c) {
+        ALL
+    } else {
+        granted(&vol.acl, c)
     }
 }
 

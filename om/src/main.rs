@@ -20,9 +20,8 @@ fn main() -> std::process::ExitCode {
     let filter = EnvFilter::try_from_env("OM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    // The flag wins over OM_LOG_FORMAT, as for every setting.
-    match log_format_flag().or_else(|| std::env::var("OM_LOG_FORMAT").ok()) {
-        Some(f) if f == "json" => tracing_subscriber::fmt()
+    match args.log_format.as_deref() {
+        Some("json") => tracing_subscriber::fmt()
             .json()
             .flatten_event(true)
             .with_current_span(false)
@@ -64,18 +63,6 @@ fn main() -> std::process::ExitCode {
         node.run_until(shutdown_signal()).await;
         std::process::ExitCode::SUCCESS
     })
-}
-
-/// `--log-format` as given on the command line (read before the rest of
-/// the configuration, so that loading it can already log).
-fn log_format_flag() -> Option<String> {
-    let mut args =
-        std::env::args().skip_while(|a| a != "--log-format" && !a.starts_with("--log-format="));
-    let first = args.next()?;
-    match first.split_once('=') {
-        Some((_, v)) => Some(v.to_string()),
-        None => args.next(),
-    }
 }
 
 async fn shutdown_signal() {

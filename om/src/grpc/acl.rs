@@ -23,18 +23,9 @@ const RIGHTS: [(AclRight, u32); 9] = [
     (AclRight::Impersonate, authz::IMPERSONATE),
 ];
 
+/// The API's grants in stored form; `authz::check_grants` then checks
+/// their count, names and rights for the resource.
 fn stored_grants(grants: Vec<AclGrant>) -> Result<Vec<st::AclGrant>, OmError> {
-    if grants.len() > authz::MAX_GRANTS {
-        return Err(OmError::invalid(
-            "TOO_MANY_GRANTS",
-            "grants",
-            format!(
-                "{} grants; a resource holds at most {}",
-                grants.len(),
-                authz::MAX_GRANTS
-            ),
-        ));
-    }
     grants
         .into_iter()
         .enumerate()

@@ -162,15 +162,9 @@ impl TokenFile {
     }
 }
 
-/// The name a client certificate stands for: its first DNS subject
-/// alternative name, else its subject's common name.
-pub fn certificate_principal(der: &[u8]) -> Option<String> {
-    certificate_identity(der).map(|(name, _)| name)
-}
-
-/// A client certificate's name (as `certificate_principal`) and groups: the
-/// subject's Organization attributes that are valid group names, at most
-/// `MAX_GROUPS`.
+/// A client certificate's name (its first DNS subject alternative name,
+/// else its subject's common name) and groups: the subject's Organization
+/// attributes that are valid group names, at most `MAX_GROUPS`.
 pub fn certificate_identity(der: &[u8]) -> Option<(String, Vec<String>)> {
     use x509_parser::prelude::*;
     let (_, cert) = X509Certificate::from_der(der).ok()?;
