@@ -20,6 +20,8 @@ use tonic::{Code, Status};
 
 pub use om_proto::v1;
 
+mod versioning;
+
 /// An error as the client sees it.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
@@ -575,6 +577,7 @@ impl OmClient {
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             key: key.to_string(),
+            version_id: String::new(),
         };
         let r = self
             .call(|ch| {
@@ -597,6 +600,7 @@ impl OmClient {
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             key: key.to_string(),
+            version_id: String::new(),
         };
         self.call(|ch| {
             let req = req.clone();
@@ -618,6 +622,7 @@ impl OmClient {
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             keys: keys.to_vec(),
+            version_ids: Vec::new(),
         };
         let r = self
             .call(|ch| {

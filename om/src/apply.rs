@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use om_proto::store::{
     BlockRecord, BucketRecord, Command, CommandResult, DeleteKeysResult, DeletedBlocksRecord,
+    DeletedVersion,
     Empty, KeyConditions, KeyOutcome, KeyRecord, KeyResult, Rejection, RetryCacheRecord,
     VolumeRecord, command::Op, command_result,
 };
@@ -23,6 +24,7 @@ mod fs;
 mod limits;
 mod multipart;
 mod quota;
+pub mod versions;
 mod write;
 
 pub use limits::{MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, key_size, part_number};
@@ -45,7 +47,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 2;
+pub const RULES: u32 = 3;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -146,6 +148,8 @@ pub fn apply_command(
         rules: cmd.rules,
         caller: cmd.caller.as_ref(),
         holders: RefCell::new(HashMap::new()),
+        staged_keys: RefCell::default(),
+        versions_made: std::cell::Cell::new(0),
     };
     // Handlers check everything before they stage their first write, so a
     // rejected command leaves the batch as it was; the length check enforces it.
@@ -183,6 +187,7 @@ pub fn apply_command(
             Some(Op::SetVolumeQuota(c)) => ctx.set_volume_quota(batch, c),
             Some(Op::SetBucketQuota(c)) => ctx.set_bucket_quota(batch, c),
             Some(Op::SetAcl(c)) => ctx.set_acl(batch, c),
+            Some(Op::SetBucketVersioning(c)) => ctx.set_bucket_versioning(batch, c),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",
@@ -298,6 +303,11 @@ struct Ctx<'a> {
     /// shared block twice (deleting a key and its copy at once) must see its
     /// own first change.
     holders: RefCell<HashMap<u64, u32>>,
+    /// `keys` entries this command staged (None: deleted), for the same
+    /// reason: one command may touch several versions of one key.
+    staged_keys: RefCell<std::collections::BTreeMap<Vec<u8>, Option<KeyRecord>>>,
+    /// Versions this command created so far (`versions::version_stamp`).
+    versions_made: std::cell::Cell<u16>,
 }
 
 fn ok(r: command_result::Result) -> Result<CommandResult, OmError> {
@@ -436,6 +446,7 @@ impl Ctx<'_> {
             dir_count: (self.rules >= 1).then_some(0),
             acl: Vec::new(),
             owner: self.caller.map(|c| c.user.clone()).unwrap_or_default(),
+            versioning: versions::UNVERSIONED,
         };
         vol.bucket_count = self.grow(vol.bucket_count, 1, "name", "the volume's bucket count")?;
         vol.update_id = self.index;
@@ -622,7 +633,7 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
         let old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
-        let vol = self.charge_write(&mut bucket, old.as_ref(), c.size)?;
+        let vol = self.charge(&mut bucket, old.usage(c.size, true))?;
         // `limits` bounded the block count before anything is allocated.
         let block_size = block_size_or_legacy(c.block_size);
         let blocks = self.allocate(b, c.size.div_ceil(block_size))?;
@@ -651,42 +662,53 @@ impl Ctx<'_> {
         Ok((first..end).collect())
     }
 
-    /// Reads the key a write would replace and checks the write's conditions
-    /// against it. Stages nothing.
+    /// Reads the versions a write of `name` would affect and checks the
+    /// write's conditions against the current one (a delete marker counts as
+    /// no key). Stages nothing.
     fn replaced_key(
         &self,
         bucket: &BucketRecord,
         name: &str,
         cond: Option<&KeyConditions>,
-    ) -> Result<Option<KeyRecord>, OmError> {
-        let old = table::get::<KeyTable>(
-            self.db,
-            &keys::object_key(&bucket.volume, &bucket.name, name),
-        )?;
+    ) -> Result<versions::Supersede, OmError> {
+        let sup = self.supersede(bucket, name)?;
         if let Some(cond) = cond {
             check_conditions(
                 cond,
-                old.as_ref(),
+                sup.live(),
                 &format!("{}/{}/{name}", bucket.volume, bucket.name),
             )?;
         }
-        Ok(old)
+        Ok(sup)
     }
 
     /// Stages `rec` as the new version of `name`: stamps times and ids, frees
-    /// the replaced version's blocks (seq 0), and stages `bucket` and `vol`,
-    /// whose counters `charge_write` already moved.
+    /// the replaced version's blocks (seq 0) or, in a versioned bucket, keeps
+    /// the previous version as noncurrent, and stages `bucket` and `vol`,
+    /// whose counters `charge` already moved.
     fn write_key(
         &self,
         b: &mut WriteBatch,
         bucket: &mut BucketRecord,
         name: &str,
-        old: Option<KeyRecord>,
+        sup: versions::Supersede,
         rec: KeyRecord,
         vol: Option<VolumeRecord>,
     ) -> Result<CommandResult, OmError> {
-        let key = keys::object_key(&bucket.volume, &bucket.name, name);
-        self.write_entry::<KeyTable>(b, bucket, name, &key, (old, vol), rec)
+        if sup.versioning() == versions::UNVERSIONED {
+            let key = keys::object_key(&bucket.volume, &bucket.name, name);
+            return self.write_entry::<KeyTable>(b, bucket, name, &key, (sup.into_current(), vol), rec);
+        }
+        let rec = self.put_version(b, bucket, name, sup, rec, 0)?;
+        bucket.update_id = self.index;
+        self.put_bucket(b, bucket)?;
+        self.put_volume(b, vol)?;
+        ok(command_result::Result::Key(KeyResult {
+            volume: bucket.volume.clone(),
+            bucket: bucket.name.clone(),
+            name: name.to_string(),
+            key: Some(rec),
+        }))
     }
 
     /// `write_key` for any table of `KeyRecord`s (keys, or files of FSO
@@ -755,19 +777,89 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
         let mut freed = Usage::default();
-        if !self.remove_key(b, &bucket, &c.key, 0, &mut freed)? {
+        let deleted = if !c.version_id.is_empty() {
+            let old = self.remove_version(b, &bucket, &c.key, &c.version_id, 0, &mut freed)?;
+            Some(DeletedVersion {
+                version_id: versions::version_id(&old),
+                delete_marker: old.delete_marker,
+            })
+        } else if bucket.versioning != versions::UNVERSIONED {
+            let marker = self.add_delete_marker(b, &bucket, &c.key, 0, &mut freed)?;
+            Some(DeletedVersion {
+                version_id: versions::version_id(&marker),
+                delete_marker: true,
+            })
+        } else if self.remove_key(b, &bucket, &c.key, 0, &mut freed)? {
+            None
+        } else {
             return Err(OmError::not_found(
                 "KEY_NOT_FOUND",
                 "key",
                 format!("key {}/{}/{} does not exist", c.volume, c.bucket, c.key),
             ));
-        }
+        };
         // Frees only: never refused, so it may follow the staged removal.
         let vol = self.charge(&mut bucket, freed)?;
         bucket.update_id = self.index;
         self.put_bucket(b, &mut bucket)?;
         self.put_volume(b, vol)?;
-        ok(command_result::Result::Empty(Empty {}))
+        ok(match deleted {
+            Some(d) => command_result::Result::Deleted(d),
+            None => command_result::Result::Empty(Empty {}),
+        })
+    }
+
+    /// DeleteKeys in a versioned bucket or with version ids: each key in
+    /// turn, every one seeing what the ones before it did (several versions
+    /// of one key may go at once), each with its own outcome.
+    fn delete_versions(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        c: &om_proto::store::DeleteKeys,
+        freed: &mut Usage,
+    ) -> Result<Vec<KeyOutcome>, OmError> {
+        let mut outcomes = Vec::with_capacity(c.keys.len());
+        for (i, name) in c.keys.iter().enumerate() {
+            let vid = c.version_ids.get(i).map_or("", String::as_str);
+            let seq = u32::try_from(i).unwrap_or(u32::MAX);
+            let done = if !vid.is_empty() {
+                self.remove_version(b, bucket, name, vid, seq, freed)
+                    .map(|old| (versions::version_id(&old), old.delete_marker))
+            } else if bucket.versioning != versions::UNVERSIONED {
+                self.add_delete_marker(b, bucket, name, seq, freed)
+                    .map(|m| (versions::version_id(&m), true))
+            } else if self
+                .key_get(&keys::object_key(&bucket.volume, &bucket.name, name))?
+                .is_some()
+            {
+                self.remove_version(b, bucket, name, versions::NULL_VERSION_ID, seq, freed)
+                    .map(|_| (String::new(), false))
+            } else {
+                Err(OmError::not_found(
+                    "KEY_NOT_FOUND",
+                    "keys",
+                    format!("key {}/{}/{name} does not exist", c.volume, c.bucket),
+                ))
+            };
+            outcomes.push(match done {
+                Ok((version_id, delete_marker)) => KeyOutcome {
+                    key: name.clone(),
+                    version_id,
+                    delete_marker,
+                    ..Default::default()
+                },
+                Err(e @ OmError::Request { .. }) => KeyOutcome {
+                    key: name.clone(),
+                    reason: e.reason().to_string(),
+                    message: e.to_string(),
+                    version_id: vid.to_string(),
+                    ..Default::default()
+                },
+                Err(e) => return Err(e),
+            });
+        }
+        Ok(outcomes)
     }
 
     /// Deletes each listed key that exists; the others get their own outcome.
@@ -778,6 +870,18 @@ impl Ctx<'_> {
         c: &om_proto::store::DeleteKeys,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        if bucket.versioning != versions::UNVERSIONED || !c.version_ids.is_empty() {
+            let mut freed = Usage::default();
+            let outcomes = self.delete_versions(b, &bucket, c, &mut freed)?;
+            // Frees only: never refused, so it may follow the staged removals.
+            let vol = self.charge(&mut bucket, freed)?;
+            bucket.update_id = self.index;
+            self.put_bucket(b, &mut bucket)?;
+            self.put_volume(b, vol)?;
+            return ok(command_result::Result::DeleteKeys(DeleteKeysResult {
+                outcomes,
+            }));
+        }
         // A key listed twice gets the outcome of its first occurrence.
         let mut seen: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
         let mut outcomes = Vec::with_capacity(c.keys.len());
@@ -803,6 +907,7 @@ impl Ctx<'_> {
                     key: name.clone(),
                     reason: "KEY_NOT_FOUND".to_string(),
                     message: format!("key {}/{}/{name} does not exist", c.volume, c.bucket),
+                    ..Default::default()
                 }
             });
         }
@@ -825,6 +930,16 @@ impl Ctx<'_> {
         c: &om_proto::store::RenameKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        if bucket.versioning != versions::UNVERSIONED {
+            return Err(OmError::precondition(
+                "BUCKET_VERSIONED",
+                "bucket",
+                format!(
+                    "bucket {}/{} is versioned; a rename would rewrite history (copy, then delete)",
+                    c.volume, c.bucket
+                ),
+            ));
+        }
         let from = keys::object_key(&c.volume, &c.bucket, &c.from);
         let to = keys::object_key(&c.volume, &c.bucket, &c.to);
         let mut rec = table::get::<KeyTable>(self.db, &from)?.ok_or_else(|| {
@@ -853,6 +968,37 @@ impl Ctx<'_> {
             name: c.to.clone(),
             key: Some(rec),
         }))
+    }
+
+    /// Enables or suspends versioning of an OBJECT_STORE bucket.
+    fn set_bucket_versioning(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::SetBucketVersioning,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.bucket(&c.volume, &c.bucket)?;
+        if c.versioning != versions::ENABLED && c.versioning != versions::SUSPENDED {
+            return Err(OmError::invalid(
+                "INVALID_VERSIONING",
+                "versioning",
+                "versioning is ENABLED or SUSPENDED; a bucket never returns to UNVERSIONED",
+            ));
+        }
+        if bucket.layout != LAYOUT_OBJECT_STORE {
+            return Err(OmError::precondition(
+                "VERSIONING_NOT_SUPPORTED",
+                "bucket",
+                format!(
+                    "bucket {}/{} is FILE_SYSTEM_OPTIMIZED; only OBJECT_STORE buckets are versioned",
+                    c.volume, c.bucket
+                ),
+            ));
+        }
+        bucket.versioning = c.versioning;
+        bucket.modification_time_ms = self.now;
+        bucket.update_id = self.index;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::Bucket(bucket))
     }
 
     /// Removes the oldest retry-cache entries created before `before_ms`, at
@@ -1262,6 +1408,8 @@ mod tests {
             rules: RULES,
             caller: None,
             holders: RefCell::new(HashMap::new()),
+            staged_keys: RefCell::default(),
+            versions_made: std::cell::Cell::new(0),
         };
         let mut b = WriteBatch::default();
         let blk = BlockRecord {

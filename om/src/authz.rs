@@ -230,6 +230,7 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         | Op::PurgeDeletedDirs(_) => vec![(Cluster, ALL)],
         Op::CreateBucket(c) => vec![(Volume(&c.volume), CREATE)],
         Op::DeleteBucket(c) => vec![(Bucket(&c.volume, &c.name), DELETE)],
+        Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::OpenKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::AllocateBlock(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
@@ -280,6 +281,7 @@ pub fn target(op: &Op) -> String {
         Op::DeleteVolume(c) => Resource::Volume(&c.name).to_string(),
         Op::SetVolumeQuota(c) => Resource::Volume(&c.name).to_string(),
         Op::SetBucketQuota(c) => Resource::Bucket(&c.volume, &c.name).to_string(),
+        Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         other => match required(other).first() {
             Some((r, _)) => r.to_string(),
             None => "/".to_string(),

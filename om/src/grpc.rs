@@ -23,6 +23,7 @@ mod files;
 mod malformed;
 mod objects;
 mod quota;
+mod versions;
 
 pub use malformed::MalformedAsInvalid;
 
@@ -62,6 +63,8 @@ pub fn refusal(code: tonic::Code, reason: &str, field: &str, message: &str) -> S
         leader_addr: String::new(),
         right: String::new(),
         resource: String::new(),
+        delete_marker: false,
+        version_id: String::new(),
     };
     let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
     if let Ok(v) = reason.parse() {
@@ -117,6 +120,8 @@ pub fn to_status(e: &OmError) -> Status {
             OmError::Denied { resource, .. } => resource.clone(),
             _ => String::new(),
         },
+        delete_marker: false,
+        version_id: String::new(),
     };
     let mut status = Status::with_details(code, message, detail.encode_to_vec().into());
     let md = status.metadata_mut();
@@ -214,11 +219,22 @@ pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
         open_key_count: b.open_key_count,
         quota_bytes: b.quota_bytes,
         quota_namespace: b.quota_namespace,
+        versioning: match b.versioning {
+            crate::apply::versions::ENABLED => BucketVersioning::Enabled,
+            crate::apply::versions::SUSPENDED => BucketVersioning::Suspended,
+            _ => BucketVersioning::Unversioned,
+        } as i32,
     }
 }
 
+/// A key's version as the API shows it; `is_latest` is set (listings of
+/// versions clear it for noncurrent ones).
 pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> KeyInfo {
     KeyInfo {
+        version_id: crate::apply::versions::version_id(&k),
+        delete_marker: k.delete_marker,
+        is_latest: true,
+        noncurrent_since_ms: k.noncurrent_since_ms,
         volume: volume.to_string(),
         bucket: bucket.to_string(),
         name,
@@ -561,19 +577,49 @@ impl OzoneManager for OmGrpc {
         req: Request<LookupKeyRequest>,
     ) -> Result<Response<LookupKeyResponse>, Status> {
         let r = req.into_inner();
-        observe("LookupKey", async {
+        let mut marker = None;
+        let out = observe("LookupKey", async {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("bucket", &r.bucket)?;
             validate::key_name("key", &r.key)?;
-            let k = self
-                .svc
-                .lookup_key(consistency(&r.read), &r.volume, &r.bucket, &r.key)
-                .await?;
-            Ok(LookupKeyResponse {
-                key: Some(key_info(&r.volume, &r.bucket, r.key.clone(), k)),
-            })
+            versions::optional_version_id("version_id", &r.version_id)?;
+            let (k, latest) = if r.version_id.is_empty() {
+                let k = self
+                    .svc
+                    .lookup_key(consistency(&r.read), &r.volume, &r.bucket, &r.key)
+                    .await?;
+                if k.delete_marker {
+                    marker = Some(crate::apply::versions::version_id(&k));
+                    return Err(OmError::not_found(
+                        "KEY_NOT_FOUND",
+                        "key",
+                        format!(
+                            "the current version of {}/{}/{} is a delete marker",
+                            r.volume, r.bucket, r.key
+                        ),
+                    ));
+                }
+                (k, true)
+            } else {
+                self.svc
+                    .lookup_version(
+                        consistency(&r.read),
+                        &r.volume,
+                        &r.bucket,
+                        &r.key,
+                        &r.version_id,
+                    )
+                    .await?
+            };
+            let mut info = key_info(&r.volume, &r.bucket, r.key.clone(), k);
+            info.is_latest = latest;
+            Ok(LookupKeyResponse { key: Some(info) })
         })
-        .await
+        .await;
+        match (out, marker) {
+            (Err(status), Some(version_id)) => Err(versions::deleted(status, &version_id)),
+            (out, _) => out,
+        }
     }
 
     async fn delete_key(
@@ -585,18 +631,27 @@ impl OzoneManager for OmGrpc {
             validate::resource_name("volume", &r.volume)?;
             validate::resource_name("bucket", &r.bucket)?;
             validate::key_name("key", &r.key)?;
+            versions::optional_version_id("version_id", &r.version_id)?;
             let id = write_id(&r.header, &r)?;
-            self.svc
+            let done = self
+                .svc
                 .propose(
                     id,
                     Op::DeleteKey(st::DeleteKey {
                         volume: r.volume,
                         bucket: r.bucket,
                         key: r.key,
+                        version_id: r.version_id,
                     }),
                 )
                 .await?;
-            Ok(DeleteKeyResponse {})
+            Ok(match done {
+                command_result::Result::Deleted(d) => DeleteKeyResponse {
+                    version_id: d.version_id,
+                    delete_marker: d.delete_marker,
+                },
+                _ => DeleteKeyResponse::default(),
+            })
         })
         .await
     }
@@ -623,6 +678,20 @@ impl OzoneManager for OmGrpc {
             for k in &r.keys {
                 validate::key_name("keys", k)?;
             }
+            if !r.version_ids.is_empty() && r.version_ids.len() != r.keys.len() {
+                return Err(OmError::invalid(
+                    "INVALID_VERSION_ID_COUNT",
+                    "version_ids",
+                    format!(
+                        "version_ids holds {} entries for {} keys; give none or one per key",
+                        r.version_ids.len(),
+                        r.keys.len()
+                    ),
+                ));
+            }
+            for v in &r.version_ids {
+                versions::optional_version_id("version_ids", v)?;
+            }
             let id = write_id(&r.header, &r)?;
             match self
                 .svc
@@ -632,6 +701,7 @@ impl OzoneManager for OmGrpc {
                         volume: r.volume,
                         bucket: r.bucket,
                         keys: r.keys,
+                        version_ids: r.version_ids,
                     }),
                 )
                 .await?
@@ -644,6 +714,8 @@ impl OzoneManager for OmGrpc {
                             key: o.key,
                             reason: o.reason,
                             message: o.message,
+                            version_id: o.version_id,
+                            delete_marker: o.delete_marker,
                         })
                         .collect(),
                 }),
@@ -743,6 +815,28 @@ impl OzoneManager for OmGrpc {
         })
         .await
     }
+    async fn list_object_versions(
+        &self,
+        req: Request<ListObjectVersionsRequest>,
+    ) -> Result<Response<ListObjectVersionsResponse>, Status> {
+        observe(
+            "ListObjectVersions",
+            versions::list_object_versions(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn set_bucket_versioning(
+        &self,
+        req: Request<SetBucketVersioningRequest>,
+    ) -> Result<Response<SetBucketVersioningResponse>, Status> {
+        observe(
+            "SetBucketVersioning",
+            versions::set_bucket_versioning(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
     async fn set_volume_quota(
         &self,
         req: Request<SetVolumeQuotaRequest>,

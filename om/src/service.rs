@@ -18,6 +18,7 @@ use rocksdb::DB;
 
 mod access;
 mod files;
+pub mod versions;
 
 pub use access::Policy;
 pub use files::{Status, StatusListing, StatusPage};
@@ -510,6 +511,8 @@ impl OmService {
                 return Ok(rec);
             }
         }
+        // The current version; a delete marker is returned as such (the
+        // edge answers NOT_FOUND for it, saying so).
         table::get::<KeyTable>(&self.db, &keys::object_key(volume, bucket, key))?.ok_or_else(|| {
             OmError::not_found(
                 "KEY_NOT_FOUND",
@@ -639,6 +642,10 @@ impl OmService {
                 max: self.page_size(q.max_keys),
                 seek_after: self.seek_after,
                 terminator: None,
+                current_only: (bucket.versioning != crate::apply::versions::UNVERSIONED)
+                    .then_some(crate::listing::CurrentOnly {
+                        hidden: versions::is_delete_marker,
+                    }),
             },
             self.item_budget(),
             |item| match item {
@@ -804,6 +811,7 @@ impl OmService {
                 max: self.page_size(max),
                 seek_after: usize::MAX,
                 terminator: None,
+                current_only: None,
             },
             self.item_budget(),
             |item| {
@@ -887,6 +895,7 @@ impl OmService {
                 max: self.page_size(max),
                 seek_after: usize::MAX,
                 terminator: None,
+                current_only: None,
             },
             self.item_budget(),
             |item| {
@@ -959,6 +968,7 @@ impl OmService {
                 max: self.page_size(max),
                 seek_after: usize::MAX,
                 terminator: None,
+                current_only: None,
             },
             self.item_budget(),
             |item| {
@@ -1035,6 +1045,7 @@ impl OmService {
                 max: self.page_size(q.max_uploads),
                 seek_after: self.seek_after,
                 terminator: Some(0),
+                current_only: None,
             },
             self.item_budget(),
             |item| match item {
@@ -1109,6 +1120,7 @@ impl OmService {
                 max: self.page_size(max),
                 seek_after: usize::MAX,
                 terminator: None,
+                current_only: None,
             },
             self.item_budget(),
             |item| {
@@ -1183,6 +1195,7 @@ pub fn list_page<S: TableSchema, T>(
             max,
             seek_after: usize::MAX,
             terminator: None,
+            current_only: None,
         },
         max_bytes,
         |item| {

@@ -66,6 +66,7 @@ impl store::Command {
             Some(Op::SetVolumeQuota(_)) => "SetVolumeQuota",
             Some(Op::SetBucketQuota(_)) => "SetBucketQuota",
             Some(Op::SetAcl(_)) => "SetAcl",
+            Some(Op::SetBucketVersioning(_)) => "SetBucketVersioning",
             None => "Empty",
         }
     }

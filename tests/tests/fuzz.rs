@@ -1053,7 +1053,16 @@ fn apply_refuses_random_commands_without_staging() {
             st::DeleteKey {
                 volume: "vol1".into(),
                 bucket: "bkt1".into(),
-                key: "a".into()
+                key: "a".into(),
+                version_id: "null".into()
+            }
+        ),
+        op!(
+            SetBucketVersioning,
+            st::SetBucketVersioning {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                versioning: 1
             }
         ),
         op!(
@@ -1068,7 +1077,17 @@ fn apply_refuses_random_commands_without_staging() {
             st::DeleteKeys {
                 volume: "vol1".into(),
                 bucket: "bkt1".into(),
-                keys: vec!["a".into(), "b".into(), "a".into()]
+                keys: vec!["a".into(), "b".into(), "a".into()],
+                version_ids: Vec::new()
+            }
+        ),
+        op!(
+            DeleteKeys,
+            st::DeleteKeys {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                keys: vec!["a".into(), "b".into(), "a".into()],
+                version_ids: vec!["null".into(), "".into(), "0000000000010000".into()]
             }
         ),
         op!(

@@ -39,6 +39,20 @@ pub fn block_size_or_legacy(stamped: u64) -> u64 {
     }
 }
 
+/// A version id field: empty (none) or at most a version id's length, so a
+/// hostile command carries no long string (its syntax is checked where it
+/// is used, with the state's answer).
+fn version_id(field: &str, v: &str) -> Result<(), OmError> {
+    if v.len() <= super::versions::VERSION_ID_CHARS {
+        return Ok(());
+    }
+    Err(OmError::invalid(
+        "INVALID_VERSION_ID",
+        field,
+        format!("a version id has at most {} characters", super::versions::VERSION_ID_CHARS),
+    ))
+}
+
 /// A command's caller: a valid user name (the principal's), groups and
 /// impersonator within their limits.
 fn caller(c: &om_proto::store::Caller) -> Result<(), OmError> {
@@ -124,7 +138,14 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             metadata(&c.metadata)?;
             conditions(c.conditions.as_ref())?;
         }
-        Op::DeleteKey(c) => object(&c.volume, &c.bucket, "key", &c.key)?,
+        Op::DeleteKey(c) => {
+            object(&c.volume, &c.bucket, "key", &c.key)?;
+            version_id("version_id", &c.version_id)?;
+        }
+        Op::SetBucketVersioning(c) => {
+            name("volume", &c.volume)?;
+            name("bucket", &c.bucket)?;
+        }
         Op::ExpireRetryCache(_) => {}
         Op::DeleteKeys(c) => {
             bucket(&c.volume, &c.bucket)?;
@@ -140,6 +161,20 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             }
             for k in &c.keys {
                 validate::key_name("keys", k)?;
+            }
+            if !c.version_ids.is_empty() && c.version_ids.len() != c.keys.len() {
+                return Err(OmError::invalid(
+                    "INVALID_VERSION_ID_COUNT",
+                    "version_ids",
+                    format!(
+                        "version_ids holds {} entries for {} keys; give none or one per key",
+                        c.version_ids.len(),
+                        c.keys.len()
+                    ),
+                ));
+            }
+            for v in &c.version_ids {
+                version_id("version_ids", v)?;
             }
         }
         Op::RenameKey(c) => {
@@ -184,6 +219,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             validate::content_type("content_type", &c.content_type)?;
             metadata(&c.metadata)?;
             conditions(c.conditions.as_ref())?;
+            version_id("src_version_id", &c.src_version_id)?;
         }
         Op::InitiateMultipart(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;

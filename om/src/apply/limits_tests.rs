@@ -135,6 +135,7 @@ fn lists_and_names_are_bounded_in_apply() {
         keys: (0..=validate::MAX_DELETE_KEYS)
             .map(|i| format!("k{i}"))
             .collect(),
+        version_ids: Vec::new(),
     });
     assert_eq!(sm.rejected(too_many), "INVALID_KEY_COUNT");
     let acks = Op::AckDeletedBlocks(st::AckDeletedBlocks {
@@ -396,6 +397,7 @@ fn quota_refusals_stage_nothing_and_deletes_make_room() {
         volume: "vol".into(),
         bucket: "bkt".into(),
         key: "a".into(),
+        version_id: String::new(),
     }));
     assert_eq!(volume_record(&sm).used_bytes, Some(0));
     sm.ok(put("b", 30));

@@ -241,7 +241,7 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let vol = self.charge_write(&mut bucket, old.as_ref(), size)?;
+        let vol = self.charge(&mut bucket, old.usage(size, true))?;
         // Checks are done; stage writes from here on.
         let listed_numbers: std::collections::HashSet<u32> =
             c.parts.iter().map(|p| p.part_number).collect();

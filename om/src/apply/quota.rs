@@ -211,16 +211,6 @@ impl Ctx<'_> {
         Ok(vol)
     }
 
-    /// `charge` for a committed key or file of `size` bytes replacing `old`.
-    pub(super) fn charge_write(
-        &self,
-        bucket: &mut BucketRecord,
-        old: Option<&KeyRecord>,
-        size: u64,
-    ) -> Result<Option<VolumeRecord>, OmError> {
-        self.charge(bucket, Usage::write(old, size))
-    }
-
     /// Stages a volume `charge` returned.
     pub(super) fn put_volume(
         &self,

@@ -10,7 +10,7 @@ use om_proto::store::{
 use rocksdb::WriteBatch;
 
 use super::limits::block_size_or_legacy;
-use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok};
+use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
 use crate::error::OmError;
 use crate::fs;
 use crate::store::iter::DeferredSeekIter;
@@ -179,8 +179,8 @@ impl Ctx<'_> {
         let mut bucket = self.bucket(&c.volume, &c.bucket)?;
         let s = self.session(&bucket, &c.key, c.session_id)?;
         check_committed_blocks(&s.rec.allocated, block_size_or_legacy(s.rec.block_size), c)?;
-        let old = match &s.file {
-            None => self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?,
+        let (old, sup) = match &s.file {
+            None => (None, Some(self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?)),
             Some((parent, name)) => {
                 if fs::get_dir(self.db, *parent, name)?.is_some() {
                     return Err(OmError::precondition(
@@ -200,10 +200,14 @@ impl Ctx<'_> {
                         format!("file {} exists and was opened without overwrite", c.key),
                     ));
                 }
-                old
+                (old, None)
             }
         };
-        let vol = self.charge_write(&mut bucket, old.as_ref(), c.size)?;
+        let usage = match &sup {
+            Some(sup) => sup.usage(c.size, true),
+            None => super::quota::Usage::write(old.as_ref(), c.size),
+        };
+        let vol = self.charge(&mut bucket, usage)?;
         // Checks are done; stage writes from here on.
         let used: HashSet<u64> = c.blocks.iter().map(|blk| blk.block_id).collect();
         let unused: Vec<_> = lay_out_unwritten(
@@ -232,9 +236,10 @@ impl Ctx<'_> {
             content_type,
             ..Default::default()
         };
-        match &s.file {
-            None => self.write_key(b, &mut bucket, &c.key, old, rec, vol),
-            Some((parent, name)) => self.write_entry::<FileTable>(
+        match (&s.file, sup) {
+            (None, Some(sup)) => self.write_key(b, &mut bucket, &c.key, sup, rec, vol),
+            (None, None) => Err(OmError::Internal("object-store commit without its key".into())),
+            (Some((parent, name)), _) => self.write_entry::<FileTable>(
                 b,
                 &mut bucket,
                 &c.key,
@@ -271,17 +276,38 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let src_bucket = self.object_store_bucket(&c.src_volume, &c.src_bucket)?;
         let src_path = format!("{}/{}/{}", c.src_volume, c.src_bucket, c.src_key);
-        let src = table::get::<KeyTable>(
-            self.db,
-            &keys::object_key(&c.src_volume, &c.src_bucket, &c.src_key),
-        )?
-        .ok_or_else(|| {
-            OmError::not_found(
-                "KEY_NOT_FOUND",
-                "src_key",
-                format!("key {src_path} does not exist"),
-            )
-        })?;
+        let src = if c.src_version_id.is_empty() {
+            table::get::<KeyTable>(
+                self.db,
+                &keys::object_key(&c.src_volume, &c.src_bucket, &c.src_key),
+            )?
+            .filter(|k| !k.delete_marker)
+            .ok_or_else(|| {
+                OmError::not_found(
+                    "KEY_NOT_FOUND",
+                    "src_key",
+                    format!("key {src_path} does not exist"),
+                )
+            })?
+        } else {
+            let src = versions::read_version(
+                self.db,
+                &c.src_volume,
+                &c.src_bucket,
+                &c.src_key,
+                &c.src_version_id,
+                "src_version_id",
+            )?
+            .into_record();
+            if src.delete_marker {
+                return Err(OmError::invalid(
+                    "SOURCE_IS_DELETE_MARKER",
+                    "src_version_id",
+                    format!("version {} of {src_path} is a delete marker", c.src_version_id),
+                ));
+            }
+            src
+        };
         check_source_conditions(c, &src, &src_path)?;
         let etag = if is_plain_md5(&src.etag) {
             src.etag.clone()
@@ -304,18 +330,16 @@ impl Ctx<'_> {
             self.object_store_bucket(&c.volume, &c.bucket)?
         };
         let mut old = self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?;
-        let vol = self.charge_write(&mut bucket, old.as_ref(), src.size)?;
+        let vol = self.charge(&mut bucket, old.usage(src.size, true))?;
         let (metadata, content_type) = if c.metadata_directive == 1 {
             (c.metadata.clone(), c.content_type.clone())
         } else {
             (src.metadata.clone(), src.content_type.clone())
         };
-        if same_bucket && c.src_key == c.key {
-            // Copying onto itself (a metadata replace): the blocks stay where
-            // they are, with the same holders.
-            if let Some(o) = old.as_mut() {
-                o.blocks.clear();
-            }
+        if same_bucket && c.src_key == c.key && old.removes(&src) {
+            // Copying a version onto itself (a metadata replace): the blocks
+            // stay where they are, with the same holders.
+            old.keep_removed_blocks();
         } else {
             self.share_blocks(b, &src.blocks)?;
         }

@@ -242,7 +242,14 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
         validate::metadata("metadata", &r.metadata)?;
         validate::content_type("content_type", &r.content_type)?;
     }
-    if !replace && r.src_volume == r.volume && r.src_bucket == r.bucket && r.src_key == r.key {
+    super::versions::optional_version_id("src_version_id", &r.src_version_id)?;
+    // Copying an older version onto its key restores it (S3's way).
+    if !replace
+        && r.src_version_id.is_empty()
+        && r.src_volume == r.volume
+        && r.src_bucket == r.bucket
+        && r.src_key == r.key
+    {
         return Err(OmError::invalid(
             "COPY_TO_ITSELF",
             "key",
@@ -253,6 +260,7 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
         src_volume: r.src_volume,
         src_bucket: r.src_bucket,
         src_key: r.src_key,
+        src_version_id: r.src_version_id,
         volume: r.volume,
         bucket: r.bucket,
         key: r.key,
@@ -604,6 +612,10 @@ mod tests {
             modification_time_ms: u64::MAX,
             object_id: u64::MAX,
             update_id: u64::MAX,
+            version_id: "f".repeat(crate::apply::versions::VERSION_ID_CHARS),
+            delete_marker: true,
+            is_latest: true,
+            noncurrent_since_ms: u64::MAX,
         }
     }
 
@@ -806,6 +818,8 @@ mod tests {
             key: "k".repeat(MAX_KEY_BYTES),
             reason: "r".repeat(32),
             message: "m".repeat(2 * MAX_KEY_BYTES),
+            version_id: "f".repeat(crate::apply::versions::VERSION_ID_CHARS),
+            delete_marker: true,
         };
         let deleted = DeleteKeysResponse {
             results: vec![outcome; 1000],

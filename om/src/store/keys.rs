@@ -9,7 +9,8 @@
 //! |------------------|--------------------------------------------------|-----------------------|
 //! | `volumes`        | `volume`                                         | `VolumeRecord`        |
 //! | `buckets`        | `volume` `/` `bucket`                            | `BucketRecord`        |
-//! | `keys`           | `volume` `/` `bucket` `/` `key`                  | `KeyRecord`           |
+//! | `keys`           | `volume` `/` `bucket` `/` `key`                  | `KeyRecord` (current) |
+//! |                  | `volume/bucket/key` `\0` u64 BE !version         | `KeyRecord` (noncurrent) |
 //! | `deleted_blocks` | u64 BE log index, u32 BE sequence in that entry   | `DeletedBlocksRecord` |
 //! | `retry_cache`    | `c` client-id `\0` u64 BE seq                     | `RetryCacheRecord`    |
 //! |                  | `t` u64 BE created-ms client-id `\0` u64 BE seq   | empty (expiry index)  |
@@ -44,10 +45,13 @@
 //! the count once a block is shared, and releasing a shared block only
 //! decrements it, so a block reaches `deleted_blocks` when its last holder goes.
 //!
-//! Room left for what comes next: a versioned bucket's versions go in their own
-//! column family keyed `volume/bucket/key` `\0` inverted version id, so all
-//! versions of a key are one contiguous run that a listing can seek past; NUL is
-//! never part of a key name, which keeps that run adjacent to its key.
+//! A key's versions (versioned buckets) share `keys`: the current version at
+//! the key itself, every noncurrent one (versions and delete markers) right
+//! after it at `key \0 !version` (the bitwise complement, so newer sorts
+//! first). NUL is never part of a key name, so a key's history is one
+//! contiguous run between the key and the next key, in S3's order for
+//! ListObjectVersions, and a listing of current keys seeks past it with one
+//! seek to `key \x01`. A bucket that was never versioned has no such runs.
 
 /// Column families of the metadata tables, in the order they are opened.
 /// Everything in them (plus the state-machine meta kept by `om-raft-store`) is
@@ -188,6 +192,23 @@ pub fn open_key(volume: &str, bucket: &str, key: &str, session: u64) -> Vec<u8> 
     let mut k = key_run_prefix(volume, bucket, key);
     k.extend_from_slice(&session.to_be_bytes());
     k
+}
+
+/// A noncurrent version of a key: the key's run prefix, then the
+/// complemented version (newest first).
+pub fn version_key(volume: &str, bucket: &str, key: &str, version: u64) -> Vec<u8> {
+    let mut k = key_run_prefix(volume, bucket, key);
+    k.extend_from_slice(&(!version).to_be_bytes());
+    k
+}
+
+/// Splits a name relative to `volume/bucket/` of `keys` into the key name
+/// and, for a noncurrent version, its version.
+pub fn split_version(name: &[u8]) -> (&[u8], Option<u64>) {
+    match split_key_run(name) {
+        Some((key, inv)) => (key, Some(!inv)),
+        None => (name, None),
+    }
 }
 
 pub fn upload_key(volume: &str, bucket: &str, key: &str, upload_id: u64) -> Vec<u8> {
@@ -339,6 +360,20 @@ mod tests {
         assert_eq!(open_entry_from_expiry(&e), Some(&a[..]));
         assert!(e < volume_key("a"));
         assert!(part_key(1, 10000) < part_key(2, 1));
+    }
+
+    #[test]
+    fn versions_sort_newest_first_between_their_key_and_the_next() {
+        let cur = object_key("v", "b", "a");
+        let new = version_key("v", "b", "a", 9);
+        let old = version_key("v", "b", "a", 3);
+        let next = object_key("v", "b", "a\u{1}");
+        let child = object_key("v", "b", "a/b");
+        assert!(cur < new && new < old && old < next && old < child);
+        assert!(old < prefix_end(&key_run_prefix("v", "b", "a")).unwrap());
+        let rel = &old[object_prefix("v", "b").len()..];
+        assert_eq!(split_version(rel), (&b"a"[..], Some(3)));
+        assert_eq!(split_version(b"a"), (&b"a"[..], None));
     }
 
     #[test]

@@ -209,6 +209,7 @@ fn list_all_prefixes(db: &DB, seek_after: usize, page: usize) -> (usize, u64, u6
                 max: page,
                 seek_after,
                 terminator: None,
+                current_only: None,
             },
         )
         .unwrap();

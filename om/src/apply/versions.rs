@@ -1,0 +1,807 @@
+//! Versioned buckets (rules 3), with S3's semantics.
+//!
+//! A bucket is unversioned until `SetBucketVersioning` enables it; it can then
+//! move between enabled and suspended, never back. In `keys` a key's current
+//! version sits at the key and its noncurrent versions and delete markers
+//! right after it, newest first (`keys::version_key`).
+//!
+//! - Enabled: a write makes a new current version; the previous one becomes
+//!   noncurrent (stamped with the write's time) and keeps its blocks. A delete
+//!   without a version id adds a delete marker as the current version.
+//! - Suspended: a write or a delete without a version id replaces the "null"
+//!   version (current or noncurrent; its blocks are freed) and leaves the
+//!   others alone; a delete adds a "null" delete marker.
+//! - A delete naming a version removes it permanently; when it was current,
+//!   the newest noncurrent one becomes current.
+//!
+//! Version stamps come from the log index (`version_stamp`), so apply stays
+//! deterministic; a version's id is its stamp in hex, or "null". Usage counts
+//! every version that holds data (current or not); delete markers count for
+//! nothing, so a delete never grows usage and is never refused by a quota.
+//!
+//! One command may touch the same key more than once (DeleteKeys naming
+//! several versions of one key): reads inside apply see the state before the
+//! entry, so every read and write of `keys` here goes through `Ctx`'s staged
+//! view (`key_get`, `key_put`, `key_del`, `newest_noncurrent`).
+
+use om_proto::store::{BucketRecord, KeyRecord};
+use rocksdb::WriteBatch;
+
+use super::Ctx;
+use super::quota::Usage;
+use crate::error::OmError;
+use crate::store::iter::DeferredSeekIter;
+use crate::store::keys;
+use crate::store::table::{self, KeyTable};
+
+/// `BucketRecord::versioning`.
+pub const UNVERSIONED: u32 = 0;
+pub const ENABLED: u32 = 1;
+pub const SUSPENDED: u32 = 2;
+
+/// The id of versions written while a bucket was unversioned or suspended.
+pub const NULL_VERSION_ID: &str = "null";
+
+/// Characters of a version id other than "null".
+pub const VERSION_ID_CHARS: usize = 16;
+
+/// The stamp of the `n`-th version one entry creates: newer entries (and
+/// later versions within one) get larger stamps.
+pub fn version_stamp(log_index: u64, n: u16) -> u64 {
+    (log_index << 16) | u64::from(n)
+}
+
+/// The version id of a stored version.
+pub fn version_id(rec: &KeyRecord) -> String {
+    if rec.versioned {
+        format!("{:016x}", rec.version)
+    } else {
+        NULL_VERSION_ID.to_string()
+    }
+}
+
+/// A version id as a request names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionRef {
+    Null,
+    Stamp(u64),
+}
+
+/// Parses a version id: "null" or 16 lowercase hex digits (not all zero);
+/// anything else is INVALID_ARGUMENT `INVALID_VERSION_ID` on `field`.
+pub fn parse_version_id(id: &str, field: &str) -> Result<VersionRef, OmError> {
+    if id == NULL_VERSION_ID {
+        return Ok(VersionRef::Null);
+    }
+    let well_formed = id.len() == VERSION_ID_CHARS
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+    match well_formed.then(|| u64::from_str_radix(id, 16).ok()).flatten() {
+        Some(v) if v != 0 => Ok(VersionRef::Stamp(v)),
+        _ => Err(OmError::invalid(
+            "INVALID_VERSION_ID",
+            field,
+            format!(
+                "{:?} is not a version id (\"null\" or {VERSION_ID_CHARS} hex digits)",
+                crate::validate::quote_prefix(id)
+            ),
+        )),
+    }
+}
+
+/// Whether `rec` is the version `v` names.
+pub fn is_version(rec: &KeyRecord, v: VersionRef) -> bool {
+    match v {
+        VersionRef::Null => !rec.versioned,
+        VersionRef::Stamp(s) => rec.versioned && rec.version == s,
+    }
+}
+
+/// Where a version lives: the current entry, or a noncurrent one at its
+/// table key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Located {
+    Current(KeyRecord),
+    Noncurrent(Vec<u8>, KeyRecord),
+}
+
+impl Located {
+    pub fn record(&self) -> &KeyRecord {
+        match self {
+            Located::Current(r) | Located::Noncurrent(_, r) => r,
+        }
+    }
+
+    pub fn into_record(self) -> KeyRecord {
+        match self {
+            Located::Current(r) | Located::Noncurrent(_, r) => r,
+        }
+    }
+}
+
+/// Finds version `v` of a key whose current entry is `current`, reading
+/// noncurrent entries with `get`: at most one point read.
+pub fn locate(
+    volume: &str,
+    bucket: &str,
+    key: &str,
+    current: Option<KeyRecord>,
+    v: VersionRef,
+    mut get: impl FnMut(&[u8]) -> Result<Option<KeyRecord>, OmError>,
+) -> Result<Option<Located>, OmError> {
+    let Some(current) = current else {
+        return Ok(None);
+    };
+    if is_version(&current, v) {
+        return Ok(Some(Located::Current(current)));
+    }
+    let stamp = match v {
+        VersionRef::Stamp(s) => s,
+        VersionRef::Null => match current.null_history {
+            Some(s) => s,
+            None => return Ok(None),
+        },
+    };
+    let hk = keys::version_key(volume, bucket, key, stamp);
+    Ok(get(&hk)?
+        .filter(|r| is_version(r, v))
+        .map(|r| Located::Noncurrent(hk, r)))
+}
+
+/// Reads version `version_id` (field `field`) of a key from committed state:
+/// NOT_FOUND `VERSION_NOT_FOUND` when there is no such version.
+pub fn read_version(
+    db: &rocksdb::DB,
+    volume: &str,
+    bucket: &str,
+    key: &str,
+    version_id: &str,
+    field: &str,
+) -> Result<Located, OmError> {
+    let v = parse_version_id(version_id, field)?;
+    let current = table::get::<KeyTable>(db, &keys::object_key(volume, bucket, key))?;
+    locate(volume, bucket, key, current, v, |k| table::get::<KeyTable>(db, k))?
+        .ok_or_else(|| version_not_found(volume, bucket, key, version_id, field))
+}
+
+pub fn version_not_found(
+    volume: &str,
+    bucket: &str,
+    key: &str,
+    version_id: &str,
+    field: &str,
+) -> OmError {
+    OmError::not_found(
+        "VERSION_NOT_FOUND",
+        field,
+        format!(
+            "key {volume}/{bucket}/{key} has no version {:?}",
+            crate::validate::quote_prefix(version_id)
+        ),
+    )
+}
+
+/// A key's versions a new current version (object or delete marker)
+/// affects. Read before anything is staged.
+#[derive(Debug, Default)]
+pub(super) struct Supersede {
+    /// The key's current entry, if any (possibly a delete marker).
+    pub current: Option<KeyRecord>,
+    /// The version the write removes: unversioned, the current one;
+    /// suspended, the "null" version wherever it is; enabled, none.
+    pub removed: Option<Located>,
+    versioning: u32,
+}
+
+impl Supersede {
+    /// The current version when it is an object (not a delete marker): what
+    /// a write's conditions are checked against.
+    pub fn live(&self) -> Option<&KeyRecord> {
+        self.current.as_ref().filter(|r| !r.delete_marker)
+    }
+
+    /// How a new version of `size` bytes changes usage.
+    pub fn usage(&self, size: u64, adds_object: bool) -> Usage {
+        if self.versioning == UNVERSIONED {
+            return Usage::write(self.current.as_ref(), size);
+        }
+        let mut u = Usage {
+            add_bytes: size,
+            add_keys: u64::from(adds_object),
+            ..Usage::default()
+        };
+        if let Some(r) = &self.removed {
+            u.free(removal(r.record()));
+        }
+        u
+    }
+
+    /// Whether the write removes exactly this version (a copy of a version
+    /// onto the key it replaces keeps the blocks instead of sharing them).
+    pub fn removes(&self, rec: &KeyRecord) -> bool {
+        self.removed
+            .as_ref()
+            .is_some_and(|r| r.record().versioned == rec.versioned && r.record().version == rec.version)
+    }
+
+    /// Forgets the removed version's blocks (they move to the new version).
+    pub fn keep_removed_blocks(&mut self) {
+        if let Some(Located::Current(r) | Located::Noncurrent(_, r)) = self.removed.as_mut() {
+            r.blocks.clear();
+        }
+    }
+
+    /// Unversioned buckets: the current version the write replaces.
+    pub fn into_current(self) -> Option<KeyRecord> {
+        self.current
+    }
+
+    pub fn versioning(&self) -> u32 {
+        self.versioning
+    }
+}
+
+/// What removing `rec` frees.
+pub(super) fn removal(rec: &KeyRecord) -> Usage {
+    if rec.delete_marker {
+        Usage::default()
+    } else {
+        Usage::removal(rec.size)
+    }
+}
+
+impl Ctx<'_> {
+    /// A `keys` entry as this command left it so far.
+    pub(super) fn key_get(&self, k: &[u8]) -> Result<Option<KeyRecord>, OmError> {
+        if let Some(staged) = self.staged_keys.borrow().get(k) {
+            return Ok(staged.clone());
+        }
+        table::get::<KeyTable>(self.db, k)
+    }
+
+    pub(super) fn key_put(
+        &self,
+        b: &mut WriteBatch,
+        k: &[u8],
+        mut rec: KeyRecord,
+    ) -> Result<KeyRecord, OmError> {
+        table::put::<KeyTable>(self.db, b, k, &mut rec)?;
+        self.staged_keys
+            .borrow_mut()
+            .insert(k.to_vec(), Some(rec.clone()));
+        Ok(rec)
+    }
+
+    pub(super) fn key_del(&self, b: &mut WriteBatch, k: &[u8]) -> Result<(), OmError> {
+        table::delete::<KeyTable>(self.db, b, k)?;
+        self.staged_keys.borrow_mut().insert(k.to_vec(), None);
+        Ok(())
+    }
+
+    /// The newest noncurrent version of the key whose run starts at
+    /// `run_prefix`, as this command left it: one seek, plus one `next` per
+    /// entry this command removed from the front of the run.
+    fn newest_noncurrent(&self, run_prefix: &[u8]) -> Result<Option<(Vec<u8>, KeyRecord)>, OmError> {
+        let end = keys::prefix_end(run_prefix);
+        let staged = self.staged_keys.borrow();
+        let from_staged = staged
+            .range(run_prefix.to_vec()..)
+            .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
+            .find_map(|(k, v)| v.as_ref().map(|r| (k.clone(), r.clone())));
+        let mut it = DeferredSeekIter::with_prefix(self.db, keys::KEYS_CF, run_prefix)?;
+        it.seek(run_prefix);
+        let mut from_db = None;
+        while let Some((k, v)) = it.current() {
+            match staged.get(k) {
+                Some(None) => it.advance(),
+                Some(Some(r)) => {
+                    from_db = Some((k.to_vec(), r.clone()));
+                    break;
+                }
+                None => {
+                    from_db = Some((k.to_vec(), table::decode::<KeyTable>(v)?));
+                    break;
+                }
+            }
+        }
+        it.status()?;
+        Ok(match (from_staged, from_db) {
+            (Some(s), Some(d)) => Some(if s.0 <= d.0 { s } else { d }),
+            (s, d) => s.or(d),
+        })
+    }
+
+    /// Reads what a new current version of `name` would affect.
+    pub(super) fn supersede(&self, bucket: &BucketRecord, name: &str) -> Result<Supersede, OmError> {
+        let current = self.key_get(&keys::object_key(&bucket.volume, &bucket.name, name))?;
+        let removed = match bucket.versioning {
+            ENABLED => None,
+            SUSPENDED => locate(
+                &bucket.volume,
+                &bucket.name,
+                name,
+                current.clone(),
+                VersionRef::Null,
+                |k| self.key_get(k),
+            )?,
+            _ => current.clone().map(Located::Current),
+        };
+        Ok(Supersede {
+            current,
+            removed,
+            versioning: bucket.versioning,
+        })
+    }
+
+    /// The stamp of the next version this command creates.
+    fn next_version(&self) -> u64 {
+        let n = self.versions_made.get();
+        self.versions_made.set(n.wrapping_add(1));
+        version_stamp(self.index, n)
+    }
+
+    /// Stages `rec` as the new current version of `name` in a versioned
+    /// bucket: the removed version's blocks go (release sequence `seq`), the
+    /// previous current version becomes noncurrent. Stamps the version
+    /// fields and times; returns the record as staged. The caller charged
+    /// usage (`Supersede::usage`) and stages the bucket.
+    pub(super) fn put_version(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        name: &str,
+        sup: Supersede,
+        mut rec: KeyRecord,
+        seq: u32,
+    ) -> Result<KeyRecord, OmError> {
+        let key = keys::object_key(&bucket.volume, &bucket.name, name);
+        let enabled = bucket.versioning == ENABLED;
+        let mut removed_current = false;
+        if let Some(r) = sup.removed {
+            let origin = format!("overwrite {}/{}/{name}", bucket.volume, bucket.name);
+            match r {
+                Located::Current(old) => {
+                    removed_current = true;
+                    self.release_blocks(b, seq, old.blocks, origin)?;
+                }
+                Located::Noncurrent(hk, old) => {
+                    self.release_blocks(b, seq, old.blocks, origin)?;
+                    self.key_del(b, &hk)?;
+                }
+            }
+        }
+        rec.null_history = None;
+        if let Some(mut old) = sup.current.filter(|_| !removed_current) {
+            if enabled {
+                rec.null_history = if old.versioned {
+                    old.null_history
+                } else {
+                    Some(old.version)
+                };
+            }
+            let hk = keys::version_key(&bucket.volume, &bucket.name, name, old.version);
+            old.noncurrent_since_ms = self.now;
+            old.null_history = None;
+            self.key_put(b, &hk, old)?;
+        }
+        rec.creation_time_ms = self.now;
+        rec.modification_time_ms = self.now;
+        rec.object_id = super::object_id(self.index, 0);
+        rec.update_id = self.index;
+        rec.version = self.next_version();
+        rec.versioned = enabled;
+        rec.noncurrent_since_ms = 0;
+        self.key_put(b, &key, rec)
+    }
+
+    /// Deletes `name` without a version id in a versioned bucket: a delete
+    /// marker becomes its current version. Adds what it frees to `freed`.
+    pub(super) fn add_delete_marker(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        name: &str,
+        seq: u32,
+        freed: &mut Usage,
+    ) -> Result<KeyRecord, OmError> {
+        let sup = self.supersede(bucket, name)?;
+        freed.free(sup.usage(0, false));
+        let marker = KeyRecord {
+            delete_marker: true,
+            ..Default::default()
+        };
+        self.put_version(b, bucket, name, sup, marker, seq)
+    }
+
+    /// Removes version `version_id` of `name` permanently (any bucket; in an
+    /// unversioned one only "null" exists). When it was current, the newest
+    /// noncurrent version becomes current. Refusals (malformed or unknown
+    /// version) come before anything is staged. Returns the removed version.
+    pub(super) fn remove_version(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        name: &str,
+        version_id: &str,
+        seq: u32,
+        freed: &mut Usage,
+    ) -> Result<KeyRecord, OmError> {
+        let (volume, bname) = (&bucket.volume, &bucket.name);
+        let v = parse_version_id(version_id, "version_id")?;
+        let key = keys::object_key(volume, bname, name);
+        let current = self.key_get(&key)?;
+        let found = locate(volume, bname, name, current.clone(), v, |k| self.key_get(k))?
+            .ok_or_else(|| version_not_found(volume, bname, name, version_id, "version_id"))?;
+        let origin = format!("delete {volume}/{bname}/{name} version {version_id}");
+        match found {
+            Located::Current(old) => {
+                freed.free(removal(&old));
+                let run = keys::key_run_prefix(volume, bname, name);
+                let next = self.newest_noncurrent(&run)?;
+                self.release_blocks(b, seq, old.blocks.clone(), origin)?;
+                match next {
+                    Some((hk, mut promoted)) => {
+                        self.key_del(b, &hk)?;
+                        promoted.null_history = if promoted.versioned {
+                            old.null_history
+                        } else {
+                            None
+                        };
+                        promoted.noncurrent_since_ms = 0;
+                        self.key_put(b, &key, promoted)?;
+                    }
+                    None => self.key_del(b, &key)?,
+                }
+                Ok(old)
+            }
+            Located::Noncurrent(hk, old) => {
+                freed.free(removal(&old));
+                self.release_blocks(b, seq, old.blocks.clone(), origin)?;
+                self.key_del(b, &hk)?;
+                if !old.versioned
+                    && let Some(mut cur) = current
+                {
+                    cur.null_history = None;
+                    self.key_put(b, &key, cur)?;
+                }
+                Ok(old)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::tests::{Sm, setup};
+    use crate::apply::{LAYOUT_FSO, LAYOUT_OBJECT_STORE, into_outcome};
+    use om_proto::store::{self as st, command::Op, command_result};
+
+    fn versioning(sm: &mut Sm, v: u32) {
+        sm.ok(Op::SetBucketVersioning(st::SetBucketVersioning {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            versioning: v,
+        }));
+    }
+
+    /// Puts `key` with `size` bytes; returns its version id.
+    fn put(sm: &mut Sm, key: &str, size: u64) -> String {
+        match sm.ok(Op::PutKey(st::PutKey {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: key.into(),
+            size,
+            block_size: 1 << 20,
+            etag: "0123456789abcdef0123456789abcdef".into(),
+            ..Default::default()
+        })) {
+            command_result::Result::Key(k) => version_id(&k.key.unwrap()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn delete(sm: &mut Sm, key: &str, version_id: &str) -> st::DeletedVersion {
+        match sm.ok(Op::DeleteKey(st::DeleteKey {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: key.into(),
+            version_id: version_id.into(),
+        })) {
+            command_result::Result::Deleted(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The key's entries in table order: (current?, version id, delete
+    /// marker?, size).
+    fn history(sm: &Sm, key: &str) -> Vec<(bool, String, bool, u64)> {
+        let prefix = keys::object_key("vol", "bkt", key);
+        let mut it = DeferredSeekIter::with_prefix(&sm.db, keys::KEYS_CF, &prefix).unwrap();
+        it.seek(&prefix);
+        let mut out = Vec::new();
+        while let Some((k, v)) = it.current() {
+            let rel = &k[prefix.len()..];
+            if !(rel.is_empty() || rel[0] == 0) {
+                break;
+            }
+            let rec = table::decode::<KeyTable>(v).unwrap();
+            out.push((rel.is_empty(), version_id(&rec), rec.delete_marker, rec.size));
+            it.advance();
+        }
+        out
+    }
+
+    fn bucket(sm: &Sm) -> BucketRecord {
+        table::get::<crate::store::table::BucketTable>(&sm.db, &keys::bucket_key("vol", "bkt"))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Blocks released so far, in release order.
+    fn freed_blocks(sm: &Sm) -> usize {
+        let mut it = DeferredSeekIter::new(&sm.db, keys::DELETED_BLOCKS_CF, None, None).unwrap();
+        it.seek_to_first();
+        let mut n = 0;
+        while let Some((_, v)) = it.current() {
+            n += table::decode::<crate::store::table::DeletedBlocksTable>(v).unwrap().blocks.len();
+            it.advance();
+        }
+        n
+    }
+
+    #[test]
+    fn enabled_keeps_every_version_and_delete_markers_hide_the_key() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let legacy = put(&mut sm, "k", 1 << 20);
+        assert_eq!(legacy, "null");
+        versioning(&mut sm, ENABLED);
+        let v1 = put(&mut sm, "k", 2 << 20);
+        let v2 = put(&mut sm, "k", 3 << 20);
+        assert!(v2 > v1, "newer versions have larger ids here");
+        assert_eq!(
+            history(&sm, "k"),
+            vec![
+                (true, v2.clone(), false, 3 << 20),
+                (false, v1.clone(), false, 2 << 20),
+                (false, legacy.clone(), false, 1 << 20),
+            ]
+        );
+        assert_eq!(freed_blocks(&sm), 0, "noncurrent versions keep their blocks");
+        let b = bucket(&sm);
+        assert_eq!((b.key_count, b.used_bytes), (3, 6 << 20));
+        // A delete without a version id adds a delete marker.
+        let d = delete(&mut sm, "k", "");
+        assert!(d.delete_marker);
+        let h = history(&sm, "k");
+        assert_eq!(h[0], (true, d.version_id.clone(), true, 0));
+        assert_eq!(h.len(), 4);
+        assert_eq!(bucket(&sm).key_count, 3, "a delete marker counts for nothing");
+        // Noncurrent versions carry when they became noncurrent.
+        let rec = table::get::<KeyTable>(&sm.db, &keys::version_key("vol", "bkt", "k", parse_stamp(&v2))).unwrap().unwrap();
+        assert!(rec.noncurrent_since_ms > 0);
+        // Removing the marker by version brings v2 back.
+        let d2 = delete(&mut sm, "k", &d.version_id);
+        assert!(d2.delete_marker);
+        assert_eq!(history(&sm, "k")[0], (true, v2.clone(), false, 3 << 20));
+        // Removing the current version promotes the next newest and frees
+        // its blocks.
+        delete(&mut sm, "k", &v2);
+        assert_eq!(history(&sm, "k")[0], (true, v1.clone(), false, 2 << 20));
+        assert_eq!(freed_blocks(&sm), 3);
+        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k")).unwrap().unwrap();
+        assert_eq!(rec.noncurrent_since_ms, 0);
+        assert_eq!(rec.null_history, Some(0), "the null version is still known");
+        // The null version goes by its id, wherever it is.
+        delete(&mut sm, "k", "null");
+        assert_eq!(history(&sm, "k"), vec![(true, v1.clone(), false, 2 << 20)]);
+        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k")).unwrap().unwrap();
+        assert_eq!(rec.null_history, None);
+        delete(&mut sm, "k", &v1);
+        assert!(history(&sm, "k").is_empty());
+        let b = bucket(&sm);
+        assert_eq!((b.key_count, b.used_bytes), (0, 0));
+        assert_eq!(freed_blocks(&sm), 6);
+    }
+
+    fn parse_stamp(id: &str) -> u64 {
+        match parse_version_id(id, "f").unwrap() {
+            VersionRef::Stamp(s) => s,
+            VersionRef::Null => panic!("null"),
+        }
+    }
+
+    #[test]
+    fn suspended_replaces_only_the_null_version() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        versioning(&mut sm, ENABLED);
+        let v1 = put(&mut sm, "k", 1 << 20);
+        versioning(&mut sm, SUSPENDED);
+        let n1 = put(&mut sm, "k", 2 << 20);
+        assert_eq!(n1, "null");
+        // A second suspended write replaces the null version (frees it).
+        put(&mut sm, "k", 3 << 20);
+        assert_eq!(
+            history(&sm, "k"),
+            vec![(true, "null".into(), false, 3 << 20), (false, v1.clone(), false, 1 << 20)]
+        );
+        assert_eq!(freed_blocks(&sm), 2);
+        // Enabled again: the null version becomes noncurrent and stays
+        // findable; suspended again, a write removes it from the history.
+        versioning(&mut sm, ENABLED);
+        let v2 = put(&mut sm, "k", 1 << 20);
+        assert_eq!(
+            history(&sm, "k"),
+            vec![
+                (true, v2.clone(), false, 1 << 20),
+                (false, "null".into(), false, 3 << 20),
+                (false, v1.clone(), false, 1 << 20),
+            ]
+        );
+        versioning(&mut sm, SUSPENDED);
+        let d = delete(&mut sm, "k", "");
+        assert_eq!((d.version_id.as_str(), d.delete_marker), ("null", true));
+        assert_eq!(
+            history(&sm, "k"),
+            vec![
+                (true, "null".into(), true, 0),
+                (false, v2.clone(), false, 1 << 20),
+                (false, v1.clone(), false, 1 << 20),
+            ]
+        );
+        assert_eq!(freed_blocks(&sm), 5);
+        let b = bucket(&sm);
+        assert_eq!((b.key_count, b.used_bytes), (2, 2 << 20));
+    }
+
+    #[test]
+    fn one_command_removes_several_versions_of_one_key() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        versioning(&mut sm, ENABLED);
+        let ids: Vec<String> = (0..4).map(|_| put(&mut sm, "k", 1 << 20)).collect();
+        // The current one, the next, a missing one, the current one again
+        // (gone by then), and a marker for another key.
+        let r = sm.ok(Op::DeleteKeys(st::DeleteKeys {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            keys: vec!["k".into(), "k".into(), "k".into(), "k".into(), "j".into()],
+            version_ids: vec![
+                ids[3].clone(),
+                ids[2].clone(),
+                "00000000000000ff".into(),
+                ids[3].clone(),
+                String::new(),
+            ],
+        }));
+        let command_result::Result::DeleteKeys(d) = r else { panic!() };
+        let reasons: Vec<&str> = d.outcomes.iter().map(|o| o.reason.as_str()).collect();
+        assert_eq!(reasons, ["", "", "VERSION_NOT_FOUND", "VERSION_NOT_FOUND", ""]);
+        assert!(d.outcomes[4].delete_marker);
+        assert_eq!(
+            history(&sm, "k"),
+            vec![(true, ids[1].clone(), false, 1 << 20), (false, ids[0].clone(), false, 1 << 20)]
+        );
+        assert_eq!(history(&sm, "j").len(), 1);
+        assert_eq!(freed_blocks(&sm), 2);
+        assert_eq!(bucket(&sm).key_count, 2);
+    }
+
+    #[test]
+    fn restoring_a_version_by_copy_shares_its_blocks() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        versioning(&mut sm, ENABLED);
+        let v1 = put(&mut sm, "k", 1 << 20);
+        put(&mut sm, "k", 1 << 20);
+        let r = sm.ok(Op::CopyKey(st::CopyKey {
+            src_volume: "vol".into(),
+            src_bucket: "bkt".into(),
+            src_key: "k".into(),
+            src_version_id: v1.clone(),
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            ..Default::default()
+        }));
+        let command_result::Result::Key(k) = r else { panic!() };
+        let restored = k.key.unwrap();
+        assert_eq!(history(&sm, "k").len(), 3);
+        // Deleting the restored copy and v1 frees the shared block once.
+        delete(&mut sm, "k", &version_id(&restored));
+        assert_eq!(freed_blocks(&sm), 0);
+        delete(&mut sm, "k", &v1);
+        assert_eq!(freed_blocks(&sm), 1);
+    }
+
+    #[test]
+    fn bad_versions_are_refused_and_change_nothing() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        put(&mut sm, "k", 1);
+        let del = |v: &str| {
+            Op::DeleteKey(st::DeleteKey {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "k".into(),
+                version_id: v.into(),
+            })
+        };
+        assert_eq!(sm.rejected(del("zzz")), "INVALID_VERSION_ID");
+        assert_eq!(sm.rejected(del("0000000000000001")), "VERSION_NOT_FOUND");
+        assert_eq!(
+            sm.rejected(Op::SetBucketVersioning(st::SetBucketVersioning {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                versioning: UNVERSIONED,
+            })),
+            "INVALID_VERSIONING"
+        );
+        versioning(&mut sm, ENABLED);
+        assert_eq!(
+            sm.rejected(Op::SetBucketVersioning(st::SetBucketVersioning {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                versioning: 7,
+            })),
+            "INVALID_VERSIONING"
+        );
+        assert_eq!(
+            sm.rejected(Op::RenameKey(st::RenameKey {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                from: "k".into(),
+                to: "z".into(),
+            })),
+            "BUCKET_VERSIONED"
+        );
+        assert_eq!(
+            sm.rejected(Op::CopyKey(st::CopyKey {
+                src_volume: "vol".into(),
+                src_bucket: "bkt".into(),
+                src_key: "k".into(),
+                src_version_id: "00000000000000aa".into(),
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "c".into(),
+                ..Default::default()
+            })),
+            "VERSION_NOT_FOUND"
+        );
+        assert_eq!(history(&sm, "k").len(), 1);
+        // An FSO bucket refuses versioning.
+        let mut fso = Sm::new();
+        setup(&mut fso, LAYOUT_FSO);
+        let (r, staged) = fso.apply(Op::SetBucketVersioning(st::SetBucketVersioning {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            versioning: ENABLED,
+        }));
+        assert_eq!(staged, 0);
+        assert_eq!(into_outcome(r).unwrap_err().reason(), "VERSIONING_NOT_SUPPORTED");
+    }
+
+    #[test]
+    fn version_ids_round_trip_and_refuse_malformed_ones() {
+        let rec = KeyRecord {
+            version: version_stamp(5, 1),
+            versioned: true,
+            ..Default::default()
+        };
+        let id = version_id(&rec);
+        assert_eq!(id.len(), VERSION_ID_CHARS);
+        assert_eq!(
+            parse_version_id(&id, "f").unwrap(),
+            VersionRef::Stamp(rec.version)
+        );
+        assert_eq!(parse_version_id("null", "f").unwrap(), VersionRef::Null);
+        for bad in ["", "NULL", "0000000000000000", "00000000000000zz", "0123", "0000000000050001x"] {
+            let e = parse_version_id(bad, "version_id").unwrap_err();
+            assert_eq!(e.reason(), "INVALID_VERSION_ID", "{bad:?}");
+        }
+        assert!(version_stamp(2, 0) > version_stamp(1, u16::MAX));
+    }
+}

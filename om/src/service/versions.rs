@@ -1,0 +1,245 @@
+//! Reads of versioned buckets: one version of a key, and ListObjectVersions.
+//!
+//! ListObjectVersions scans `keys` under the bucket in table order, which is
+//! S3's order (key ascending, then newest first): a key's current version,
+//! then its noncurrent versions and delete markers. S3's markers become one
+//! seek target: after every version of a key is `key \x01`, after one of its
+//! versions is just past that version's entry.
+
+use om_proto::store::KeyRecord;
+use prost::Message;
+
+use super::{Consistency, OmService, item_len, utf8};
+use crate::apply::versions::{self as v, Located, VersionRef};
+use crate::error::OmError;
+use crate::listing::{ContinuationToken, Item, ScanSpec, Start, marker_prefix, scan_page_within};
+use crate::store::iter::IterStats;
+use crate::store::keys;
+use crate::store::table::{self, KeyTable};
+
+/// The one field of a `KeyRecord` a listing of current versions needs to
+/// decide on an entry, decoded without the rest (prost skips the others).
+#[derive(Clone, PartialEq, Message)]
+struct KeyFlags {
+    #[prost(bool, tag = "13")]
+    delete_marker: bool,
+}
+
+/// Whether a stored `KeyRecord` is a delete marker (a corrupt record is not;
+/// the listing's own decode reports it).
+pub(super) fn is_delete_marker(value: &[u8]) -> bool {
+    KeyFlags::decode(value).is_ok_and(|f| f.delete_marker)
+}
+
+/// A ListObjectVersions request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct VersionListing {
+    pub volume: String,
+    pub bucket: String,
+    pub prefix: String,
+    pub delimiter: String,
+    pub key_marker: String,
+    pub version_id_marker: String,
+    pub continuation_token: String,
+    pub max_keys: u32,
+}
+
+/// One page of ListObjectVersions.
+#[derive(Debug, Clone)]
+pub struct VersionPage<T> {
+    pub versions: Vec<T>,
+    pub common_prefixes: Vec<String>,
+    /// When truncated: the last item returned (a key and its version id, or
+    /// a common prefix and no version id).
+    pub next_key_marker: String,
+    pub next_version_id_marker: String,
+    /// Empty when the listing is complete.
+    pub next_continuation_token: String,
+    pub stats: IterStats,
+}
+
+enum Listed<T> {
+    Version(String, String, T),
+    Prefix(String),
+}
+
+impl OmService {
+    /// Version `version_id` of a key (object or delete marker), and whether
+    /// it is the current one. FILE_SYSTEM_OPTIMIZED buckets hold only "null"
+    /// versions.
+    pub async fn lookup_version(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(KeyRecord, bool), OmError> {
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::READ,
+        )
+        .await?;
+        let b = self.bucket_now(volume, bucket)?;
+        if b.layout == crate::apply::LAYOUT_FSO {
+            if v::parse_version_id(version_id, "version_id")? == VersionRef::Null {
+                let path = crate::validate::fs_path_not_root("key", key)?;
+                let comps = crate::fs::components(&path);
+                if let Some(crate::fs::Entry::File { rec, .. }) =
+                    crate::fs::stat(&self.db, b.object_id, &comps, "key")?
+                {
+                    return Ok((rec, true));
+                }
+            }
+            return Err(v::version_not_found(
+                volume,
+                bucket,
+                key,
+                version_id,
+                "version_id",
+            ));
+        }
+        let found = v::read_version(&self.db, volume, bucket, key, version_id, "version_id")?;
+        let latest = matches!(found, Located::Current(_));
+        Ok((found.into_record(), latest))
+    }
+
+    /// Where a ListObjectVersions page without a token starts.
+    fn versions_start(&self, q: &VersionListing) -> Result<Start, OmError> {
+        if q.key_marker.is_empty() {
+            if !q.version_id_marker.is_empty() {
+                return Err(OmError::invalid(
+                    "VERSION_ID_MARKER_WITHOUT_KEY_MARKER",
+                    "version_id_marker",
+                    "a version-id marker needs a key marker",
+                ));
+            }
+            return Ok(Start::Beginning);
+        }
+        let marker = q.key_marker.as_bytes();
+        // A marker under a common prefix resumes after the whole prefix.
+        if marker_prefix(marker, q.prefix.as_bytes(), q.delimiter.as_bytes(), Some(0)).is_some() {
+            return Ok(Start::After(marker.to_vec()));
+        }
+        if q.version_id_marker.is_empty() {
+            // `key \x01`: past the key and its whole history.
+            let mut past = marker.to_vec();
+            past.push(1);
+            return Ok(Start::At(past));
+        }
+        let ver = v::parse_version_id(&q.version_id_marker, "version_id_marker")?;
+        let current = table::get::<KeyTable>(
+            &self.db,
+            &keys::object_key(&q.volume, &q.bucket, &q.key_marker),
+        )?;
+        if current.as_ref().is_some_and(|c| v::is_version(c, ver)) {
+            return Ok(Start::At(keys::key_successor(marker)));
+        }
+        let stamp = match ver {
+            VersionRef::Stamp(s) => s,
+            VersionRef::Null => current.and_then(|c| c.null_history).ok_or_else(|| {
+                v::version_not_found(
+                    &q.volume,
+                    &q.bucket,
+                    &q.key_marker,
+                    &q.version_id_marker,
+                    "version_id_marker",
+                )
+            })?,
+        };
+        let mut at = keys::key_successor(marker);
+        at.extend_from_slice(&(!stamp).to_be_bytes());
+        Ok(Start::At(keys::key_successor(&at)))
+    }
+
+    /// One page of every version and delete marker under `q.prefix`, in S3's
+    /// order, with delimiter roll-up; `convert` turns each (key, version,
+    /// is latest) into what the response carries and its bytes there.
+    pub async fn list_object_versions<T>(
+        &self,
+        c: Consistency,
+        q: VersionListing,
+        mut convert: impl FnMut(String, KeyRecord, bool) -> (T, usize),
+    ) -> Result<VersionPage<T>, OmError> {
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(&q.volume, &q.bucket),
+            crate::authz::LIST,
+        )
+        .await?;
+        let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
+        let expect = ContinuationToken {
+            version: 1,
+            listing: "versions".to_string(),
+            volume: q.volume.clone(),
+            bucket: q.bucket.clone(),
+            bucket_object_id: bucket.object_id,
+            prefix: q.prefix.as_bytes().to_vec(),
+            delimiter: q.delimiter.as_bytes().to_vec(),
+            resume: Vec::new(),
+        };
+        let start = if q.continuation_token.is_empty() {
+            self.versions_start(&q)?
+        } else {
+            Start::At(ContinuationToken::decode_token(&q.continuation_token, &expect)?.resume)
+        };
+        let parent = keys::object_prefix(&q.volume, &q.bucket);
+        let page = scan_page_within(
+            &self.db,
+            &ScanSpec {
+                table: keys::KEYS_CF,
+                parent: &parent,
+                prefix: q.prefix.as_bytes(),
+                delimiter: q.delimiter.as_bytes(),
+                start,
+                max: self.page_size(q.max_keys),
+                seek_after: self.seek_after,
+                terminator: Some(0),
+                current_only: None,
+            },
+            self.item_budget(),
+            |item| match item {
+                Item::Entry { name, value } => {
+                    let (key, version) = keys::split_version(&name);
+                    let key = utf8(key.to_vec())?;
+                    let rec = table::decode::<KeyTable>(&value)?;
+                    let id = v::version_id(&rec);
+                    let (t, bytes) = convert(key.clone(), rec, version.is_none());
+                    Ok((Listed::Version(key, id, t), bytes))
+                }
+                Item::CommonPrefix(p) => {
+                    let p = utf8(p)?;
+                    let bytes = item_len(p.len());
+                    Ok((Listed::Prefix(p), bytes))
+                }
+            },
+        )?;
+        let mut out = VersionPage {
+            versions: Vec::new(),
+            common_prefixes: Vec::new(),
+            next_key_marker: String::new(),
+            next_version_id_marker: String::new(),
+            next_continuation_token: String::new(),
+            stats: page.stats,
+        };
+        let mut last = (String::new(), String::new());
+        for item in page.items {
+            match item {
+                Listed::Version(key, id, t) => {
+                    last = (key, id);
+                    out.versions.push(t);
+                }
+                Listed::Prefix(p) => {
+                    last = (p.clone(), String::new());
+                    out.common_prefixes.push(p);
+                }
+            }
+        }
+        if let Some(resume) = page.resume {
+            (out.next_key_marker, out.next_version_id_marker) = last;
+            out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
+        }
+        Ok(out)
+    }
+}
