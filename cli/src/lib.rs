@@ -32,6 +32,9 @@ pub enum ClientError {
         reason: String,
         field: String,
         message: String,
+        /// NOT_FOUND because the key's current version is a delete marker:
+        /// the marker's version id (S3's `x-amz-delete-marker`).
+        delete_marker: Option<String>,
     },
     /// No endpoint answered within the deadline.
     #[error("unavailable: {0}")]
@@ -67,6 +70,7 @@ impl ClientError {
             },
             field: detail.field,
             message: s.message().to_string(),
+            delete_marker: detail.delete_marker.then_some(detail.version_id),
         }
     }
 }

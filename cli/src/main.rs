@@ -17,6 +17,7 @@ mod bench;
 mod files;
 mod objects;
 mod quota;
+mod versions;
 
 #[derive(Parser)]
 #[command(
@@ -225,6 +226,8 @@ enum BucketCmd {
     Setquota(quota::SetArgs),
     /// Clear the bucket's space and/or namespace quota.
     Clrquota(quota::ClrArgs),
+    /// Enable or suspend versioning of VOLUME/BUCKET (never back to unversioned).
+    SetVersioning(versions::SetArgs),
 }
 
 #[derive(Subcommand)]
@@ -245,7 +248,12 @@ enum KeyCmd {
     },
     Info {
         path: String,
+        /// This version (or delete marker) instead of the current one.
+        #[arg(long, default_value = "")]
+        version: String,
     },
+    /// Every version and delete marker of VOLUME/BUCKET's keys, newest first per key.
+    Versions(versions::ListArgs),
     /// Open a write session for VOLUME/BUCKET/KEY; prints the session id.
     Open {
         path: String,
@@ -307,19 +315,17 @@ enum KeyCmd {
         #[arg(long)]
         no_blocks: bool,
     },
+    /// Delete VOLUME/BUCKET/KEY (in a versioned bucket: add a delete marker).
     Delete {
         path: String,
+        /// Remove this version (or delete marker) permanently.
+        #[arg(long, default_value = "")]
+        version: String,
     },
     /// Delete several keys of VOLUME/BUCKET in one request.
-    DeleteMany {
-        path: String,
-        keys: Vec<String>,
-    },
+    DeleteMany { path: String, keys: Vec<String> },
     /// Rename VOLUME/BUCKET/KEY to NEW_KEY in the same bucket.
-    Rename {
-        path: String,
-        new_key: String,
-    },
+    Rename { path: String, new_key: String },
 }
 
 #[derive(Subcommand)]
@@ -462,6 +468,7 @@ fn bucket_json(b: &BucketInfo) -> Value {
         "keys": b.key_count, "used_bytes": b.used_bytes, "open_keys": b.open_key_count,
         "quota_bytes": b.quota_bytes, "used_namespace": b.used_namespace,
         "quota_namespace": b.quota_namespace,
+        "versioning": versions::versioning_name(b.versioning),
         "created_ms": b.creation_time_ms, "modified_ms": b.modification_time_ms,
         "object_id": b.object_id, "update_id": b.update_id, "metadata": b.metadata,
     })
@@ -474,6 +481,7 @@ fn key_json(k: &KeyInfo) -> Value {
         "blocks": k.blocks.iter().map(|b| json!({"id": b.block_id, "offset": b.offset, "length": b.length})).collect::<Vec<_>>(),
         "created_ms": k.creation_time_ms, "modified_ms": k.modification_time_ms,
         "object_id": k.object_id, "update_id": k.update_id,
+        "version_id": k.version_id, "delete_marker": k.delete_marker, "is_latest": k.is_latest,
     })
 }
 
@@ -740,6 +748,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             BucketCmd::Setquota(a) => quota::set_bucket(&c, out, a).await?,
             BucketCmd::Clrquota(a) => quota::clr_bucket(&c, out, a).await?,
+            BucketCmd::SetVersioning(a) => versions::set_versioning(&c, out, a).await?,
         },
         Cmd::Key(k) => match k {
             KeyCmd::Put {
@@ -792,10 +801,14 @@ async fn run(cli: Cli) -> Result<()> {
                 token,
                 all,
             } => objects::list_open(&c, out, &path, prefix, max, token, all).await?,
-            KeyCmd::Info { path } => {
+            KeyCmd::Info { path, version } => {
                 let (v, b, key) = split3(&path)?;
-                print_kv(out, key_json(&c.lookup_key(v, b, key).await?));
+                print_kv(
+                    out,
+                    key_json(&c.lookup_key_version(v, b, key, &version).await?),
+                );
             }
+            KeyCmd::Versions(a) => versions::list(&c, out, a).await?,
             KeyCmd::List {
                 path,
                 list: l,
@@ -903,11 +916,23 @@ async fn run(cli: Cli) -> Result<()> {
                 let (v, b, key) = split3(&path)?;
                 print_kv(out, key_json(&c.rename_key(v, b, key, &new_key).await?));
             }
-            KeyCmd::Delete { path } => {
+            KeyCmd::Delete { path, version } => {
                 let (v, b, key) = split3(&path)?;
-                c.delete_key(v, b, key).await?;
+                let r = c.delete_key_version(v, b, key, &version).await?;
                 if out == Output::Json {
-                    println!("{}", json!({"deleted": path}));
+                    println!(
+                        "{}",
+                        json!({"deleted": path, "version_id": r.version_id, "delete_marker": r.delete_marker})
+                    );
+                } else if !version.is_empty() {
+                    let what = if r.delete_marker {
+                        "delete marker"
+                    } else {
+                        "version"
+                    };
+                    println!("removed {what} {} of {path}", r.version_id);
+                } else if r.delete_marker {
+                    println!("deleted key {path} (delete marker {})", r.version_id);
                 } else {
                     println!("deleted key {path}");
                 }

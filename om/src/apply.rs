@@ -13,9 +13,8 @@ use std::collections::HashMap;
 
 use om_proto::store::{
     BlockRecord, BucketRecord, Command, CommandResult, DeleteKeysResult, DeletedBlocksRecord,
-    DeletedVersion,
-    Empty, KeyConditions, KeyOutcome, KeyRecord, KeyResult, Rejection, RetryCacheRecord,
-    VolumeRecord, command::Op, command_result,
+    DeletedVersion, Empty, KeyConditions, KeyOutcome, KeyRecord, KeyResult, Rejection,
+    RetryCacheRecord, VolumeRecord, command::Op, command_result,
 };
 use rocksdb::{DB, WriteBatch};
 
@@ -697,7 +696,14 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         if sup.versioning() == versions::UNVERSIONED {
             let key = keys::object_key(&bucket.volume, &bucket.name, name);
-            return self.write_entry::<KeyTable>(b, bucket, name, &key, (sup.into_current(), vol), rec);
+            return self.write_entry::<KeyTable>(
+                b,
+                bucket,
+                name,
+                &key,
+                (sup.into_current(), vol),
+                rec,
+            );
         }
         let rec = self.put_version(b, bucket, name, sup, rec, 0)?;
         bucket.update_id = self.index;

@@ -229,10 +229,12 @@ pub fn scan_page_within<T>(
                 None => it.seek(&abs(&keys::key_successor(name))),
             },
             // Past the name and, listing current versions, its history.
-            None if current_only.is_some() => match keys::prefix_end(&abs(&keys::key_successor(name))) {
-                Some(end) => it.seek(&end),
-                None => it.seek(&abs(&keys::key_successor(name))),
-            },
+            None if current_only.is_some() => {
+                match keys::prefix_end(&abs(&keys::key_successor(name))) {
+                    Some(end) => it.seek(&end),
+                    None => it.seek(&abs(&keys::key_successor(name))),
+                }
+            }
             None => it.seek(&abs(&keys::key_successor(name))),
         },
         Start::At(target) => it.seek(&abs(target)),
@@ -830,7 +832,8 @@ mod cursor_tests {
         let db = rocksdb::DB::open_cf(&o, dir.path(), TABLE_CFS).unwrap();
         let cf = db.cf_handle(KEYS_CF).unwrap();
         for (name, live, history) in keys {
-            db.put_cf(cf, name, if *live { b"L" } else { b"D" }).unwrap();
+            db.put_cf(cf, name, if *live { b"L" } else { b"D" })
+                .unwrap();
             for v in 0..*history as u64 {
                 let mut k = name.as_bytes().to_vec();
                 k.push(0);
@@ -895,12 +898,16 @@ mod cursor_tests {
             let mut names = std::collections::BTreeMap::new();
             for _ in 0..(5 + next(40)) {
                 let len = 1 + next(5);
-                let name: String = (0..len).map(|_| ["a", "b", "/"][next(3) as usize]).collect();
+                let name: String = (0..len)
+                    .map(|_| ["a", "b", "/"][next(3) as usize])
+                    .collect();
                 let history = [0, 0, 1, 2, 5, 40][next(6) as usize];
                 names.insert(name, (next(4) != 0, history));
             }
-            let keys: Vec<(&str, bool, usize)> =
-                names.iter().map(|(n, (l, h))| (n.as_str(), *l, *h)).collect();
+            let keys: Vec<(&str, bool, usize)> = names
+                .iter()
+                .map(|(n, (l, h))| (n.as_str(), *l, *h))
+                .collect();
             let (_dir, db) = versioned_db(&keys);
             for (prefix, delimiter) in [("", ""), ("", "/"), ("a", "/"), ("a/", ""), ("b", "b")] {
                 let mut want: Vec<Item> = Vec::new();
@@ -908,9 +915,16 @@ mod cursor_tests {
                     if !live || !name.starts_with(prefix) {
                         continue;
                     }
-                    let item = match common_prefix(name.as_bytes(), prefix.as_bytes(), delimiter.as_bytes()) {
+                    let item = match common_prefix(
+                        name.as_bytes(),
+                        prefix.as_bytes(),
+                        delimiter.as_bytes(),
+                    ) {
                         Some(cp) => Item::CommonPrefix(cp.to_vec()),
-                        None => Item::Entry { name: name.as_bytes().to_vec(), value: b"L".to_vec() },
+                        None => Item::Entry {
+                            name: name.as_bytes().to_vec(),
+                            value: b"L".to_vec(),
+                        },
                     };
                     if want.last() != Some(&item) {
                         want.push(item);
@@ -918,7 +932,10 @@ mod cursor_tests {
                 }
                 for max in [1, 2, 7, 1000] {
                     let (got, stats) = list_current(&db, prefix, delimiter, max, Start::Beginning);
-                    assert_eq!(got, want, "round {round} prefix {prefix:?} delimiter {delimiter:?} max {max}");
+                    assert_eq!(
+                        got, want,
+                        "round {round} prefix {prefix:?} delimiter {delimiter:?} max {max}"
+                    );
                     for s in &stats[1..] {
                         assert!(s.seeks >= 1);
                     }
@@ -926,8 +943,11 @@ mod cursor_tests {
                 // Start-after every listed key: the rest of the listing.
                 if delimiter.is_empty() {
                     for (i, item) in want.iter().enumerate() {
-                        let Item::Entry { name, .. } = item else { unreachable!() };
-                        let (got, _) = list_current(&db, prefix, "", 1000, Start::After(name.clone()));
+                        let Item::Entry { name, .. } = item else {
+                            unreachable!()
+                        };
+                        let (got, _) =
+                            list_current(&db, prefix, "", 1000, Start::After(name.clone()));
                         assert_eq!(got, want[i + 1..], "after {name:?}");
                     }
                 }
@@ -947,8 +967,11 @@ mod cursor_tests {
         // 20 keys with 1,000 noncurrent versions each, half behind a delete
         // marker: N = 3 operations per key (two nexts, one seek).
         let long: Vec<String> = (0..20).map(|i| format!("k{i:03}")).collect();
-        let keys: Vec<(&str, bool, usize)> =
-            long.iter().enumerate().map(|(i, n)| (n.as_str(), i % 2 == 0, 1000)).collect();
+        let keys: Vec<(&str, bool, usize)> = long
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i % 2 == 0, 1000))
+            .collect();
         let (_d, db) = versioned_db(&keys);
         let (items, stats) = list_current(&db, "", "", 1000, Start::Beginning);
         assert_eq!(items.len(), 10);

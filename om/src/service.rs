@@ -642,10 +642,11 @@ impl OmService {
                 max: self.page_size(q.max_keys),
                 seek_after: self.seek_after,
                 terminator: None,
-                current_only: (bucket.versioning != crate::apply::versions::UNVERSIONED)
-                    .then_some(crate::listing::CurrentOnly {
+                current_only: (bucket.versioning != crate::apply::versions::UNVERSIONED).then_some(
+                    crate::listing::CurrentOnly {
                         hidden: versions::is_delete_marker,
-                    }),
+                    },
+                ),
             },
             self.item_budget(),
             |item| match item {

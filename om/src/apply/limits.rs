@@ -49,7 +49,10 @@ fn version_id(field: &str, v: &str) -> Result<(), OmError> {
     Err(OmError::invalid(
         "INVALID_VERSION_ID",
         field,
-        format!("a version id has at most {} characters", super::versions::VERSION_ID_CHARS),
+        format!(
+            "a version id has at most {} characters",
+            super::versions::VERSION_ID_CHARS
+        ),
     ))
 }
 

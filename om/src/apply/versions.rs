@@ -77,7 +77,10 @@ pub fn parse_version_id(id: &str, field: &str) -> Result<VersionRef, OmError> {
         && id
             .bytes()
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
-    match well_formed.then(|| u64::from_str_radix(id, 16).ok()).flatten() {
+    match well_formed
+        .then(|| u64::from_str_radix(id, 16).ok())
+        .flatten()
+    {
         Some(v) if v != 0 => Ok(VersionRef::Stamp(v)),
         _ => Err(OmError::invalid(
             "INVALID_VERSION_ID",
@@ -161,8 +164,10 @@ pub fn read_version(
 ) -> Result<Located, OmError> {
     let v = parse_version_id(version_id, field)?;
     let current = table::get::<KeyTable>(db, &keys::object_key(volume, bucket, key))?;
-    locate(volume, bucket, key, current, v, |k| table::get::<KeyTable>(db, k))?
-        .ok_or_else(|| version_not_found(volume, bucket, key, version_id, field))
+    locate(volume, bucket, key, current, v, |k| {
+        table::get::<KeyTable>(db, k)
+    })?
+    .ok_or_else(|| version_not_found(volume, bucket, key, version_id, field))
 }
 
 pub fn version_not_found(
@@ -220,9 +225,9 @@ impl Supersede {
     /// Whether the write removes exactly this version (a copy of a version
     /// onto the key it replaces keeps the blocks instead of sharing them).
     pub fn removes(&self, rec: &KeyRecord) -> bool {
-        self.removed
-            .as_ref()
-            .is_some_and(|r| r.record().versioned == rec.versioned && r.record().version == rec.version)
+        self.removed.as_ref().is_some_and(|r| {
+            r.record().versioned == rec.versioned && r.record().version == rec.version
+        })
     }
 
     /// Forgets the removed version's blocks (they move to the new version).
@@ -282,7 +287,10 @@ impl Ctx<'_> {
     /// The newest noncurrent version of the key whose run starts at
     /// `run_prefix`, as this command left it: one seek, plus one `next` per
     /// entry this command removed from the front of the run.
-    fn newest_noncurrent(&self, run_prefix: &[u8]) -> Result<Option<(Vec<u8>, KeyRecord)>, OmError> {
+    fn newest_noncurrent(
+        &self,
+        run_prefix: &[u8],
+    ) -> Result<Option<(Vec<u8>, KeyRecord)>, OmError> {
         let end = keys::prefix_end(run_prefix);
         let staged = self.staged_keys.borrow();
         let from_staged = staged
@@ -313,7 +321,11 @@ impl Ctx<'_> {
     }
 
     /// Reads what a new current version of `name` would affect.
-    pub(super) fn supersede(&self, bucket: &BucketRecord, name: &str) -> Result<Supersede, OmError> {
+    pub(super) fn supersede(
+        &self,
+        bucket: &BucketRecord,
+        name: &str,
+    ) -> Result<Supersede, OmError> {
         let current = self.key_get(&keys::object_key(&bucket.volume, &bucket.name, name))?;
         let removed = match bucket.versioning {
             ENABLED => None,
@@ -527,7 +539,12 @@ mod tests {
                 break;
             }
             let rec = table::decode::<KeyTable>(v).unwrap();
-            out.push((rel.is_empty(), version_id(&rec), rec.delete_marker, rec.size));
+            out.push((
+                rel.is_empty(),
+                version_id(&rec),
+                rec.delete_marker,
+                rec.size,
+            ));
             it.advance();
         }
         out
@@ -545,7 +562,10 @@ mod tests {
         it.seek_to_first();
         let mut n = 0;
         while let Some((_, v)) = it.current() {
-            n += table::decode::<crate::store::table::DeletedBlocksTable>(v).unwrap().blocks.len();
+            n += table::decode::<crate::store::table::DeletedBlocksTable>(v)
+                .unwrap()
+                .blocks
+                .len();
             it.advance();
         }
         n
@@ -569,7 +589,11 @@ mod tests {
                 (false, legacy.clone(), false, 1 << 20),
             ]
         );
-        assert_eq!(freed_blocks(&sm), 0, "noncurrent versions keep their blocks");
+        assert_eq!(
+            freed_blocks(&sm),
+            0,
+            "noncurrent versions keep their blocks"
+        );
         let b = bucket(&sm);
         assert_eq!((b.key_count, b.used_bytes), (3, 6 << 20));
         // A delete without a version id adds a delete marker.
@@ -578,9 +602,18 @@ mod tests {
         let h = history(&sm, "k");
         assert_eq!(h[0], (true, d.version_id.clone(), true, 0));
         assert_eq!(h.len(), 4);
-        assert_eq!(bucket(&sm).key_count, 3, "a delete marker counts for nothing");
+        assert_eq!(
+            bucket(&sm).key_count,
+            3,
+            "a delete marker counts for nothing"
+        );
         // Noncurrent versions carry when they became noncurrent.
-        let rec = table::get::<KeyTable>(&sm.db, &keys::version_key("vol", "bkt", "k", parse_stamp(&v2))).unwrap().unwrap();
+        let rec = table::get::<KeyTable>(
+            &sm.db,
+            &keys::version_key("vol", "bkt", "k", parse_stamp(&v2)),
+        )
+        .unwrap()
+        .unwrap();
         assert!(rec.noncurrent_since_ms > 0);
         // Removing the marker by version brings v2 back.
         let d2 = delete(&mut sm, "k", &d.version_id);
@@ -591,13 +624,17 @@ mod tests {
         delete(&mut sm, "k", &v2);
         assert_eq!(history(&sm, "k")[0], (true, v1.clone(), false, 2 << 20));
         assert_eq!(freed_blocks(&sm), 3);
-        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k")).unwrap().unwrap();
+        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k"))
+            .unwrap()
+            .unwrap();
         assert_eq!(rec.noncurrent_since_ms, 0);
         assert_eq!(rec.null_history, Some(0), "the null version is still known");
         // The null version goes by its id, wherever it is.
         delete(&mut sm, "k", "null");
         assert_eq!(history(&sm, "k"), vec![(true, v1.clone(), false, 2 << 20)]);
-        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k")).unwrap().unwrap();
+        let rec = table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", "k"))
+            .unwrap()
+            .unwrap();
         assert_eq!(rec.null_history, None);
         delete(&mut sm, "k", &v1);
         assert!(history(&sm, "k").is_empty());
@@ -626,7 +663,10 @@ mod tests {
         put(&mut sm, "k", 3 << 20);
         assert_eq!(
             history(&sm, "k"),
-            vec![(true, "null".into(), false, 3 << 20), (false, v1.clone(), false, 1 << 20)]
+            vec![
+                (true, "null".into(), false, 3 << 20),
+                (false, v1.clone(), false, 1 << 20)
+            ]
         );
         assert_eq!(freed_blocks(&sm), 2);
         // Enabled again: the null version becomes noncurrent and stays
@@ -677,13 +717,21 @@ mod tests {
                 String::new(),
             ],
         }));
-        let command_result::Result::DeleteKeys(d) = r else { panic!() };
+        let command_result::Result::DeleteKeys(d) = r else {
+            panic!()
+        };
         let reasons: Vec<&str> = d.outcomes.iter().map(|o| o.reason.as_str()).collect();
-        assert_eq!(reasons, ["", "", "VERSION_NOT_FOUND", "VERSION_NOT_FOUND", ""]);
+        assert_eq!(
+            reasons,
+            ["", "", "VERSION_NOT_FOUND", "VERSION_NOT_FOUND", ""]
+        );
         assert!(d.outcomes[4].delete_marker);
         assert_eq!(
             history(&sm, "k"),
-            vec![(true, ids[1].clone(), false, 1 << 20), (false, ids[0].clone(), false, 1 << 20)]
+            vec![
+                (true, ids[1].clone(), false, 1 << 20),
+                (false, ids[0].clone(), false, 1 << 20)
+            ]
         );
         assert_eq!(history(&sm, "j").len(), 1);
         assert_eq!(freed_blocks(&sm), 2);
@@ -707,7 +755,9 @@ mod tests {
             key: "k".into(),
             ..Default::default()
         }));
-        let command_result::Result::Key(k) = r else { panic!() };
+        let command_result::Result::Key(k) = r else {
+            panic!()
+        };
         let restored = k.key.unwrap();
         assert_eq!(history(&sm, "k").len(), 3);
         // Deleting the restored copy and v1 frees the shared block once.
@@ -781,7 +831,10 @@ mod tests {
             versioning: ENABLED,
         }));
         assert_eq!(staged, 0);
-        assert_eq!(into_outcome(r).unwrap_err().reason(), "VERSIONING_NOT_SUPPORTED");
+        assert_eq!(
+            into_outcome(r).unwrap_err().reason(),
+            "VERSIONING_NOT_SUPPORTED"
+        );
     }
 
     #[test]
@@ -798,7 +851,14 @@ mod tests {
             VersionRef::Stamp(rec.version)
         );
         assert_eq!(parse_version_id("null", "f").unwrap(), VersionRef::Null);
-        for bad in ["", "NULL", "0000000000000000", "00000000000000zz", "0123", "0000000000050001x"] {
+        for bad in [
+            "",
+            "NULL",
+            "0000000000000000",
+            "00000000000000zz",
+            "0123",
+            "0000000000050001x",
+        ] {
             let e = parse_version_id(bad, "version_id").unwrap_err();
             assert_eq!(e.reason(), "INVALID_VERSION_ID", "{bad:?}");
         }

@@ -180,7 +180,10 @@ impl Ctx<'_> {
         let s = self.session(&bucket, &c.key, c.session_id)?;
         check_committed_blocks(&s.rec.allocated, block_size_or_legacy(s.rec.block_size), c)?;
         let (old, sup) = match &s.file {
-            None => (None, Some(self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?)),
+            None => (
+                None,
+                Some(self.replaced_key(&bucket, &c.key, c.conditions.as_ref())?),
+            ),
             Some((parent, name)) => {
                 if fs::get_dir(self.db, *parent, name)?.is_some() {
                     return Err(OmError::precondition(
@@ -238,7 +241,9 @@ impl Ctx<'_> {
         };
         match (&s.file, sup) {
             (None, Some(sup)) => self.write_key(b, &mut bucket, &c.key, sup, rec, vol),
-            (None, None) => Err(OmError::Internal("object-store commit without its key".into())),
+            (None, None) => Err(OmError::Internal(
+                "object-store commit without its key".into(),
+            )),
             (Some((parent, name)), _) => self.write_entry::<FileTable>(
                 b,
                 &mut bucket,
@@ -303,7 +308,10 @@ impl Ctx<'_> {
                 return Err(OmError::invalid(
                     "SOURCE_IS_DELETE_MARKER",
                     "src_version_id",
-                    format!("version {} of {src_path} is a delete marker", c.src_version_id),
+                    format!(
+                        "version {} of {src_path} is a delete marker",
+                        c.src_version_id
+                    ),
                 ));
             }
             src

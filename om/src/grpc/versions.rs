@@ -36,8 +36,10 @@ pub fn deleted(status: Status, version_id: &str) -> Status {
         detail.encode_to_vec().into(),
     );
     *out.metadata_mut() = status.metadata().clone();
-    out.metadata_mut()
-        .insert("om-delete-marker", tonic::metadata::MetadataValue::from_static("true"));
+    out.metadata_mut().insert(
+        "om-delete-marker",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
     if let Ok(v) = version_id.parse() {
         out.metadata_mut().insert("om-version-id", v);
     }

@@ -1,0 +1,762 @@
+//! Versioned buckets end to end through gRPC: S3's rules for writes, deletes,
+//! delete markers and the null version; ListKeys and ListObjectVersions
+//! against a naive model (with restarts); the native cost of listings past
+//! long histories; every bad input refused with the tables unchanged; and
+//! `omctl`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use om_client::v1::*;
+use om_client::{ClientError, OmClient};
+use om_tests::{TestNode, assert_err, binary, rejected};
+use tonic::Code;
+
+async fn setup(c: &OmClient) {
+    c.create_volume("vol", "").await.unwrap();
+    c.create_bucket("vol", "bkt", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+}
+
+async fn put(c: &OmClient, key: &str, size: u64) -> KeyInfo {
+    c.put_key("vol", "bkt", key, size).await.unwrap()
+}
+
+async fn all_versions(c: &OmClient, mut req: ListObjectVersionsRequest) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    loop {
+        let r = c.list_object_versions(req.clone()).await.unwrap();
+        out.extend(
+            r.versions
+                .iter()
+                .map(|v| (v.name.clone(), v.version_id.clone())),
+        );
+        out.extend(r.common_prefixes.iter().map(|p| (p.clone(), String::new())));
+        if !r.truncated {
+            return out;
+        }
+        req.continuation_token = r.next_continuation_token;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versioned_bucket_follows_s3() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    setup(&c).await;
+    let b = c.get_bucket("vol", "bkt").await.unwrap();
+    assert_eq!(b.versioning(), BucketVersioning::Unversioned);
+    let legacy = put(&c, "k", 10).await;
+    assert_eq!(legacy.version_id, "null");
+    let b = c
+        .set_bucket_versioning("vol", "bkt", BucketVersioning::Enabled)
+        .await
+        .unwrap();
+    assert_eq!(b.versioning(), BucketVersioning::Enabled);
+    assert_eq!(
+        c.get_bucket("vol", "bkt").await.unwrap().versioning(),
+        BucketVersioning::Enabled
+    );
+
+    // Every write is a new version; the previous one keeps its blocks.
+    let v1 = put(&c, "k", 20).await;
+    let v2 = put(&c, "k", 30).await;
+    assert_ne!(v1.version_id, v2.version_id);
+    let cur = c.lookup_key("vol", "bkt", "k").await.unwrap();
+    assert_eq!(
+        (cur.version_id.as_str(), cur.size, cur.is_latest),
+        (v2.version_id.as_str(), 30, true)
+    );
+    let old = c
+        .lookup_key_version("vol", "bkt", "k", &v1.version_id)
+        .await
+        .unwrap();
+    assert_eq!((old.size, old.is_latest), (20, false));
+    assert!(old.noncurrent_since_ms >= v2.creation_time_ms);
+    assert_eq!(old.blocks, v1.blocks);
+    let null = c
+        .lookup_key_version("vol", "bkt", "k", "null")
+        .await
+        .unwrap();
+    assert_eq!(null.size, 10);
+    let b = c.get_bucket("vol", "bkt").await.unwrap();
+    assert_eq!((b.key_count, b.used_bytes), (3, 60));
+
+    // A delete adds a delete marker: the key is gone for reads and ListKeys.
+    let d = c.delete_key_version("vol", "bkt", "k", "").await.unwrap();
+    assert!(d.delete_marker);
+    match c.lookup_key("vol", "bkt", "k").await {
+        Err(ClientError::Api {
+            code: Code::NotFound,
+            reason,
+            delete_marker: Some(id),
+            ..
+        }) => {
+            assert_eq!(reason, "KEY_NOT_FOUND");
+            assert_eq!(id, d.version_id);
+        }
+        other => panic!("expected NOT_FOUND for a delete marker, got {other:?}"),
+    }
+    let marker = c
+        .lookup_key_version("vol", "bkt", "k", &d.version_id)
+        .await
+        .unwrap();
+    assert!(marker.delete_marker && marker.is_latest);
+    let l = c
+        .list_keys(ListKeysRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(l.keys.is_empty());
+    // Conditions apply to the current version: a delete marker is no key.
+    let cond = c
+        .put_key_with(PutKeyRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            size: 1,
+            conditions: Some(KeyConditions {
+                expected_update_id: v2.update_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_err(
+        cond,
+        Code::NotFound,
+        "KEY_NOT_FOUND",
+        "conditions.expected_update_id",
+    );
+    let versions = all_versions(
+        &c,
+        ListObjectVersionsRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let ids: Vec<&str> = versions.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            d.version_id.as_str(),
+            &v2.version_id,
+            &v1.version_id,
+            "null"
+        ]
+    );
+
+    // Removing the marker by version brings v2 back.
+    c.delete_key_version("vol", "bkt", "k", &d.version_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.lookup_key("vol", "bkt", "k").await.unwrap().version_id,
+        v2.version_id
+    );
+    // Copying an older version onto its key restores it as a new version.
+    let restored = c
+        .copy_key(CopyKeyRequest {
+            src_volume: "vol".into(),
+            src_bucket: "bkt".into(),
+            src_key: "k".into(),
+            src_version_id: v1.version_id.clone(),
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            content_md5: "0123456789abcdef0123456789abcdef".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .key
+        .unwrap();
+    assert_eq!(
+        (restored.size, restored.blocks.clone()),
+        (20, v1.blocks.clone())
+    );
+
+    // Suspended: writes and deletes replace the null version only.
+    c.set_bucket_versioning("vol", "bkt", BucketVersioning::Suspended)
+        .await
+        .unwrap();
+    let n = put(&c, "k", 40).await;
+    assert_eq!(n.version_id, "null");
+    let d = c.delete_key_version("vol", "bkt", "k", "").await.unwrap();
+    assert_eq!((d.version_id.as_str(), d.delete_marker), ("null", true));
+    let versions = all_versions(
+        &c,
+        ListObjectVersionsRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let ids: Vec<&str> = versions.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["null", &restored.version_id, &v2.version_id, &v1.version_id],
+        "the old null version (10 bytes) and the suspended write are gone"
+    );
+
+    // DeleteKeys with version ids: one outcome each.
+    let r = c
+        .delete_key_versions(
+            "vol",
+            "bkt",
+            &["k".into(), "k".into(), "nope".into()],
+            &["null".into(), v2.version_id.clone(), String::new()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.iter()
+            .map(|o| (o.reason.as_str(), o.delete_marker))
+            .collect::<Vec<_>>(),
+        [("", true), ("", false), ("", true)]
+    );
+    assert_eq!(
+        c.lookup_key("vol", "bkt", "k").await.unwrap().version_id,
+        restored.version_id
+    );
+    // Versions survive a restart.
+    let before = node.dump();
+    let node = node.restart(|_| {}).await;
+    assert_eq!(before, node.dump());
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_version_input_is_refused_and_changes_nothing() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    setup(&c).await;
+    c.create_bucket("vol", "fso", BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
+    put(&c, "k", 1).await;
+    let lookup = |v: &'static str| c.lookup_key_version("vol", "bkt", "k", v);
+    rejected(
+        &node,
+        lookup("xyz"),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID",
+        "version_id",
+    )
+    .await;
+    rejected(
+        &node,
+        lookup("00000000000000ff"),
+        Code::NotFound,
+        "VERSION_NOT_FOUND",
+        "version_id",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_key_version("vol", "bkt", "k", "NULL"),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID",
+        "version_id",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_key_version("vol", "bkt", "k", "00000000000000ff"),
+        Code::NotFound,
+        "VERSION_NOT_FOUND",
+        "version_id",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_key_versions("vol", "bkt", &["k".into(), "j".into()], &["null".into()]),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID_COUNT",
+        "version_ids",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_key_versions("vol", "bkt", &["k".into()], &["bad".into()]),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID",
+        "version_ids",
+    )
+    .await;
+    let list = |key_marker: &'static str, version_id_marker: &'static str| {
+        c.list_object_versions(ListObjectVersionsRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key_marker: key_marker.into(),
+            version_id_marker: version_id_marker.into(),
+            ..Default::default()
+        })
+    };
+    rejected(
+        &node,
+        list("", "null"),
+        Code::InvalidArgument,
+        "VERSION_ID_MARKER_WITHOUT_KEY_MARKER",
+        "version_id_marker",
+    )
+    .await;
+    rejected(
+        &node,
+        list("k", "v1"),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID",
+        "version_id_marker",
+    )
+    .await;
+    rejected(
+        &node,
+        c.set_bucket_versioning("vol", "bkt", BucketVersioning::Unversioned),
+        Code::InvalidArgument,
+        "INVALID_VERSIONING",
+        "versioning",
+    )
+    .await;
+    rejected(
+        &node,
+        c.set_bucket_versioning("vol", "fso", BucketVersioning::Enabled),
+        Code::FailedPrecondition,
+        "VERSIONING_NOT_SUPPORTED",
+        "bucket",
+    )
+    .await;
+    rejected(
+        &node,
+        c.copy_key(CopyKeyRequest {
+            src_volume: "vol".into(),
+            src_bucket: "bkt".into(),
+            src_key: "k".into(),
+            src_version_id: "nope".into(),
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "c".into(),
+            ..Default::default()
+        }),
+        Code::InvalidArgument,
+        "INVALID_VERSION_ID",
+        "src_version_id",
+    )
+    .await;
+    c.set_bucket_versioning("vol", "bkt", BucketVersioning::Enabled)
+        .await
+        .unwrap();
+    rejected(
+        &node,
+        c.rename_key("vol", "bkt", "k", "z"),
+        Code::FailedPrecondition,
+        "BUCKET_VERSIONED",
+        "bucket",
+    )
+    .await;
+    let d = c.delete_key_version("vol", "bkt", "k", "").await.unwrap();
+    rejected(
+        &node,
+        c.copy_key(CopyKeyRequest {
+            src_volume: "vol".into(),
+            src_bucket: "bkt".into(),
+            src_key: "k".into(),
+            src_version_id: d.version_id.clone(),
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "c".into(),
+            ..Default::default()
+        }),
+        Code::InvalidArgument,
+        "SOURCE_IS_DELETE_MARKER",
+        "src_version_id",
+    )
+    .await;
+    rejected(
+        &node,
+        c.delete_bucket("vol", "bkt"),
+        Code::FailedPrecondition,
+        "BUCKET_NOT_EMPTY",
+        "name",
+    )
+    .await;
+    node.node.shutdown().await;
+}
+
+/// The naive model: each key's versions, newest first, as (version id,
+/// delete marker).
+type Model = BTreeMap<String, Vec<(String, bool)>>;
+
+fn common_prefix(name: &str, prefix: &str, delimiter: &str) -> Option<String> {
+    if delimiter.is_empty() {
+        return None;
+    }
+    let rest = name.strip_prefix(prefix)?;
+    rest.find(delimiter)
+        .map(|i| name[..prefix.len() + i + delimiter.len()].to_string())
+}
+
+/// ListKeys of the model: live current versions, rolled up.
+fn model_keys(m: &Model, prefix: &str, delimiter: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, vs) in m.range(prefix.to_string()..) {
+        if !k.starts_with(prefix) {
+            break;
+        }
+        if vs.first().is_none_or(|v| v.1) {
+            continue;
+        }
+        let item = common_prefix(k, prefix, delimiter).unwrap_or_else(|| k.clone());
+        if out.last() != Some(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// ListObjectVersions of the model: (name, version id), common prefixes
+/// with an empty id.
+fn model_versions(m: &Model, prefix: &str, delimiter: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, vs) in m.range(prefix.to_string()..) {
+        if !k.starts_with(prefix) {
+            break;
+        }
+        match common_prefix(k, prefix, delimiter) {
+            Some(cp) => {
+                if out.last().map(|l| &l.0) != Some(&cp) {
+                    out.push((cp, String::new()));
+                }
+            }
+            None => out.extend(vs.iter().map(|(id, _)| (k.clone(), id.clone()))),
+        }
+    }
+    out
+}
+
+async fn list_all_keys(c: &OmClient, prefix: &str, delimiter: &str, max: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let r = c
+            .list_keys(ListKeysRequest {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                prefix: prefix.into(),
+                delimiter: delimiter.into(),
+                max_keys: max,
+                continuation_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut page: Vec<String> = r.keys.iter().map(|k| k.name.clone()).collect();
+        page.extend(r.common_prefixes.iter().cloned());
+        page.sort();
+        out.extend(page);
+        if !r.truncated {
+            return out;
+        }
+        token = r.next_continuation_token;
+    }
+}
+
+/// ListObjectVersions followed by S3's markers (not the token); every
+/// continuation without a delimiter costs one seek.
+async fn list_all_versions_by_markers(
+    c: &OmClient,
+    prefix: &str,
+    delimiter: &str,
+    max: u32,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let (mut km, mut vm) = (String::new(), String::new());
+    loop {
+        let r = c
+            .list_object_versions(ListObjectVersionsRequest {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                prefix: prefix.into(),
+                delimiter: delimiter.into(),
+                key_marker: km.clone(),
+                version_id_marker: vm.clone(),
+                max_keys: max,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut page: Vec<(String, String)> = r
+            .versions
+            .iter()
+            .map(|v| (v.name.clone(), v.version_id.clone()))
+            .collect();
+        page.extend(r.common_prefixes.iter().map(|p| (p.clone(), String::new())));
+        page.sort_by(|a, b| a.0.cmp(&b.0));
+        out.extend(page);
+        if !km.is_empty() && delimiter.is_empty() {
+            assert_eq!(r.scan.unwrap().seeks, 1, "a continuation is one seek");
+        }
+        if !r.truncated {
+            return out;
+        }
+        km = r.next_key_marker;
+        vm = r.next_version_id_marker;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_equal_a_naive_model_across_states_and_restarts() {
+    let mut node = TestNode::start().await;
+    let mut c = node.client();
+    setup(&c).await;
+    let names = ["a", "a/b", "a/c/d", "b", "b/x", "c", "ca", "d/e/f"];
+    let mut m: Model = BTreeMap::new();
+    let mut state = BucketVersioning::Unversioned;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..6 {
+        for _ in 0..40 {
+            let name = names[rnd(names.len() as u64) as usize].to_string();
+            let versions = m.entry(name.clone()).or_default();
+            match rnd(10) {
+                0..=4 => {
+                    let k = put(&c, &name, 1 + rnd(100)).await;
+                    if state != BucketVersioning::Enabled {
+                        versions.retain(|(id, _)| id != "null");
+                    }
+                    if state == BucketVersioning::Unversioned {
+                        versions.clear();
+                    }
+                    versions.insert(0, (k.version_id, false));
+                }
+                5..=7 => {
+                    let r = c.delete_key_version("vol", "bkt", &name, "").await;
+                    match state {
+                        BucketVersioning::Unversioned => {
+                            if versions.is_empty() {
+                                assert_err(r, Code::NotFound, "KEY_NOT_FOUND", "key");
+                            } else {
+                                r.unwrap();
+                                versions.clear();
+                            }
+                        }
+                        _ => {
+                            let d = r.unwrap();
+                            assert!(d.delete_marker);
+                            if state == BucketVersioning::Suspended {
+                                versions.retain(|(id, _)| id != "null");
+                            }
+                            versions.insert(0, (d.version_id, true));
+                        }
+                    }
+                }
+                _ => {
+                    if versions.is_empty() {
+                        continue;
+                    }
+                    let i = rnd(versions.len() as u64) as usize;
+                    let (id, marker) = versions.remove(i);
+                    let d = c
+                        .delete_key_version("vol", "bkt", &name, &id)
+                        .await
+                        .unwrap();
+                    assert_eq!((d.version_id, d.delete_marker), (id, marker));
+                }
+            }
+            if m.get(&name).is_some_and(Vec::is_empty) {
+                m.remove(&name);
+            }
+        }
+        for (prefix, delimiter) in [("", ""), ("", "/"), ("a", "/"), ("a/", ""), ("c", "")] {
+            for max in [1, 3, 1000] {
+                let what =
+                    format!("round {round} prefix {prefix:?} delimiter {delimiter:?} max {max}");
+                assert_eq!(
+                    list_all_keys(&c, prefix, delimiter, max).await,
+                    model_keys(&m, prefix, delimiter),
+                    "ListKeys {what}"
+                );
+                let mut by_marker = list_all_versions_by_markers(&c, prefix, delimiter, max).await;
+                let want = model_versions(&m, prefix, delimiter);
+                let mut by_token = all_versions(
+                    &c,
+                    ListObjectVersionsRequest {
+                        volume: "vol".into(),
+                        bucket: "bkt".into(),
+                        prefix: prefix.into(),
+                        delimiter: delimiter.into(),
+                        max_keys: max,
+                        ..Default::default()
+                    },
+                )
+                .await;
+                // Pages interleave common prefixes and versions by name.
+                by_token.sort_by(|a, b| a.0.cmp(&b.0));
+                by_marker.sort_by(|a, b| a.0.cmp(&b.0));
+                assert_eq!(by_token, want, "ListObjectVersions (token) {what}");
+                assert_eq!(by_marker, want, "ListObjectVersions (markers) {what}");
+            }
+        }
+        // Move between the states S3 allows, and restart now and then.
+        state = if state == BucketVersioning::Enabled {
+            BucketVersioning::Suspended
+        } else {
+            BucketVersioning::Enabled
+        };
+        c.set_bucket_versioning("vol", "bkt", state).await.unwrap();
+        if round % 2 == 1 {
+            node = node.restart(|_| {}).await;
+            c = node.client();
+        }
+    }
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_seek_past_long_histories() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    setup(&c).await;
+    c.set_bucket_versioning("vol", "bkt", BucketVersioning::Enabled)
+        .await
+        .unwrap();
+    // "a" has 300 versions, "m" 300 versions behind a delete marker, "z" one.
+    let mut a_ids = Vec::new();
+    for _ in 0..300 {
+        a_ids.push(put(&c, "a", 1).await.version_id);
+        put(&c, "m", 1).await;
+    }
+    c.delete_key_version("vol", "bkt", "m", "").await.unwrap();
+    put(&c, "z", 1).await;
+    let r = c
+        .list_keys(ListKeysRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let names: Vec<&str> = r.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["a", "z"]);
+    let s = r.scan.unwrap();
+    // N = 3: per long history two nexts and a seek; "z" one next.
+    assert_eq!((s.seeks, s.nexts), (1 + 2, 2 + 2 + 1), "{s:?}");
+
+    // Remove every version of "a" (tombstones before "m"): a page resuming
+    // after "a" is still one seek and steps over none of them.
+    for chunk in a_ids.chunks(100) {
+        let keys = vec!["a".to_string(); chunk.len()];
+        let out = c
+            .delete_key_versions("vol", "bkt", &keys, chunk)
+            .await
+            .unwrap();
+        assert!(out.iter().all(|o| o.reason.is_empty()), "{out:?}");
+    }
+    let r = c
+        .list_object_versions(ListObjectVersionsRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key_marker: "a".into(),
+            max_keys: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.versions.len(), 2);
+    assert!(r.versions[0].delete_marker && r.versions[0].is_latest && !r.versions[1].is_latest);
+    let s = r.scan.unwrap();
+    assert_eq!((s.seeks, s.tombstones_skipped), (1, 0), "{s:?}");
+    // Resuming by token in the middle of "m"'s history: one seek.
+    let r = c
+        .list_object_versions(ListObjectVersionsRequest {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            continuation_token: r.next_continuation_token,
+            max_keys: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.versions.len(), 299 + 1);
+    assert_eq!(r.scan.unwrap().seeks, 1);
+    node.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn omctl_manages_versions() {
+    let node = TestNode::start().await;
+    let c = node.client();
+    setup(&c).await;
+    let ep = node.endpoint();
+    let run = |args: &[&str]| {
+        let o = Command::new(binary("omctl"))
+            .args(["--endpoint", &ep, "--timeout", "20", "--output", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "omctl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let b = run(&["bucket", "set-versioning", "vol/bkt", "enabled"]);
+    assert_eq!(b["versioning"], "ENABLED");
+    let v1 = run(&["key", "put", "vol/bkt/k", "--size", "5"]);
+    let v2 = run(&["key", "put", "vol/bkt/k", "--size", "7"]);
+    let old = run(&[
+        "key",
+        "info",
+        "vol/bkt/k",
+        "--version",
+        v1["version_id"].as_str().unwrap(),
+    ]);
+    assert_eq!(
+        (old["size"].as_u64(), old["is_latest"].as_bool()),
+        (Some(5), Some(false))
+    );
+    let d = run(&["key", "delete", "vol/bkt/k"]);
+    assert_eq!(d["delete_marker"], true);
+    let l = run(&["key", "versions", "vol/bkt", "--all", "--max", "1"]);
+    let ids: Vec<&str> = l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["version_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            d["version_id"].as_str().unwrap(),
+            v2["version_id"].as_str().unwrap(),
+            v1["version_id"].as_str().unwrap()
+        ]
+    );
+    let r = run(&[
+        "key",
+        "delete",
+        "vol/bkt/k",
+        "--version",
+        d["version_id"].as_str().unwrap(),
+    ]);
+    assert_eq!(r["delete_marker"], true);
+    assert_eq!(
+        c.lookup_key("vol", "bkt", "k").await.unwrap().version_id,
+        v2["version_id"].as_str().unwrap()
+    );
+    let b = run(&["bucket", "set-versioning", "vol/bkt", "suspended"]);
+    assert_eq!(b["versioning"], "SUSPENDED");
+    node.node.shutdown().await;
+}
