@@ -239,9 +239,11 @@ pub fn scan_page_within<T>(
         },
         Start::At(target) => it.seek(&abs(target)),
     }
-    // The key whose unlisted run (history, or a hidden current entry and its
-    // history) the scan is in, and how long that run is so far.
-    let mut versions_of: Option<Vec<u8>> = None;
+    // The key whose run of entries the scan is in (its current entry and
+    // history, or a hidden current entry and its history), kept in one buffer
+    // so a listing of single-version keys allocates nothing per key.
+    let mut versions_of: Vec<u8> = Vec::new();
+    let mut in_run = false;
     let mut versions_run = RunTracker::new(seek_after);
     let mut items: Vec<T> = Vec::new();
     let mut used = 0usize;
@@ -257,10 +259,12 @@ pub fn scan_page_within<T>(
         {
             let unlisted = kp.len() < name.len() || (cur.hidden)(v);
             if unlisted {
-                let step = if versions_of.as_deref() == Some(kp) {
+                let step = if in_run && versions_of == kp {
                     versions_run.step()
                 } else {
-                    versions_of = Some(kp.to_vec());
+                    versions_of.clear();
+                    versions_of.extend_from_slice(kp);
+                    in_run = true;
                     versions_run.start();
                     RunStep::Next
                 };
@@ -270,14 +274,16 @@ pub fn scan_page_within<T>(
                         let Some(end) = keys::prefix_end(&abs(&keys::key_successor(kp))) else {
                             break;
                         };
-                        versions_of = None;
+                        in_run = false;
                         it.seek(&end);
                     }
                 }
                 continue;
             }
             // A listed current entry: its history, if any, follows it.
-            versions_of = Some(kp.to_vec());
+            versions_of.clear();
+            versions_of.extend_from_slice(kp);
+            in_run = true;
             versions_run.start();
         }
         match cp {

@@ -419,6 +419,8 @@ impl Ctx<'_> {
     ) -> Result<KeyRecord, OmError> {
         let sup = self.supersede(bucket, name)?;
         freed.free(sup.usage(0, false));
+        // Scalars only: listings tell markers from objects by the absence
+        // of fields 2 to 6 (`service::versions::is_delete_marker`).
         let marker = KeyRecord {
             delete_marker: true,
             ..Default::default()

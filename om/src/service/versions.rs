@@ -7,7 +7,6 @@
 //! versions is just past that version's entry.
 
 use om_proto::store::KeyRecord;
-use prost::Message;
 
 use super::{Consistency, OmService, item_len, utf8};
 use crate::apply::versions::{self as v, Located, VersionRef};
@@ -17,18 +16,108 @@ use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
 
-/// The one field of a `KeyRecord` a listing of current versions needs to
-/// decide on an entry, decoded without the rest (prost skips the others).
-#[derive(Clone, PartialEq, Message)]
-struct KeyFlags {
-    #[prost(bool, tag = "13")]
-    delete_marker: bool,
+/// A protobuf varint at the front of `buf`, consumed.
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let (&byte, rest) = buf.split_first()?;
+        *buf = rest;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
 }
 
-/// Whether a stored `KeyRecord` is a delete marker (a corrupt record is not;
-/// the listing's own decode reports it).
-pub(super) fn is_delete_marker(value: &[u8]) -> bool {
-    KeyFlags::decode(value).is_ok_and(|f| f.delete_marker)
+/// Whether a stored `KeyRecord` is a delete marker, read from its encoding
+/// without decoding it: a marker never carries size, blocks, ETag, metadata
+/// or content type (fields 2 to 6), so the first of those ends the question
+/// for an object (usually the second field read); otherwise the answer is
+/// field 13. A record that does not parse is not a marker (the listing's own
+/// decode reports it).
+pub fn is_delete_marker(value: &[u8]) -> bool {
+    let mut buf = value;
+    let mut marker = false;
+    while !buf.is_empty() {
+        let Some(key) = varint(&mut buf) else {
+            return false;
+        };
+        let field = key >> 3;
+        if (2..=6).contains(&field) {
+            return false;
+        }
+        let skip = match key & 7 {
+            0 => match varint(&mut buf) {
+                Some(v) => {
+                    if field == 13 {
+                        marker = v != 0;
+                    }
+                    0
+                }
+                None => return false,
+            },
+            1 => 8,
+            2 => match varint(&mut buf).and_then(|n| usize::try_from(n).ok()) {
+                Some(n) => n,
+                None => return false,
+            },
+            5 => 4,
+            _ => return false,
+        };
+        match buf.get(skip..) {
+            Some(rest) => buf = rest,
+            None => return false,
+        }
+    }
+    marker
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn delete_markers_are_told_from_objects_without_decoding() {
+        let marker = KeyRecord {
+            format: 1,
+            creation_time_ms: u64::MAX,
+            modification_time_ms: 1,
+            object_id: 7,
+            update_id: 9,
+            version: u64::MAX,
+            versioned: true,
+            delete_marker: true,
+            noncurrent_since_ms: 5,
+            null_history: Some(3),
+            ..Default::default()
+        };
+        assert!(is_delete_marker(&marker.encode_to_vec()));
+        let mut not = marker.clone();
+        not.delete_marker = false;
+        assert!(!is_delete_marker(&not.encode_to_vec()));
+        let object = KeyRecord {
+            format: 1,
+            size: 10,
+            blocks: vec![om_proto::store::BlockRecord::default()],
+            etag: "e".into(),
+            metadata: [("a".to_string(), "b".to_string())].into(),
+            content_type: "t".into(),
+            version: 4,
+            ..Default::default()
+        };
+        assert!(!is_delete_marker(&object.encode_to_vec()));
+        // An empty object (no size, blocks or ETag) is read to the end.
+        assert!(!is_delete_marker(&KeyRecord::default().encode_to_vec()));
+        // Truncated or garbage bytes are not markers, and never panic.
+        let bytes = marker.encode_to_vec();
+        for cut in 0..bytes.len() {
+            let _ = is_delete_marker(&bytes[..cut]);
+        }
+        assert!(!is_delete_marker(&[0xff; 12]));
+        assert!(!is_delete_marker(&[0x6a, 0x05, 0x01]));
+    }
 }
 
 /// A ListObjectVersions request, validated.

@@ -10,12 +10,18 @@
 //! 3. One key per prefix: the rule versus plain stepping (no regression).
 //! 4. End to end over gRPC on loopback: a 1000-key ListKeys page and a
 //!    continuation page, with and without a 100k-tombstone band before the marker.
+//! 6. Versioned buckets (seed HBASE-29039 on a key's history): listing current
+//!    keys whose histories hold 1 to 100,000 versions and delete markers, om's
+//!    seek past a history at its N-th entry versus stepping through it; one
+//!    version per key versus an unversioned listing; a bucket where 90% of the
+//!    keys are behind delete markers; a ListObjectVersions continuation behind
+//!    a 100k-tombstone band.
 //!
 //! `cargo run --release -p om-tests --bin listing_bench [-- --quick] [--tombstones-only]`
 
 use std::time::{Duration, Instant};
 
-use om::listing::{Item, ScanSpec, Start, scan_page};
+use om::listing::{CurrentOnly, Item, ScanSpec, Start, scan_page};
 use om::store::iter::DeferredSeekIter;
 use om::store::keys::{KEYS_CF, TABLE_CFS};
 use rocksdb::{DB, Options, WriteBatch};
@@ -442,6 +448,293 @@ async fn grpc_arm(quick: bool) {
     node.node.shutdown().await;
 }
 
+/// A stored version: a 1-block object or a delete marker, as om writes them.
+fn version_value(marker: bool, version: u64) -> Vec<u8> {
+    use prost::Message;
+    let rec = om_proto::store::KeyRecord {
+        format: 1,
+        size: if marker { 0 } else { 4096 },
+        blocks: if marker {
+            Vec::new()
+        } else {
+            vec![om_proto::store::BlockRecord {
+                block_id: version,
+                offset: 0,
+                length: 4096,
+            }]
+        },
+        etag: if marker {
+            String::new()
+        } else {
+            "0123456789abcdef0123456789abcdef".into()
+        },
+        creation_time_ms: 1_700_000_000_000,
+        modification_time_ms: 1_700_000_000_000,
+        object_id: version,
+        update_id: version >> 16,
+        version,
+        versioned: true,
+        delete_marker: marker,
+        ..Default::default()
+    };
+    rec.encode_to_vec()
+}
+
+/// Writes `keys` keys named `{tag}{i:08}`, each with `history` entries: the
+/// current one (a delete marker when `hidden(i)`) and `history - 1`
+/// noncurrent ones alternating versions and delete markers.
+fn write_histories(
+    db: &DB,
+    tag: &str,
+    keys: usize,
+    history: usize,
+    hidden: impl Fn(usize) -> bool,
+) {
+    let cf = db.cf_handle(KEYS_CF).unwrap();
+    let mut b = WriteBatch::default();
+    let mut stamp = 1u64 << 40;
+    for i in 0..keys {
+        let name = format!("{tag}{i:08}");
+        for h in 0..history {
+            stamp -= 1;
+            let (key, marker) = if h == 0 {
+                (name.clone().into_bytes(), hidden(i))
+            } else {
+                let mut k = name.clone().into_bytes();
+                k.push(0);
+                k.extend_from_slice(&(!stamp).to_be_bytes());
+                (k, h % 2 == 0)
+            };
+            b.put_cf(cf, key, version_value(marker, stamp));
+            if b.len() >= 20_000 {
+                db.write(std::mem::take(&mut b)).unwrap();
+            }
+        }
+    }
+    db.write(b).unwrap();
+    db.flush_cf(cf).unwrap();
+}
+
+/// Lists every current key under `prefix` in pages of 1000: (keys listed,
+/// seeks, nexts, time). `seek_after` N = om's rule; `usize::MAX` steps
+/// through every history; `versioned` false lists as an unversioned bucket.
+fn list_current(
+    db: &DB,
+    prefix: &[u8],
+    seek_after: usize,
+    versioned: bool,
+) -> (usize, u64, u64, Duration) {
+    let t = Instant::now();
+    let (mut n, mut seeks, mut nexts) = (0, 0, 0);
+    let mut start = Start::Beginning;
+    loop {
+        let p = scan_page(
+            db,
+            &ScanSpec {
+                table: KEYS_CF,
+                parent: b"",
+                prefix,
+                delimiter: b"",
+                start: start.clone(),
+                max: 1000,
+                seek_after,
+                terminator: None,
+                current_only: versioned.then_some(CurrentOnly {
+                    hidden: om::service::versions::is_delete_marker,
+                }),
+            },
+        )
+        .unwrap();
+        n += p.items.len();
+        seeks += p.stats.seeks;
+        nexts += p.stats.nexts;
+        match p.resume {
+            Some(r) => start = Start::At(r),
+            None => break,
+        }
+    }
+    (n, seeks, nexts, t.elapsed())
+}
+
+fn versioning_arms(quick: bool) {
+    let budget: usize = if quick { 100_000 } else { 1_000_000 };
+    println!("\n### 6. Versioned buckets: listing current keys past their history\n");
+    println!(
+        "Each key: a live current version and a history of noncurrent versions and delete markers;"
+    );
+    println!(
+        "about {budget} entries per row (at least 10 keys). N = 3. Times are medians of 5 interleaved runs.\n"
+    );
+    println!(
+        "| entries per key | keys | om ops per key | stepping ops per key | om µs per key | stepping µs per key | stepping / om time |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for history in [1usize, 3, 10, 1000, 100_000] {
+        let keys = (budget / history).clamp(10, 100_000);
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        write_histories(&db, "k", keys, history, |_| false);
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
+        let mut ops = [0u64; 2];
+        let reps = 5;
+        for _ in 0..reps {
+            for (i, n) in [3usize, usize::MAX].into_iter().enumerate() {
+                let (cnt, s, x, t) = list_current(&db, b"k", n, true);
+                assert_eq!(cnt, keys);
+                times[i].push(t);
+                ops[i] = s + x;
+            }
+        }
+        let med: Vec<Duration> = times.into_iter().map(median).collect();
+        let per = |d: Duration| us(d) / keys as f64;
+        println!(
+            "| {history} | {keys} | {:.2} | {:.2} | {:.3} | {:.3} | {:.1}× |",
+            ops[0] as f64 / keys as f64,
+            ops[1] as f64 / keys as f64,
+            per(med[0]),
+            per(med[1]),
+            us(med[1]) / us(med[0])
+        );
+    }
+
+    let n = if quick { 100_000 } else { 1_000_000 };
+    println!("\n{n} keys of one version each: a versioned listing (om) versus an unversioned one");
+    println!("over the same keys (plain stepping; median of 11 interleaved runs)\n");
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    write_histories(&db, "k", n, 1, |_| false);
+    let mut runs: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
+    let mut ops = [(0, 0); 2];
+    for _ in 0..11 {
+        for (i, versioned) in [true, false].into_iter().enumerate() {
+            let (cnt, s, x, t) = list_current(&db, b"k", 3, versioned);
+            assert_eq!(cnt, n);
+            runs[i].push(t);
+            ops[i] = (s, x);
+        }
+    }
+    let med: Vec<Duration> = runs.into_iter().map(median).collect();
+    println!("| listing | seeks | nexts | time (ms) |");
+    println!("|---|---:|---:|---:|");
+    for (i, name) in ["versioned (om rule)", "unversioned (plain stepping)"]
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "| {name} | {} | {} | {:.1} |",
+            ops[i].0,
+            ops[i].1,
+            med[i].as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "\nversioned / unversioned time: {:.3}",
+        med[0].as_secs_f64() / med[1].as_secs_f64()
+    );
+
+    println!("\n{n} keys, 90% of them behind a delete marker (marker + 1 noncurrent version;");
+    println!("live keys have 1 or 2 versions)\n");
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    // Hidden keys: marker + one version (2 entries); live keys: history 2.
+    write_histories(&db, "h", n, 2, |i| i % 10 != 0);
+    println!(
+        "| strategy | live keys listed | seeks | nexts | native ops per listed key | time (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let strategies = [("om (N = 3)", 3usize), ("step every entry", usize::MAX)];
+    let mut runs: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
+    let mut ops = [(0, 0); 2];
+    for _ in 0..5 {
+        for (i, (_, sa)) in strategies.iter().enumerate() {
+            let (cnt, s, x, t) = list_current(&db, b"h", *sa, true);
+            assert_eq!(cnt, n / 10);
+            runs[i].push(t);
+            ops[i] = (s, x);
+        }
+    }
+    for (i, (name, _)) in strategies.iter().enumerate() {
+        let (s, x) = ops[i];
+        println!(
+            "| {name} | {} | {s} | {x} | {:.2} | {:.1} |",
+            n / 10,
+            (s + x) as f64 / (n / 10) as f64,
+            median(runs[i].clone()).as_secs_f64() * 1e3
+        );
+    }
+
+    let band = if quick { 10_000 } else { 100_000 };
+    println!(
+        "\nListObjectVersions continuation behind {band} removed versions (tombstones) of key \"a\"\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    write_histories(&db, "a", 1, band, |_| false);
+    write_histories(&db, "b", 1, 200, |_| false);
+    // Remove every version of a00000000: a band of point tombstones.
+    let cf = db.cf_handle(KEYS_CF).unwrap();
+    let mut it = DeferredSeekIter::with_prefix(&db, KEYS_CF, b"a").unwrap();
+    it.seek(b"a");
+    let mut batch = WriteBatch::default();
+    while let Some((k, _)) = it.current() {
+        batch.delete_cf(cf, k);
+        it.advance();
+    }
+    drop(it);
+    db.write(batch).unwrap();
+    db.flush_cf(cf).unwrap();
+    // S3's key marker "a00000000": om resumes at `a00000000 \x01`.
+    let resume = b"a00000000\x01".to_vec();
+    let page = |start: Start| {
+        scan_page(
+            &db,
+            &ScanSpec {
+                table: KEYS_CF,
+                parent: b"",
+                prefix: b"",
+                delimiter: b"",
+                start,
+                max: 100,
+                seek_after: 3,
+                terminator: Some(0),
+                current_only: None,
+            },
+        )
+        .unwrap()
+    };
+    let om = page(Start::At(resume.clone()));
+    assert_eq!(om.items.len(), 100);
+    let t_om = timed(101, || {
+        page(Start::At(resume.clone()));
+    });
+    // The pre-HDDS-16250 way: position at the listing's start, then seek.
+    let double = || {
+        let mut it = DeferredSeekIter::new(&db, KEYS_CF, None, Some(b"c".to_vec())).unwrap();
+        it.seek_to_first();
+        it.seek(&resume);
+        assert_eq!(read_page(&mut it, 100), 100);
+        it.stats()
+    };
+    let ds = double();
+    let t_double = timed(11, || {
+        double();
+    });
+    println!("| positioning | seeks | tombstones skipped | page of 100 (µs) |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| om (one seek to the marker) | {} | {} | {:.1} |",
+        om.stats.seeks,
+        om.stats.tombstones,
+        us(t_om)
+    );
+    println!(
+        "| start, then marker | {} | {} | {:.1} |",
+        ds.seeks,
+        ds.tombstones,
+        us(t_double)
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     println!(
@@ -453,8 +746,13 @@ fn main() {
     if std::env::args().any(|a| a == "--tombstones-only") {
         return;
     }
+    if std::env::args().any(|a| a == "--versions-only") {
+        versioning_arms(quick);
+        return;
+    }
     delimiter_arms(quick);
     range_conversion_arm(quick);
+    versioning_arms(quick);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
