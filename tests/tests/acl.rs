@@ -224,6 +224,34 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
     );
     assert_denied(alice.get_bucket("volb", "bkb").await, "READ", "/volb/bkb");
     assert_denied(
+        alice.lookup_key_version("volb", "bkb", "k", "null").await,
+        "READ",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .list_object_versions(ListObjectVersionsRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                ..Default::default()
+            })
+            .await,
+        "LIST",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .set_bucket_versioning("volb", "bkb", BucketVersioning::Enabled)
+            .await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice.delete_key_version("volb", "bkb", "k", "null").await,
+        "DELETE",
+        "/volb/bkb",
+    );
+    assert_denied(
         alice.put_key("volb", "bkb", "k", 1).await,
         "WRITE",
         "/volb/bkb",

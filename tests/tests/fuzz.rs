@@ -80,6 +80,8 @@ struct Fixture {
     session: u64,
     session_block: u64,
     file_session: u64,
+    /// A noncurrent version of `vol1/ver1/k` (a versioned bucket).
+    old_version: String,
 }
 
 async fn build_state(c: &OmClient) -> Fixture {
@@ -144,7 +146,17 @@ async fn build_state(c: &OmClient) -> Fixture {
         })
         .await
         .unwrap();
+    c.create_bucket("vol1", "ver1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.set_bucket_versioning("vol1", "ver1", BucketVersioning::Enabled)
+        .await
+        .unwrap();
+    let old = c.put_key("vol1", "ver1", "k", 10).await.unwrap();
+    c.put_key("vol1", "ver1", "k", 20).await.unwrap();
+    c.delete_key("vol1", "ver1", "j").await.unwrap();
     Fixture {
+        old_version: old.version_id,
         upload_id: up.upload_id,
         session: s.session_id,
         session_block: s.blocks[0].block_id,
@@ -476,6 +488,60 @@ fn targets(f: &Fixture) -> Vec<Target> {
                 key: "mp".into(),
                 upload_id: f.upload_id.clone(),
                 max_parts: 1,
+                ..Default::default()
+            }
+        ),
+        target!(
+            "ListObjectVersions",
+            list_object_versions,
+            ListObjectVersionsRequest,
+            false,
+            ListObjectVersionsRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                prefix: "k".into(),
+                delimiter: "/".into(),
+                key_marker: "k".into(),
+                version_id_marker: f.old_version.clone(),
+                max_keys: 1,
+                ..Default::default()
+            }
+        ),
+        target!(
+            "LookupKey(version)",
+            lookup_key,
+            LookupKeyRequest,
+            false,
+            LookupKeyRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                key: "k".into(),
+                version_id: f.old_version.clone(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "SetBucketVersioning",
+            set_bucket_versioning,
+            SetBucketVersioningRequest,
+            true,
+            SetBucketVersioningRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                versioning: BucketVersioning::Enabled as i32,
+                ..Default::default()
+            }
+        ),
+        target!(
+            "DeleteKey(version)",
+            delete_key,
+            DeleteKeyRequest,
+            true,
+            DeleteKeyRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                key: "k".into(),
+                version_id: f.old_version.clone(),
                 ..Default::default()
             }
         ),
