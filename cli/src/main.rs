@@ -323,7 +323,13 @@ enum KeyCmd {
         version: String,
     },
     /// Delete several keys of VOLUME/BUCKET in one request.
-    DeleteMany { path: String, keys: Vec<String> },
+    DeleteMany {
+        path: String,
+        keys: Vec<String>,
+        /// One version id per key, comma-separated (an empty entry: none).
+        #[arg(long, value_delimiter = ',')]
+        versions: Vec<String>,
+    },
     /// Rename VOLUME/BUCKET/KEY to NEW_KEY in the same bucket.
     Rename { path: String, new_key: String },
 }
@@ -750,194 +756,201 @@ async fn run(cli: Cli) -> Result<()> {
             BucketCmd::Clrquota(a) => quota::clr_bucket(&c, out, a).await?,
             BucketCmd::SetVersioning(a) => versions::set_versioning(&c, out, a).await?,
         },
-        Cmd::Key(k) => match k {
-            KeyCmd::Put {
-                path,
-                size,
-                etag,
-                content_type,
-                meta,
-                cond,
-            } => {
-                let (v, b, key) = split3(&path)?;
-                let k = c
-                    .put_key_with(PutKeyRequest {
-                        volume: v.to_string(),
-                        bucket: b.to_string(),
-                        key: key.to_string(),
-                        size,
-                        etag,
-                        content_type,
-                        metadata: parse_meta(&meta)?,
-                        conditions: cond.to_proto(),
-                        ..Default::default()
-                    })
-                    .await?;
-                print_kv(out, key_json(&k));
-            }
-            KeyCmd::Open {
-                path,
-                blocks,
-                content_type,
-                meta,
-            } => objects::open(&c, out, &path, blocks, content_type, &meta).await?,
-            KeyCmd::Allocate {
-                path,
-                session,
-                count,
-            } => objects::allocate(&c, out, &path, session, count).await?,
-            KeyCmd::Commit {
-                path,
-                session,
-                size,
-                blocks,
-                etag,
-                cond,
-            } => objects::commit(&c, out, &path, session, size, &blocks, etag, &cond).await?,
-            KeyCmd::ListOpen {
-                path,
-                prefix,
-                max,
-                token,
-                all,
-            } => objects::list_open(&c, out, &path, prefix, max, token, all).await?,
-            KeyCmd::Info { path, version } => {
-                let (v, b, key) = split3(&path)?;
-                print_kv(
-                    out,
-                    key_json(&c.lookup_key_version(v, b, key, &version).await?),
-                );
-            }
-            KeyCmd::Versions(a) => versions::list(&c, out, a).await?,
-            KeyCmd::List {
-                path,
-                list: l,
-                delimiter,
-                token,
-                no_blocks,
-            } => {
-                let (v, b) = split2(&path)?;
-                let mut items = Vec::new();
-                let mut token = token;
-                let progress = Progress::new(l.all, "keys");
-                let (next, next_token) = loop {
-                    let r = c
-                        .list_keys(ListKeysRequest {
+        Cmd::Key(k) => {
+            match k {
+                KeyCmd::Put {
+                    path,
+                    size,
+                    etag,
+                    content_type,
+                    meta,
+                    cond,
+                } => {
+                    let (v, b, key) = split3(&path)?;
+                    let k = c
+                        .put_key_with(PutKeyRequest {
                             volume: v.to_string(),
                             bucket: b.to_string(),
-                            prefix: l.prefix.clone(),
-                            start_after: l.start_after.clone(),
-                            max_keys: l.max,
-                            delimiter: delimiter.clone(),
-                            continuation_token: token.clone(),
-                            omit_blocks: no_blocks,
+                            key: key.to_string(),
+                            size,
+                            etag,
+                            content_type,
+                            metadata: parse_meta(&meta)?,
+                            conditions: cond.to_proto(),
                             ..Default::default()
                         })
                         .await?;
-                    // Keys and common prefixes in name order, as S3 interleaves them.
-                    let mut page: Vec<Value> = r.keys.iter().map(key_json).collect();
-                    page.extend(
-                        r.common_prefixes
-                            .iter()
-                            .map(|p| json!({"name": p, "prefix": true})),
+                    print_kv(out, key_json(&k));
+                }
+                KeyCmd::Open {
+                    path,
+                    blocks,
+                    content_type,
+                    meta,
+                } => objects::open(&c, out, &path, blocks, content_type, &meta).await?,
+                KeyCmd::Allocate {
+                    path,
+                    session,
+                    count,
+                } => objects::allocate(&c, out, &path, session, count).await?,
+                KeyCmd::Commit {
+                    path,
+                    session,
+                    size,
+                    blocks,
+                    etag,
+                    cond,
+                } => objects::commit(&c, out, &path, session, size, &blocks, etag, &cond).await?,
+                KeyCmd::ListOpen {
+                    path,
+                    prefix,
+                    max,
+                    token,
+                    all,
+                } => objects::list_open(&c, out, &path, prefix, max, token, all).await?,
+                KeyCmd::Info { path, version } => {
+                    let (v, b, key) = split3(&path)?;
+                    print_kv(
+                        out,
+                        key_json(&c.lookup_key_version(v, b, key, &version).await?),
                     );
-                    page.sort_by(|x, y| x["name"].as_str().cmp(&y["name"].as_str()));
-                    items.extend(page);
-                    progress.update(items.len());
-                    if !(l.all && r.truncated) {
-                        progress.done();
-                        break (r.next_start_after, r.next_continuation_token);
-                    }
-                    token = r.next_continuation_token;
-                };
-                if out == Output::Json {
-                    let v = json!({"items": items, "truncated": !next_token.is_empty(),
+                }
+                KeyCmd::Versions(a) => versions::list(&c, out, a).await?,
+                KeyCmd::List {
+                    path,
+                    list: l,
+                    delimiter,
+                    token,
+                    no_blocks,
+                } => {
+                    let (v, b) = split2(&path)?;
+                    let mut items = Vec::new();
+                    let mut token = token;
+                    let progress = Progress::new(l.all, "keys");
+                    let (next, next_token) = loop {
+                        let r = c
+                            .list_keys(ListKeysRequest {
+                                volume: v.to_string(),
+                                bucket: b.to_string(),
+                                prefix: l.prefix.clone(),
+                                start_after: l.start_after.clone(),
+                                max_keys: l.max,
+                                delimiter: delimiter.clone(),
+                                continuation_token: token.clone(),
+                                omit_blocks: no_blocks,
+                                ..Default::default()
+                            })
+                            .await?;
+                        // Keys and common prefixes in name order, as S3 interleaves them.
+                        let mut page: Vec<Value> = r.keys.iter().map(key_json).collect();
+                        page.extend(
+                            r.common_prefixes
+                                .iter()
+                                .map(|p| json!({"name": p, "prefix": true})),
+                        );
+                        page.sort_by(|x, y| x["name"].as_str().cmp(&y["name"].as_str()));
+                        items.extend(page);
+                        progress.update(items.len());
+                        if !(l.all && r.truncated) {
+                            progress.done();
+                            break (r.next_start_after, r.next_continuation_token);
+                        }
+                        token = r.next_continuation_token;
+                    };
+                    if out == Output::Json {
+                        let v = json!({"items": items, "truncated": !next_token.is_empty(),
                         "next_start_after": next, "next_token": next_token});
-                    println!("{}", serde_json::to_string_pretty(&v)?);
-                } else {
-                    let rows = items
+                        println!("{}", serde_json::to_string_pretty(&v)?);
+                    } else {
+                        let rows = items
+                            .iter()
+                            .map(|i| {
+                                if i["prefix"] == true {
+                                    vec![
+                                        i["name"].as_str().unwrap_or("").to_string(),
+                                        "PRE".into(),
+                                        String::new(),
+                                        String::new(),
+                                    ]
+                                } else {
+                                    vec![
+                                        i["name"].as_str().unwrap_or("").to_string(),
+                                        table_cell("size", &i["size"]),
+                                        i["etag"].as_str().unwrap_or("").to_string(),
+                                        table_cell("modified_ms", &i["modified_ms"]),
+                                    ]
+                                }
+                            })
+                            .collect();
+                        table(&["NAME", "SIZE", "ETAG", "MODIFIED"], rows);
+                        if !next_token.is_empty() {
+                            println!("-- more: --token {next_token}");
+                        }
+                    }
+                }
+                KeyCmd::DeleteMany {
+                    path,
+                    keys,
+                    versions,
+                } => {
+                    let (v, b) = split2(&path)?;
+                    let results = c.delete_key_versions(v, b, &keys, &versions).await?;
+                    let mut failed = false;
+                    let rows: Vec<Vec<String>> = results
                         .iter()
-                        .map(|i| {
-                            if i["prefix"] == true {
-                                vec![
-                                    i["name"].as_str().unwrap_or("").to_string(),
-                                    "PRE".into(),
-                                    String::new(),
-                                    String::new(),
-                                ]
-                            } else {
-                                vec![
-                                    i["name"].as_str().unwrap_or("").to_string(),
-                                    table_cell("size", &i["size"]),
-                                    i["etag"].as_str().unwrap_or("").to_string(),
-                                    table_cell("modified_ms", &i["modified_ms"]),
-                                ]
-                            }
+                        .map(|r| {
+                            failed |= !r.reason.is_empty();
+                            vec![
+                                r.key.clone(),
+                                if r.reason.is_empty() {
+                                    "deleted".to_string()
+                                } else {
+                                    r.reason.clone()
+                                },
+                            ]
                         })
                         .collect();
-                    table(&["NAME", "SIZE", "ETAG", "MODIFIED"], rows);
-                    if !next_token.is_empty() {
-                        println!("-- more: --token {next_token}");
+                    if out == Output::Json {
+                        let v: Vec<Value> = results
+                        .iter()
+                        .map(|r| json!({"key": r.key, "deleted": r.reason.is_empty(), "reason": r.reason,
+                            "version_id": r.version_id, "delete_marker": r.delete_marker}))
+                        .collect();
+                        println!("{}", serde_json::to_string_pretty(&v)?);
+                    } else {
+                        table(&["KEY", "RESULT"], rows);
+                    }
+                    if failed {
+                        bail!("some keys were not deleted");
+                    }
+                }
+                KeyCmd::Rename { path, new_key } => {
+                    let (v, b, key) = split3(&path)?;
+                    print_kv(out, key_json(&c.rename_key(v, b, key, &new_key).await?));
+                }
+                KeyCmd::Delete { path, version } => {
+                    let (v, b, key) = split3(&path)?;
+                    let r = c.delete_key_version(v, b, key, &version).await?;
+                    if out == Output::Json {
+                        println!(
+                            "{}",
+                            json!({"deleted": path, "version_id": r.version_id, "delete_marker": r.delete_marker})
+                        );
+                    } else if !version.is_empty() {
+                        let what = if r.delete_marker {
+                            "delete marker"
+                        } else {
+                            "version"
+                        };
+                        println!("removed {what} {} of {path}", r.version_id);
+                    } else if r.delete_marker {
+                        println!("deleted key {path} (delete marker {})", r.version_id);
+                    } else {
+                        println!("deleted key {path}");
                     }
                 }
             }
-            KeyCmd::DeleteMany { path, keys } => {
-                let (v, b) = split2(&path)?;
-                let results = c.delete_keys(v, b, &keys).await?;
-                let mut failed = false;
-                let rows: Vec<Vec<String>> = results
-                    .iter()
-                    .map(|r| {
-                        failed |= !r.reason.is_empty();
-                        vec![
-                            r.key.clone(),
-                            if r.reason.is_empty() {
-                                "deleted".to_string()
-                            } else {
-                                r.reason.clone()
-                            },
-                        ]
-                    })
-                    .collect();
-                if out == Output::Json {
-                    let v: Vec<Value> = results
-                        .iter()
-                        .map(|r| json!({"key": r.key, "deleted": r.reason.is_empty(), "reason": r.reason}))
-                        .collect();
-                    println!("{}", serde_json::to_string_pretty(&v)?);
-                } else {
-                    table(&["KEY", "RESULT"], rows);
-                }
-                if failed {
-                    bail!("some keys were not deleted");
-                }
-            }
-            KeyCmd::Rename { path, new_key } => {
-                let (v, b, key) = split3(&path)?;
-                print_kv(out, key_json(&c.rename_key(v, b, key, &new_key).await?));
-            }
-            KeyCmd::Delete { path, version } => {
-                let (v, b, key) = split3(&path)?;
-                let r = c.delete_key_version(v, b, key, &version).await?;
-                if out == Output::Json {
-                    println!(
-                        "{}",
-                        json!({"deleted": path, "version_id": r.version_id, "delete_marker": r.delete_marker})
-                    );
-                } else if !version.is_empty() {
-                    let what = if r.delete_marker {
-                        "delete marker"
-                    } else {
-                        "version"
-                    };
-                    println!("removed {what} {} of {path}", r.version_id);
-                } else if r.delete_marker {
-                    println!("deleted key {path} (delete marker {})", r.version_id);
-                } else {
-                    println!("deleted key {path}");
-                }
-            }
-        },
+        }
         Cmd::Copy(a) => objects::copy(&c, out, a).await?,
         Cmd::Mpu(m) => objects::mpu(&c, out, m).await?,
         Cmd::Blocks(b) => objects::blocks(&c, out, b).await?,

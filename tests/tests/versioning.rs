@@ -756,6 +756,22 @@ async fn omctl_manages_versions() {
         c.lookup_key("vol", "bkt", "k").await.unwrap().version_id,
         v2["version_id"].as_str().unwrap()
     );
+    let v3 = run(&["key", "put", "vol/bkt/k", "--size", "9"]);
+    let many = run(&[
+        "key",
+        "delete-many",
+        "vol/bkt",
+        "k",
+        "k",
+        "--versions",
+        &format!(
+            "{},{}",
+            v3["version_id"].as_str().unwrap(),
+            v1["version_id"].as_str().unwrap()
+        ),
+    ]);
+    assert_eq!(many[0]["deleted"], true);
+    assert_eq!(many[1]["version_id"], v1["version_id"]);
     let b = run(&["bucket", "set-versioning", "vol/bkt", "suspended"]);
     assert_eq!(b["versioning"], "SUSPENDED");
     node.node.shutdown().await;
