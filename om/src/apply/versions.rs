@@ -237,9 +237,10 @@ impl Supersede {
         }
     }
 
-    /// Unversioned buckets: the current version the write replaces.
+    /// Unversioned buckets: the current version the write replaces, as
+    /// `removed` holds it (a copy onto itself kept its blocks there).
     pub fn into_current(self) -> Option<KeyRecord> {
-        self.current
+        self.removed.map(Located::into_record)
     }
 
     pub fn versioning(&self) -> u32 {
@@ -767,6 +768,33 @@ mod tests {
         assert_eq!(freed_blocks(&sm), 0);
         delete(&mut sm, "k", &v1);
         assert_eq!(freed_blocks(&sm), 1);
+    }
+
+    #[test]
+    fn a_copy_onto_itself_keeps_its_blocks_in_every_state() {
+        for state in [UNVERSIONED, SUSPENDED] {
+            let mut sm = Sm::new();
+            setup(&mut sm, LAYOUT_OBJECT_STORE);
+            if state != UNVERSIONED {
+                versioning(&mut sm, state);
+            }
+            put(&mut sm, "k", 2 << 20);
+            sm.ok(Op::CopyKey(st::CopyKey {
+                src_volume: "vol".into(),
+                src_bucket: "bkt".into(),
+                src_key: "k".into(),
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "k".into(),
+                metadata_directive: 1,
+                ..Default::default()
+            }));
+            assert_eq!(freed_blocks(&sm), 0, "state {state}: a self-copy freed its blocks");
+            assert_eq!(history(&sm, "k").len(), 1);
+            // Deleting it frees them exactly once.
+            delete(&mut sm, "k", "null");
+            assert_eq!(freed_blocks(&sm), 2, "state {state}");
+        }
     }
 
     #[test]
