@@ -1,11 +1,19 @@
 //! Differential test: random sequences of key, session, copy and multipart
 //! operations run against om and against an in-memory model of the same
 //! semantics, with restarts of om in between. Every response (result or error
-//! reason, block ids, ETags) and, at checkpoints, every table as seen through
-//! the listing APIs must agree.
+//! reason, block ids, ETags, version ids) and, at checkpoints, every table as
+//! seen through the listing APIs must agree.
+//!
+//! The object-store buckets move between S3's versioning states (unversioned,
+//! then enabled and suspended in any order) while the operations run: the
+//! model keeps each key's history of versions and delete markers, newest
+//! first, and predicts which version every write, delete and copy adds,
+//! replaces or removes, which version ids come back, and what
+//! ListObjectVersions, LookupKey with a version id and the bucket counters
+//! show.
 //!
 //! The model predicts block ids itself (om allocates them from one replicated
-//! counter in command order), tracks how many keys hold each block, and so
+//! counter in command order), tracks how many versions hold each block, and so
 //! knows exactly which blocks must be in the deleted-blocks table.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -21,6 +29,8 @@ use rand::{Rng, SeedableRng};
 const BLOCK: u64 = 256 * 1024 * 1024;
 const MIN_PART: u64 = 100;
 const BUCKETS: [&str; 2] = ["bkt1", "bkt2"];
+/// Steps of each run before the first bucket may be versioned.
+const UNVERSIONED_UNTIL: usize = 200;
 const KEYS: [&str; 5] = ["a", "b", "c/d", "c/e", "z"];
 const FS_BUCKET: &str = "fs1";
 const FS_NAMES: [&str; 3] = ["a", "b", "c"];
@@ -75,9 +85,70 @@ struct MSession {
     allocated: Vec<u64>,
 }
 
+/// A bucket's versioning state (S3's; never back to unversioned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum State {
+    #[default]
+    Unversioned,
+    Enabled,
+    Suspended,
+}
+
+/// One version of a key: an object or a delete marker (no data).
+#[derive(Debug, Clone, PartialEq)]
+struct MVersion {
+    id: String,
+    marker: bool,
+    /// A marker's is empty; its update id is not tracked (0).
+    k: MKey,
+}
+
+/// What a response shows of one version: (version id, delete marker, is
+/// latest, size, ETag, blocks, update id (0 for markers)).
+type View = (String, bool, bool, u64, String, Vec<u64>, u64);
+
+fn view(v: &MVersion, latest: bool) -> View {
+    (
+        v.id.clone(),
+        v.marker,
+        latest,
+        v.k.size,
+        v.k.etag.clone(),
+        v.k.blocks.clone(),
+        if v.marker { 0 } else { v.k.update_id },
+    )
+}
+
+fn got_view(k: &KeyInfo) -> View {
+    (
+        k.version_id.clone(),
+        k.delete_marker,
+        k.is_latest,
+        k.size,
+        k.etag.clone(),
+        ids(&k.blocks),
+        if k.delete_marker { 0 } else { k.update_id },
+    )
+}
+
+/// Version ids om refuses to parse (INVALID_VERSION_ID).
+const MALFORMED_IDS: [&str; 4] = ["xyz", "NULL", "0000000000000000", "00000000000000FF"];
+/// A well-formed version id no version ever gets (stamp of log index 0).
+const UNKNOWN_ID: &str = "00000000000000ff";
+
+/// Whether om parses `id` (the test names no other malformed ids).
+fn well_formed(id: &str) -> bool {
+    !MALFORMED_IDS.contains(&id)
+}
+
 #[derive(Default)]
 struct Model {
-    keys: BTreeMap<(&'static str, &'static str), MKey>,
+    /// Object-store keys: each key's versions, newest (the current one)
+    /// first; a key without versions has no entry.
+    hist: BTreeMap<(&'static str, &'static str), Vec<MVersion>>,
+    versioning: HashMap<&'static str, State>,
+    /// Every version id (other than "null") om returned, in order.
+    version_ids: Vec<String>,
     sessions: BTreeMap<u64, MSession>,
     uploads: BTreeMap<u64, MUpload>,
     holders: HashMap<u64, u32>,
@@ -209,11 +280,74 @@ impl Model {
         }
     }
 
-    /// Replaces (bucket, key) with `new`, releasing the old version's blocks.
-    fn write(&mut self, bucket: &'static str, key: &'static str, new: MKey) {
-        if let Some(old) = self.keys.insert((bucket, key), new) {
-            self.release(&old.blocks);
+    fn state(&self, bucket: &str) -> State {
+        self.versioning.get(bucket).copied().unwrap_or_default()
+    }
+
+    fn history(&self, bucket: &'static str, key: &'static str) -> &[MVersion] {
+        self.hist.get(&(bucket, key)).map_or(&[], Vec::as_slice)
+    }
+
+    /// The current version when it is an object (not a delete marker): what
+    /// reads, ListKeys and a write's conditions see.
+    fn current(&self, bucket: &'static str, key: &'static str) -> Option<&MKey> {
+        self.history(bucket, key)
+            .first()
+            .filter(|v| !v.marker)
+            .map(|v| &v.k)
+    }
+
+    fn version(&self, bucket: &'static str, key: &'static str, id: &str) -> Option<&MVersion> {
+        self.history(bucket, key).iter().find(|v| v.id == id)
+    }
+
+    /// The position of the version a new current version of the key removes:
+    /// unversioned, the current one; suspended, the "null" one wherever it
+    /// is; enabled, none.
+    fn replaced(&self, bucket: &'static str, key: &'static str) -> Option<usize> {
+        let h = self.history(bucket, key);
+        match self.state(bucket) {
+            State::Unversioned => (!h.is_empty()).then_some(0),
+            State::Suspended => h.iter().position(|v| v.id == "null"),
+            State::Enabled => None,
         }
+    }
+
+    /// Makes `new` the current version of (bucket, key): the version it
+    /// replaces goes (its blocks released unless `keep`: a copy of that
+    /// very version took them over), the previous current one, if it stays,
+    /// becomes noncurrent with its blocks.
+    fn write(&mut self, bucket: &'static str, key: &'static str, new: MVersion, keep: bool) {
+        let replaced = self.replaced(bucket, key);
+        let h = self.hist.entry((bucket, key)).or_default();
+        let old = replaced.map(|i| h.remove(i));
+        h.insert(0, new);
+        assert!(
+            self.state(bucket) != State::Unversioned || self.history(bucket, key).len() == 1,
+            "an unversioned key has one version"
+        );
+        if let Some(old) = old
+            && !keep
+        {
+            self.release(&old.k.blocks);
+        }
+    }
+
+    /// Removes version `id` of the key permanently, releasing its blocks;
+    /// the next newest, if any, becomes current.
+    fn remove_version(
+        &mut self,
+        bucket: &'static str,
+        key: &'static str,
+        id: &str,
+    ) -> Option<MVersion> {
+        let h = self.hist.get_mut(&(bucket, key))?;
+        let old = h.remove(h.iter().position(|v| v.id == id)?);
+        if h.is_empty() {
+            self.hist.remove(&(bucket, key));
+        }
+        self.release(&old.k.blocks);
+        Some(old)
     }
 }
 
@@ -233,6 +367,9 @@ struct Run {
     /// Successful and refused requests per operation, to prove the random
     /// sequences reach both paths of every operation.
     tally: BTreeMap<&'static str, (usize, usize)>,
+    /// How often each outcome (operation and reason) and each notable case
+    /// of the versioning rules came up, to prove the sequences reach them.
+    events: BTreeMap<String, usize>,
     rng: StdRng,
     m: Model,
     c: OmClient,
@@ -245,6 +382,10 @@ impl Run {
         format!("seed {} step {}", self.seed, self.step)
     }
 
+    fn note(&mut self, event: String) {
+        *self.events.entry(event).or_default() += 1;
+    }
+
     fn expect_same(&mut self, what: &'static str, got: Result<(), String>, want: Expect) {
         let t = self.tally.entry(what).or_default();
         if got.is_ok() {
@@ -252,6 +393,10 @@ impl Run {
         } else {
             t.1 += 1;
         }
+        self.note(format!(
+            "{what}: {}",
+            got.as_ref().err().map_or("ok", String::as_str)
+        ));
         assert_eq!(
             got,
             want.map_err(str::to_string),
@@ -309,23 +454,100 @@ impl Run {
         )
     }
 
-    fn learn(&mut self, bucket: &'static str, key: &'static str, got: &KeyInfo, want: &MKey) {
+    /// Checks the version id om gave a new version (object or delete
+    /// marker) of a key in `bucket`: "null" unless versioning is enabled,
+    /// else a fresh id, newer than every one before.
+    fn check_new_id(&mut self, bucket: &'static str, id: &str) {
+        let ctx = self.ctx();
+        if self.m.state(bucket) != State::Enabled {
+            assert_eq!(id, "null", "{ctx}: version id in {bucket}");
+            return;
+        }
+        let stamp = (id.len() == 16 && id.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| u64::from_str_radix(id, 16).unwrap());
+        let newest = self
+            .m
+            .version_ids
+            .last()
+            .map(|l| u64::from_str_radix(l, 16).unwrap());
+        assert!(
+            stamp.is_some_and(|s| Some(s) > newest),
+            "{ctx}: version id {id:?} in {bucket} (the newest before: {newest:?})"
+        );
+        self.m.version_ids.push(id.to_string());
+    }
+
+    /// A write of (bucket, key) succeeded with `got`: checks it against
+    /// `want` and makes it the key's current version in the model.
+    fn learn_write(
+        &mut self,
+        op: &str,
+        bucket: &'static str,
+        key: &'static str,
+        got: &KeyInfo,
+        mut want: MKey,
+        keep: bool,
+    ) {
         let ctx = self.ctx();
         assert_eq!(
             (got.size, &got.etag, ids(&got.blocks)),
             (want.size, &want.etag, want.blocks.clone()),
             "{ctx}: key {bucket}/{key}"
         );
-        let mut k = want.clone();
-        k.update_id = got.update_id;
-        self.m.keys.insert((bucket, key), k);
+        assert!(
+            got.is_latest && !got.delete_marker,
+            "{ctx}: key {bucket}/{key}: {got:?}"
+        );
+        self.check_new_id(bucket, &got.version_id);
+        let state = self.m.state(bucket);
+        self.note(format!("{op} ({state:?})"));
+        if let Some(i) = self.m.replaced(bucket, key)
+            && i > 0
+        {
+            self.note("a write replaces a noncurrent null version".into());
+        }
+        if state != State::Unversioned && self.m.current(bucket, key).is_none() {
+            if self.m.history(bucket, key).is_empty() {
+                self.note(format!("{op} of a new key ({state:?})"));
+            } else {
+                self.note(format!("{op} over a delete marker ({state:?})"));
+            }
+        }
+        want.update_id = got.update_id;
+        let new = MVersion {
+            id: got.version_id.clone(),
+            marker: false,
+            k: want,
+        };
+        self.m.write(bucket, key, new, keep);
+    }
+
+    /// A version id to name for (bucket, key): usually one of its versions,
+    /// else "null", one of any key (maybe since removed), an unknown one or,
+    /// when `malformed`, sometimes one om refuses to parse.
+    fn pick_version(&mut self, bucket: &'static str, key: &'static str, malformed: bool) -> String {
+        let own: Vec<String> = self
+            .m
+            .history(bucket, key)
+            .iter()
+            .map(|v| v.id.clone())
+            .collect();
+        match self.rng.random_range(0..20) {
+            0..12 if !own.is_empty() => own.choose(&mut self.rng).unwrap().clone(),
+            12..14 if !self.m.version_ids.is_empty() => {
+                self.m.version_ids.choose(&mut self.rng).unwrap().clone()
+            }
+            14 => UNKNOWN_ID.to_string(),
+            15 | 16 if malformed => MALFORMED_IDS.choose(&mut self.rng).unwrap().to_string(),
+            _ => "null".to_string(),
+        }
     }
 
     async fn put(&mut self) {
         let (b, k) = self.pick_key();
         let size = self.size();
         let etag = self.etag();
-        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cur = self.m.current(b, k).cloned();
         let cond = self.conditions(cur.as_ref());
         let want = self.m.check_cond(cur.as_ref(), &cond);
         let r = self
@@ -349,57 +571,198 @@ impl Run {
                 blocks,
                 update_id: 0,
             };
-            self.m.write(b, k, new.clone());
-            self.learn(b, k, &got, &new);
+            self.learn_write("put", b, k, &got, new, false);
         }
+    }
+
+    /// The effect of deleting (bucket, key) without a version id: removes
+    /// the key (unversioned) or adds a delete marker. `got` is om's answer:
+    /// (version id, delete marker).
+    fn learn_delete(&mut self, b: &'static str, k: &'static str, got: (String, bool)) {
+        let ctx = self.ctx();
+        let state = self.m.state(b);
+        if state == State::Unversioned {
+            assert_eq!(got, (String::new(), false), "{ctx}: delete {b}/{k}");
+            self.m.remove_version(b, k, "null").unwrap();
+            return;
+        }
+        assert!(got.1, "{ctx}: delete {b}/{k} adds a delete marker");
+        self.check_new_id(b, &got.0);
+        let what = match self.m.history(b, k).first() {
+            None => "of a missing key",
+            Some(v) if v.marker => "over a delete marker",
+            Some(_) => "of an object",
+        };
+        self.note(format!("delete marker {what} ({state:?})"));
+        let marker = MVersion {
+            id: got.0,
+            marker: true,
+            k: MKey {
+                size: 0,
+                etag: String::new(),
+                blocks: Vec::new(),
+                update_id: 0,
+            },
+        };
+        self.m.write(b, k, marker, false);
+    }
+
+    /// The effect of deleting version `id` of (bucket, key) with om's answer
+    /// `got`; the expected refusal when there is no such version.
+    fn learn_delete_version(
+        &mut self,
+        b: &'static str,
+        k: &'static str,
+        id: &str,
+        got: Result<(String, bool), String>,
+    ) {
+        let ctx = self.ctx();
+        let was_current = self.m.history(b, k).first().is_some_and(|v| v.id == id);
+        let want = match self.m.remove_version(b, k, id) {
+            Some(old) => {
+                let what = match (old.marker, was_current) {
+                    (true, true) => "a current delete marker".to_string(),
+                    (true, false) => "a noncurrent delete marker".to_string(),
+                    (false, true) if self.m.hist.contains_key(&(b, k)) => {
+                        "a current version, an older one promoted".to_string()
+                    }
+                    (false, true) => "the only version".to_string(),
+                    (false, false) => "a noncurrent version".to_string(),
+                };
+                let state = self.m.state(b);
+                self.note(format!("removed {what} ({state:?})"));
+                Ok((old.id, old.marker))
+            }
+            None => Err("VERSION_NOT_FOUND".to_string()),
+        };
+        assert_eq!(got, want, "{ctx}: delete {b}/{k} version {id:?}");
     }
 
     async fn delete(&mut self) {
         let (b, k) = self.pick_key();
-        let want = if self.m.keys.contains_key(&(b, k)) {
+        let want = if self.m.state(b) != State::Unversioned || self.m.hist.contains_key(&(b, k)) {
             Ok(())
         } else {
             Err("KEY_NOT_FOUND")
         };
-        let r = self.c.delete_key("vol1", b, k).await;
+        let r = self.c.delete_key_version("vol1", b, k, "").await;
         self.expect_same("delete", reason(&r), want);
-        if let Some(old) = self.m.keys.remove(&(b, k)) {
-            self.m.release(&old.blocks);
+        if let Ok(r) = r {
+            self.learn_delete(b, k, (r.version_id, r.delete_marker));
         }
     }
 
+    /// DeleteKey naming a version (any bucket state).
+    async fn delete_version(&mut self) {
+        let (b, k) = self.pick_key();
+        let id = self.pick_version(b, k, true);
+        let want = if !well_formed(&id) {
+            Err("INVALID_VERSION_ID")
+        } else if self.m.version(b, k, &id).is_none() {
+            Err("VERSION_NOT_FOUND")
+        } else {
+            Ok(())
+        };
+        let r = self.c.delete_key_version("vol1", b, k, &id).await;
+        self.expect_same("delete version", reason(&r), want);
+        match r {
+            Ok(r) => self.learn_delete_version(b, k, &id, Ok((r.version_id, r.delete_marker))),
+            Err(ClientError::Api { reason, .. }) if reason == "VERSION_NOT_FOUND" => {
+                self.learn_delete_version(b, k, &id, Err(reason))
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// DeleteKeys, without version ids or with one per key (empty, or naming
+    /// a version; several of one key now and then).
     async fn delete_many(&mut self) {
         let b = *BUCKETS.choose(&mut self.rng).unwrap();
-        let n = self.rng.random_range(1..4);
-        let names: Vec<&'static str> = (0..n)
-            .map(|_| *KEYS.choose(&mut self.rng).unwrap())
-            .collect();
-        let r = self
-            .c
-            .delete_keys(
-                "vol1",
-                b,
-                &names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            )
-            .await
-            .unwrap();
-        let mut first: HashMap<&str, bool> = HashMap::new();
-        for (name, outcome) in names.iter().zip(&r) {
-            let deleted = *first.entry(name).or_insert_with(|| {
-                if let Some(old) = self.m.keys.remove(&(b, name)) {
-                    self.m.release(&old.blocks);
-                    true
+        let n = self.rng.random_range(1..5);
+        let with_ids = self.rng.random_bool(0.6);
+        let mut names: Vec<&'static str> = Vec::new();
+        let mut vids: Vec<String> = Vec::new();
+        for _ in 0..n {
+            let name = match names.last() {
+                Some(last) if with_ids && self.rng.random_bool(0.6) => *last,
+                _ => *KEYS.choose(&mut self.rng).unwrap(),
+            };
+            names.push(name);
+            if with_ids {
+                vids.push(if self.rng.random_bool(0.25) {
+                    String::new()
                 } else {
-                    false
-                }
-            });
-            assert_eq!(
-                outcome.reason.is_empty(),
-                deleted,
-                "{}: delete-many {name}",
-                self.ctx()
-            );
+                    self.pick_version(b, name, false)
+                });
+            }
         }
+        if with_ids && self.rng.random_bool(0.08) {
+            let i = self.rng.random_range(0..vids.len());
+            vids[i] = MALFORMED_IDS.choose(&mut self.rng).unwrap().to_string();
+        }
+        let keys: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let r = if with_ids {
+            let r = self.c.delete_key_versions("vol1", b, &keys, &vids).await;
+            let want = if vids.iter().all(|v| well_formed(v)) {
+                Ok(())
+            } else {
+                Err("INVALID_VERSION_ID")
+            };
+            self.expect_same("delete versions", reason(&r), want);
+            match r {
+                Ok(r) => r,
+                Err(_) => return,
+            }
+        } else {
+            self.c.delete_keys("vol1", b, &keys).await.unwrap()
+        };
+        let ctx = self.ctx();
+        assert_eq!(r.len(), names.len(), "{ctx}: delete-many outcomes");
+        if !with_ids && self.m.state(b) == State::Unversioned {
+            // The old semantics: a key listed twice is deleted once and
+            // reported the same way both times.
+            let mut first: HashMap<&str, bool> = HashMap::new();
+            for (name, outcome) in names.iter().zip(&r) {
+                let deleted = *first
+                    .entry(name)
+                    .or_insert_with(|| self.m.remove_version(b, name, "null").is_some());
+                assert_eq!(
+                    outcome.reason.is_empty(),
+                    deleted,
+                    "{ctx}: delete-many {name}"
+                );
+            }
+            return;
+        }
+        // Each key in turn, seeing what the ones before it did.
+        for (i, (name, outcome)) in names.iter().zip(&r).enumerate() {
+            let vid = vids.get(i).cloned().unwrap_or_default();
+            let got = if outcome.reason.is_empty() {
+                Ok((outcome.version_id.clone(), outcome.delete_marker))
+            } else {
+                assert_eq!(
+                    (&outcome.version_id, outcome.delete_marker),
+                    (&vid, false),
+                    "{ctx}: a refused outcome echoes its version id"
+                );
+                Err(outcome.reason.clone())
+            };
+            assert_eq!(&outcome.key, name, "{ctx}: delete-many outcome {i}");
+            if !vid.is_empty() {
+                self.learn_delete_version(b, name, &vid, got);
+            } else if self.m.state(b) != State::Unversioned || self.m.hist.contains_key(&(b, *name))
+            {
+                let got = got.unwrap_or_else(|e| panic!("{ctx}: delete-many {name}: {e}"));
+                self.learn_delete(b, name, got);
+            } else {
+                assert_eq!(
+                    got,
+                    Err("KEY_NOT_FOUND".into()),
+                    "{ctx}: delete-many {name}"
+                );
+            }
+        }
+        self.note(format!("delete many ({:?})", self.m.state(b)));
     }
 
     async fn rename(&mut self) {
@@ -407,7 +770,7 @@ impl Run {
         let present: Vec<&'static str> = KEYS
             .iter()
             .copied()
-            .filter(|k| self.m.keys.contains_key(&(b, *k)))
+            .filter(|k| self.m.current(b, k).is_some())
             .collect();
         let absent: Vec<&'static str> = KEYS
             .iter()
@@ -424,9 +787,11 @@ impl Run {
         }
         let want = if from == to {
             Err("SAME_NAME")
-        } else if !self.m.keys.contains_key(&(b, from)) {
+        } else if self.m.state(b) != State::Unversioned {
+            Err("BUCKET_VERSIONED")
+        } else if self.m.current(b, from).is_none() {
             Err("KEY_NOT_FOUND")
-        } else if self.m.keys.contains_key(&(b, to)) {
+        } else if self.m.current(b, to).is_some() {
             Err("KEY_ALREADY_EXISTS")
         } else {
             Ok(())
@@ -434,8 +799,15 @@ impl Run {
         let r = self.c.rename_key("vol1", b, from, to).await;
         self.expect_same("rename", reason(&r), want);
         if let Ok(got) = r {
-            let k = self.m.keys.remove(&(b, from)).unwrap();
-            self.learn(b, to, &got, &k);
+            let mut h = self.m.hist.remove(&(b, from)).unwrap();
+            h[0].k.update_id = got.update_id;
+            let ctx = self.ctx();
+            assert_eq!(
+                got_view(&got),
+                view(&h[0], true),
+                "{ctx}: renamed {b}/{from} to {to}"
+            );
+            self.m.hist.insert((b, to), h);
         }
     }
 
@@ -537,7 +909,7 @@ impl Run {
             off += len;
         }
         let etag = self.etag();
-        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cur = self.m.current(b, k).cloned();
         let cond = self.conditions(cur.as_ref());
         let want = if !self.m.sessions.contains_key(&id) {
             Err("SESSION_NOT_FOUND")
@@ -571,36 +943,76 @@ impl Run {
                 blocks: ids(&blocks),
                 update_id: 0,
             };
-            self.m.write(b, k, new.clone());
-            self.learn(b, k, &r.key.unwrap(), &new);
+            self.learn_write("commit", b, k, &r.key.unwrap(), new, false);
         }
     }
 
     async fn copy(&mut self) {
-        let (sb, sk) = self.pick_key();
-        let (db, dk) = if self.rng.random_bool(0.1) {
-            (sb, sk)
+        // Mostly a key whose current version is an object.
+        let live: Vec<(&'static str, &'static str)> = self
+            .m
+            .hist
+            .keys()
+            .copied()
+            .filter(|(b, k)| self.m.current(b, k).is_some())
+            .collect();
+        let (sb, sk) = if !live.is_empty() && self.rng.random_bool(0.7) {
+            *live.choose(&mut self.rng).unwrap()
         } else {
             self.pick_key()
         };
-        let replace = self.rng.random_bool(0.3);
+        let same = self.rng.random_bool(0.2);
+        let (db, dk) = if same { (sb, sk) } else { self.pick_key() };
+        let replace = self.rng.random_bool(if same { 0.6 } else { 0.3 });
         let md5 = if self.rng.random_bool(0.5) {
             md5_hex("content")
         } else {
             String::new()
         };
-        let src = self.m.keys.get(&(sb, sk)).cloned();
-        let cur = self.m.keys.get(&(db, dk)).cloned();
+        // A copy onto its own key mostly names one of its objects: S3's way
+        // of restoring an older version.
+        let objects: Vec<String> = self
+            .m
+            .history(sb, sk)
+            .iter()
+            .filter(|v| !v.marker)
+            .map(|v| v.id.clone())
+            .collect();
+        let src_version = if same && !objects.is_empty() && self.rng.random_bool(0.5) {
+            objects.choose(&mut self.rng).unwrap().clone()
+        } else if self.rng.random_bool(0.35) {
+            let malformed = self.rng.random_bool(0.2);
+            self.pick_version(sb, sk, malformed)
+        } else {
+            String::new()
+        };
+        let src: Result<MVersion, &'static str> = if src_version.is_empty() {
+            self.m
+                .history(sb, sk)
+                .first()
+                .filter(|v| !v.marker)
+                .cloned()
+                .ok_or("KEY_NOT_FOUND")
+        } else {
+            match self.m.version(sb, sk, &src_version) {
+                None => Err("VERSION_NOT_FOUND"),
+                Some(v) if v.marker => Err("SOURCE_IS_DELETE_MARKER"),
+                Some(v) => Ok(v.clone()),
+            }
+        };
+        let cur = self.m.current(db, dk).cloned();
         let cond = self.conditions(cur.as_ref());
         let same = sb == db && sk == dk;
-        let want = if same && !replace {
+        let want = if !well_formed(&src_version) {
+            Err("INVALID_VERSION_ID")
+        } else if same && !replace && src_version.is_empty() {
             Err("COPY_TO_ITSELF")
-        } else if src.is_none() {
-            Err("KEY_NOT_FOUND")
-        } else if !is_plain(&src.as_ref().unwrap().etag) && md5.is_empty() {
-            Err("CONTENT_DIGEST_REQUIRED")
         } else {
-            self.m.check_cond(cur.as_ref(), &cond)
+            match &src {
+                Err(e) => Err(*e),
+                Ok(s) if !is_plain(&s.k.etag) && md5.is_empty() => Err("CONTENT_DIGEST_REQUIRED"),
+                Ok(_) => self.m.check_cond(cur.as_ref(), &cond),
+            }
         };
         let r = self
             .c
@@ -608,6 +1020,7 @@ impl Run {
                 src_volume: "vol1".into(),
                 src_bucket: sb.into(),
                 src_key: sk.into(),
+                src_version_id: src_version.clone(),
                 volume: "vol1".into(),
                 bucket: db.into(),
                 key: dk.into(),
@@ -624,22 +1037,144 @@ impl Run {
         self.expect_same("copy", reason(&r), want);
         if let Ok(r) = r {
             let src = src.unwrap();
-            let etag = if is_plain(&src.etag) {
-                src.etag.clone()
+            let etag = if is_plain(&src.k.etag) {
+                src.k.etag.clone()
             } else {
                 md5
             };
             let new = MKey {
-                size: src.size,
+                size: src.k.size,
                 etag,
-                blocks: src.blocks.clone(),
+                blocks: src.k.blocks.clone(),
                 update_id: 0,
             };
-            if !same {
-                self.m.share(&src.blocks);
-                self.m.write(db, dk, new.clone());
+            // The write removes the very version it copies: the blocks move
+            // to the new version, with the same holders.
+            let keep = same
+                && self
+                    .m
+                    .replaced(db, dk)
+                    .is_some_and(|i| self.m.history(db, dk)[i].id == src.id);
+            let state = self.m.state(db);
+            if keep {
+                self.note(format!("copy of the version it replaces ({state:?})"));
+            } else {
+                if same {
+                    self.note(format!("copy of a version onto its key ({state:?})"));
+                }
+                self.m.share(&src.k.blocks);
             }
-            self.learn(db, dk, &r.key.unwrap(), &new);
+            if !src_version.is_empty() {
+                self.note(format!("copy of a named version ({state:?})"));
+            }
+            self.learn_write("copy", db, dk, &r.key.unwrap(), new, keep);
+        }
+    }
+
+    /// SetBucketVersioning: an object-store bucket to ENABLED or SUSPENDED,
+    /// now and then a refused request.
+    async fn set_versioning(&mut self) {
+        // The first bucket stays unversioned for a while.
+        let buckets = if self.step < UNVERSIONED_UNTIL {
+            &BUCKETS[1..]
+        } else {
+            &BUCKETS[..]
+        };
+        let (bucket, to, want) = match self.rng.random_range(0..14) {
+            0 => (
+                *BUCKETS.choose(&mut self.rng).unwrap(),
+                BucketVersioning::Unversioned,
+                Err("INVALID_VERSIONING"),
+            ),
+            1 => (
+                FS_BUCKET,
+                BucketVersioning::Enabled,
+                Err("VERSIONING_NOT_SUPPORTED"),
+            ),
+            _ => {
+                let b = *buckets.choose(&mut self.rng).unwrap();
+                let to = match self.m.state(b) {
+                    State::Enabled => BucketVersioning::Suspended,
+                    State::Suspended => BucketVersioning::Enabled,
+                    State::Unversioned if self.rng.random_bool(0.8) => BucketVersioning::Enabled,
+                    State::Unversioned => BucketVersioning::Suspended,
+                };
+                (b, to, Ok(()))
+            }
+        };
+        let r = self.c.set_bucket_versioning("vol1", bucket, to).await;
+        self.expect_same("versioning", reason(&r), want);
+        if let Ok(info) = r {
+            let ctx = self.ctx();
+            assert_eq!(info.versioning(), to, "{ctx}: versioning of {bucket}");
+            let b = *BUCKETS.iter().find(|b| **b == bucket).unwrap();
+            let state = if to == BucketVersioning::Enabled {
+                State::Enabled
+            } else {
+                State::Suspended
+            };
+            self.note(format!("versioning {:?} -> {state:?}", self.m.state(b)));
+            self.m.versioning.insert(b, state);
+        }
+    }
+
+    /// LookupKey, of the current version or of a named one.
+    async fn lookup(&mut self) {
+        let (b, k) = self.pick_key();
+        let id = if self.rng.random_bool(0.4) {
+            String::new()
+        } else {
+            self.pick_version(b, k, true)
+        };
+        let h = self.m.history(b, k).to_vec();
+        // (the version and whether it is current) or the refusal, and for a
+        // current delete marker its id.
+        let (want, marker): (Result<(&MVersion, bool), &str>, Option<String>) = if id.is_empty() {
+            match h.first() {
+                Some(v) if v.marker => (Err("KEY_NOT_FOUND"), Some(v.id.clone())),
+                Some(v) => (Ok((v, true)), None),
+                None => (Err("KEY_NOT_FOUND"), None),
+            }
+        } else if !well_formed(&id) {
+            (Err("INVALID_VERSION_ID"), None)
+        } else {
+            match h.iter().position(|v| v.id == id) {
+                Some(i) => (Ok((&h[i], i == 0)), None),
+                None => (Err("VERSION_NOT_FOUND"), None),
+            }
+        };
+        let r = self.c.lookup_key_version("vol1", b, k, &id).await;
+        self.expect_same("lookup", reason(&r), want.map(|_| ()));
+        let ctx = self.ctx();
+        match (r, want) {
+            (Ok(got), Ok((v, latest))) => {
+                assert_eq!(
+                    got_view(&got),
+                    view(v, latest),
+                    "{ctx}: lookup {b}/{k} version {id:?}"
+                );
+                assert_eq!(
+                    got.noncurrent_since_ms != 0,
+                    !latest,
+                    "{ctx}: lookup {b}/{k} version {id:?}: noncurrent since"
+                );
+                let what = match (v.marker, latest) {
+                    (true, _) => "a delete marker",
+                    (false, true) => "a current version",
+                    (false, false) => "a noncurrent version",
+                };
+                self.note(format!("lookup of {what}"));
+            }
+            (Err(ClientError::Api { delete_marker, .. }), _) => {
+                if marker.is_some() {
+                    self.note("lookup behind a delete marker".into());
+                }
+                assert_eq!(
+                    delete_marker, marker,
+                    "{ctx}: lookup {b}/{k}: delete marker"
+                );
+            }
+            (r, _) => panic!("{ctx}: lookup {b}/{k}: {r:?}"),
         }
     }
 
@@ -749,7 +1284,7 @@ impl Run {
         if listed.is_empty() {
             return;
         }
-        let cur = self.m.keys.get(&(b, k)).cloned();
+        let cur = self.m.current(b, k).cloned();
         let cond = self.conditions(cur.as_ref());
         let want = if !self.m.uploads.contains_key(&id) {
             Err("UPLOAD_NOT_FOUND")
@@ -819,8 +1354,7 @@ impl Run {
                 blocks,
                 update_id: 0,
             };
-            self.m.write(b, k, new.clone());
-            self.learn(b, k, &r.key.unwrap(), &new);
+            self.learn_write("complete", b, k, &r.key.unwrap(), new, false);
         }
     }
 
@@ -1236,8 +1770,73 @@ impl Run {
         }
     }
 
+    /// ListObjectVersions of `b`, in small pages followed by continuation
+    /// token and by S3's markers, against the model's histories.
+    async fn check_versions(&mut self, b: &'static str) {
+        let ctx = self.ctx();
+        let want: Vec<(String, View)> = KEYS
+            .iter()
+            .flat_map(|k| {
+                self.m
+                    .history(b, k)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (k.to_string(), view(v, i == 0)))
+            })
+            .collect();
+        for (by_token, max_keys) in [(true, 3), (false, 2)] {
+            let mut got = Vec::new();
+            let mut req = ListObjectVersionsRequest {
+                volume: "vol1".into(),
+                bucket: b.into(),
+                max_keys,
+                ..Default::default()
+            };
+            loop {
+                let r = self.c.list_object_versions(req.clone()).await.unwrap();
+                assert!(r.common_prefixes.is_empty(), "{ctx}");
+                for v in &r.versions {
+                    assert_eq!(
+                        v.noncurrent_since_ms != 0,
+                        !v.is_latest,
+                        "{ctx}: {b}/{} version {}: noncurrent since",
+                        v.name,
+                        v.version_id
+                    );
+                    got.push((v.name.clone(), got_view(v)));
+                }
+                if !r.truncated {
+                    break;
+                }
+                let last = r.versions.last().unwrap();
+                assert_eq!(
+                    (&r.next_key_marker, &r.next_version_id_marker),
+                    (&last.name, &last.version_id),
+                    "{ctx}: next markers of a page of {b}"
+                );
+                if !by_token && !last.is_latest {
+                    self.note(format!(
+                        "a page by markers ends at a noncurrent {}",
+                        match (last.delete_marker, last.version_id == "null") {
+                            (true, _) => "delete marker",
+                            (false, true) => "null version",
+                            (false, false) => "version",
+                        }
+                    ));
+                }
+                if by_token {
+                    req.continuation_token = r.next_continuation_token;
+                } else {
+                    req.key_marker = r.next_key_marker;
+                    req.version_id_marker = r.next_version_id_marker;
+                }
+            }
+            assert_eq!(got, want, "{ctx}: versions of {b} (by token: {by_token})");
+        }
+    }
+
     /// Compares every table, through the listing APIs, with the model.
-    async fn check_all(&self) {
+    async fn check_all(&mut self) {
         self.check_fs().await;
         let ctx = self.ctx();
         for b in BUCKETS {
@@ -1269,29 +1868,48 @@ impl Run {
                 }
                 token = r.next_continuation_token;
             }
-            let want: Vec<_> = self
-                .m
-                .keys
+            let want: Vec<_> = KEYS
                 .iter()
-                .filter(|((bb, _), _)| *bb == b)
-                .map(|((_, k), v)| {
-                    (
-                        k.to_string(),
-                        v.size,
-                        v.etag.clone(),
-                        v.blocks.clone(),
-                        v.update_id,
-                    )
+                .filter_map(|k| {
+                    self.m.current(b, k).map(|v| {
+                        (
+                            k.to_string(),
+                            v.size,
+                            v.etag.clone(),
+                            v.blocks.clone(),
+                            v.update_id,
+                        )
+                    })
                 })
                 .collect();
             assert_eq!(got, want, "{ctx}: keys of {b}");
+            self.check_versions(b).await;
+            // Every version holding data counts; delete markers do not.
+            let objects = || {
+                KEYS.iter()
+                    .flat_map(|k| self.m.history(b, k))
+                    .filter(|v| !v.marker)
+            };
             let info = self.c.get_bucket("vol1", b).await.unwrap();
-            let used: u64 = want.iter().map(|k| k.1).sum();
             let open = self.m.sessions.values().filter(|s| s.bucket == b).count() as u64;
             assert_eq!(
-                (info.key_count, info.used_bytes, info.open_key_count),
-                (want.len() as u64, used, open),
-                "{ctx}: counters of {b}"
+                (
+                    info.versioning(),
+                    info.key_count,
+                    info.used_bytes,
+                    info.open_key_count
+                ),
+                (
+                    match self.m.state(b) {
+                        State::Unversioned => BucketVersioning::Unversioned,
+                        State::Enabled => BucketVersioning::Enabled,
+                        State::Suspended => BucketVersioning::Suspended,
+                    },
+                    objects().count() as u64,
+                    objects().map(|v| v.k.size).sum::<u64>(),
+                    open
+                ),
+                "{ctx}: versioning and counters of {b}"
             );
             let sessions = self
                 .c
@@ -1398,11 +2016,13 @@ fn hex_decode(s: &str) -> Vec<u8> {
         .collect()
 }
 
-async fn run_seed(
-    seed: u64,
-    steps: usize,
-    restart_every: usize,
-) -> BTreeMap<&'static str, (usize, usize)> {
+/// (ok, refused) per operation, and how often each event came up.
+type Tallies = (
+    BTreeMap<&'static str, (usize, usize)>,
+    BTreeMap<String, usize>,
+);
+
+async fn run_seed(seed: u64, steps: usize, restart_every: usize) -> Tallies {
     let tweak = |a: &mut om::config::Args| {
         a.min_part_size = Some(MIN_PART);
         a.snapshot_every = Some(100);
@@ -1420,6 +2040,7 @@ async fn run_seed(
         .unwrap();
     let mut run = Run {
         tally: BTreeMap::new(),
+        events: BTreeMap::new(),
         rng: StdRng::seed_from_u64(seed),
         m: Model::new(),
         c,
@@ -1428,25 +2049,28 @@ async fn run_seed(
     };
     for step in 0..steps {
         run.step = step;
-        match run.rng.random_range(0..140) {
-            0..15 => run.put().await,
-            15..22 => run.delete().await,
-            22..26 => run.delete_many().await,
-            26..30 => run.rename().await,
-            30..40 => run.open().await,
-            40..45 => run.allocate().await,
-            45..57 => run.commit().await,
-            57..67 => run.copy().await,
-            67..73 => run.initiate().await,
-            73..83 => run.part().await,
-            83..91 => run.complete().await,
-            91..95 => run.abort().await,
-            95..100 => run.ack().await,
-            100..108 => run.fs_mkdir().await,
-            108..118 => run.fs_create().await,
-            118..126 => run.fs_commit().await,
-            126..133 => run.fs_delete().await,
-            _ => run.fs_rename().await,
+        match run.rng.random_range(0..163) {
+            0..16 => run.put().await,
+            16..22 => run.delete().await,
+            22..28 => run.delete_many().await,
+            28..32 => run.rename().await,
+            32..42 => run.open().await,
+            42..47 => run.allocate().await,
+            47..59 => run.commit().await,
+            59..71 => run.copy().await,
+            71..77 => run.initiate().await,
+            77..87 => run.part().await,
+            87..95 => run.complete().await,
+            95..99 => run.abort().await,
+            99..104 => run.ack().await,
+            104..112 => run.fs_mkdir().await,
+            112..122 => run.fs_create().await,
+            122..130 => run.fs_commit().await,
+            130..137 => run.fs_delete().await,
+            137..144 => run.fs_rename().await,
+            144..147 => run.set_versioning().await,
+            147..154 => run.delete_version().await,
+            _ => run.lookup().await,
         }
         if step % 25 == 24 {
             wait_purged(&node).await;
@@ -1466,25 +2090,89 @@ async fn run_seed(
     run.check_all().await;
     node.node.shutdown().await;
     eprintln!("seed {seed}: (ok, refused) per operation: {:?}", run.tally);
-    run.tally
+    (run.tally, run.events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn om_matches_the_model_across_restarts() {
     let mut tally: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for seed in [1, 2, 3, 4] {
-        for (op, (ok, refused)) in run_seed(seed, 400, 130).await {
+    let mut events: BTreeMap<String, usize> = BTreeMap::new();
+    for seed in 1..=6 {
+        let (t, e) = run_seed(seed, 500, 130).await;
+        for (op, (ok, refused)) in t {
             let t = tally.entry(op).or_default();
             t.0 += ok;
             t.1 += refused;
         }
+        for (event, n) in e {
+            *events.entry(event).or_default() += n;
+        }
     }
+    eprintln!("events: {events:#?}");
     // The sequences reach both outcomes of every operation.
-    assert_eq!(tally.len(), 14, "{tally:?}");
+    assert_eq!(tally.len(), 18, "{tally:?}");
     for (op, (ok, refused)) in &tally {
         assert!(*ok > 0, "{op} never succeeded");
         if *op != "put" {
             assert!(*refused > 0, "{op} was never refused");
         }
     }
+    // And every rule of versioned buckets.
+    let mut missing = Vec::new();
+    for state in ["Enabled", "Suspended"] {
+        for op in ["put", "commit", "copy", "complete"] {
+            missing.push(format!("{op} ({state})"));
+        }
+        for e in [
+            "delete marker of an object",
+            "delete marker of a missing key",
+            "delete marker over a delete marker",
+            "removed a current version, an older one promoted",
+            "removed a current delete marker",
+            "removed a noncurrent version",
+            "copy of a named version",
+            "put over a delete marker",
+        ] {
+            missing.push(format!("{e} ({state})"));
+        }
+    }
+    missing.extend(
+        [
+            "copy of the version it replaces (Unversioned)",
+            "copy of the version it replaces (Suspended)",
+            "copy of a version onto its key (Enabled)",
+            "copy of a version onto its key (Suspended)",
+            "a write replaces a noncurrent null version",
+            "a page by markers ends at a noncurrent delete marker",
+            "a page by markers ends at a noncurrent null version",
+            "a page by markers ends at a noncurrent version",
+            "versioning Unversioned -> Suspended",
+            "removed a noncurrent delete marker (Enabled)",
+            "removed the only version (Unversioned)",
+            "versioning Unversioned -> Enabled",
+            "versioning Enabled -> Suspended",
+            "versioning Suspended -> Enabled",
+            "lookup of a delete marker",
+            "lookup of a noncurrent version",
+            "lookup behind a delete marker",
+            "lookup: VERSION_NOT_FOUND",
+            "lookup: INVALID_VERSION_ID",
+            "delete version: VERSION_NOT_FOUND",
+            "delete version: INVALID_VERSION_ID",
+            "delete versions: INVALID_VERSION_ID",
+            "delete many (Enabled)",
+            "delete many (Suspended)",
+            "copy: VERSION_NOT_FOUND",
+            "copy: SOURCE_IS_DELETE_MARKER",
+            "copy: INVALID_VERSION_ID",
+            "copy: COPY_TO_ITSELF",
+            "copy: KEY_NOT_FOUND",
+            "rename: BUCKET_VERSIONED",
+            "put: IF_MATCH_FAILED",
+            "commit: KEY_NOT_FOUND",
+        ]
+        .map(String::from),
+    );
+    missing.retain(|e| !events.contains_key(e));
+    assert!(missing.is_empty(), "never came up: {missing:?}");
 }
