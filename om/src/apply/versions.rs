@@ -789,7 +789,11 @@ mod tests {
                 metadata_directive: 1,
                 ..Default::default()
             }));
-            assert_eq!(freed_blocks(&sm), 0, "state {state}: a self-copy freed its blocks");
+            assert_eq!(
+                freed_blocks(&sm),
+                0,
+                "state {state}: a self-copy freed its blocks"
+            );
             assert_eq!(history(&sm, "k").len(), 1);
             // Deleting it frees them exactly once.
             delete(&mut sm, "k", "null");
