@@ -837,12 +837,18 @@ impl OmClient {
         set_volume_quota(SetVolumeQuotaRequest) -> SetVolumeQuotaResponse;
         /// Sets or clears a bucket's quotas (absent fields stay as they are).
         set_bucket_quota(SetBucketQuotaRequest) -> SetBucketQuotaResponse;
+        /// Replaces a bucket's lifecycle rules.
+        put_bucket_lifecycle(PutBucketLifecycleRequest) -> PutBucketLifecycleResponse;
+        /// Removes a bucket's lifecycle rules.
+        delete_bucket_lifecycle(DeleteBucketLifecycleRequest) -> DeleteBucketLifecycleResponse;
         /// Replaces, adds to or removes from the grants of the cluster, a
         /// volume or a bucket.
         set_acl(SetAclRequest) -> SetAclResponse;
     }
 
     read_rpcs! {
+        /// A bucket's lifecycle rules (NOT_FOUND NO_SUCH_LIFECYCLE_CONFIGURATION when none).
+        get_bucket_lifecycle(GetBucketLifecycleRequest) -> GetBucketLifecycleResponse;
         list_open_keys(ListOpenKeysRequest) -> ListOpenKeysResponse;
         list_parts(ListPartsRequest) -> ListPartsResponse;
         list_multipart_uploads(ListMultipartUploadsRequest) -> ListMultipartUploadsResponse;

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 mod acl;
 mod bench;
 mod files;
+mod lifecycle;
 mod objects;
 mod quota;
 mod versions;
@@ -228,6 +229,9 @@ enum BucketCmd {
     Clrquota(quota::ClrArgs),
     /// Enable or suspend versioning of VOLUME/BUCKET (never back to unversioned).
     SetVersioning(versions::SetArgs),
+    /// Lifecycle rules (AWS's JSON): set, get, delete.
+    #[command(subcommand)]
+    Lifecycle(lifecycle::Cmd),
 }
 
 #[derive(Subcommand)]
@@ -755,6 +759,7 @@ async fn run(cli: Cli) -> Result<()> {
             BucketCmd::Setquota(a) => quota::set_bucket(&c, out, a).await?,
             BucketCmd::Clrquota(a) => quota::clr_bucket(&c, out, a).await?,
             BucketCmd::SetVersioning(a) => versions::set_versioning(&c, out, a).await?,
+            BucketCmd::Lifecycle(l) => lifecycle::run(&c, out, l).await?,
         },
         Cmd::Key(k) => {
             match k {

@@ -20,6 +20,7 @@ use rocksdb::{DB, WriteBatch};
 
 mod acl;
 mod fs;
+mod lifecycle;
 mod limits;
 mod multipart;
 mod quota;
@@ -46,7 +47,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 3;
+pub const RULES: u32 = 4;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -187,6 +188,7 @@ pub fn apply_command(
             Some(Op::SetBucketQuota(c)) => ctx.set_bucket_quota(batch, c),
             Some(Op::SetAcl(c)) => ctx.set_acl(batch, c),
             Some(Op::SetBucketVersioning(c)) => ctx.set_bucket_versioning(batch, c),
+            Some(Op::SetBucketLifecycle(c)) => ctx.set_bucket_lifecycle(batch, c),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",
@@ -520,6 +522,15 @@ impl Ctx<'_> {
         }
         vol.update_id = self.index;
         table::delete::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.name))?;
+        // Its lifecycle configuration goes with it (a bucket created again
+        // under the name starts without one).
+        if self.rules >= 4 {
+            table::delete::<table::LifecycleTable>(
+                self.db,
+                b,
+                &keys::bucket_key(&c.volume, &c.name),
+            )?;
+        }
         table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
         ok(command_result::Result::Empty(Empty {}))
     }

@@ -231,6 +231,7 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         Op::CreateBucket(c) => vec![(Volume(&c.volume), CREATE)],
         Op::DeleteBucket(c) => vec![(Bucket(&c.volume, &c.name), DELETE)],
         Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
+        Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::OpenKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::AllocateBlock(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
@@ -282,6 +283,7 @@ pub fn target(op: &Op) -> String {
         Op::SetVolumeQuota(c) => Resource::Volume(&c.name).to_string(),
         Op::SetBucketQuota(c) => Resource::Bucket(&c.volume, &c.name).to_string(),
         Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
+        Op::SetBucketLifecycle(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         other => match required(other).first() {
             Some((r, _)) => r.to_string(),
             None => "/".to_string(),

@@ -20,6 +20,7 @@ use crate::validate;
 
 mod acl;
 mod files;
+mod lifecycle;
 mod malformed;
 mod objects;
 mod quota;
@@ -833,6 +834,39 @@ impl OzoneManager for OmGrpc {
         observe(
             "SetBucketVersioning",
             versions::set_bucket_versioning(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn put_bucket_lifecycle(
+        &self,
+        req: Request<PutBucketLifecycleRequest>,
+    ) -> Result<Response<PutBucketLifecycleResponse>, Status> {
+        observe(
+            "PutBucketLifecycle",
+            lifecycle::put(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn get_bucket_lifecycle(
+        &self,
+        req: Request<GetBucketLifecycleRequest>,
+    ) -> Result<Response<GetBucketLifecycleResponse>, Status> {
+        observe(
+            "GetBucketLifecycle",
+            lifecycle::get(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: Request<DeleteBucketLifecycleRequest>,
+    ) -> Result<Response<DeleteBucketLifecycleResponse>, Status> {
+        observe(
+            "DeleteBucketLifecycle",
+            lifecycle::delete(&self.svc, req.into_inner()),
         )
         .await
     }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fs;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod limits;
 pub mod listing;
 pub mod metrics;

@@ -18,6 +18,7 @@ use rocksdb::DB;
 
 mod access;
 mod files;
+mod lifecycle;
 pub mod versions;
 
 pub use access::Policy;

@@ -5,13 +5,24 @@
 
 #![allow(clippy::all, clippy::pedantic)]
 
-pub mod v1 {
-    tonic::include_proto!("om.v1");
+/// The generated modules nest as their protobuf packages do, so messages of
+/// one package can name another's (`om.store.v1` stores `om.v1` lifecycle
+/// rules as they were validated).
+mod packages {
+    pub mod om {
+        pub mod v1 {
+            tonic::include_proto!("om.v1");
+        }
+        pub mod store {
+            pub mod v1 {
+                tonic::include_proto!("om.store.v1");
+            }
+        }
+    }
 }
 
-pub mod store {
-    tonic::include_proto!("om.store.v1");
-}
+pub use packages::om::store::v1 as store;
+pub use packages::om::v1;
 
 pub mod raft {
     tonic::include_proto!("om.raft.v1");
@@ -67,6 +78,7 @@ impl store::Command {
             Some(Op::SetBucketQuota(_)) => "SetBucketQuota",
             Some(Op::SetAcl(_)) => "SetAcl",
             Some(Op::SetBucketVersioning(_)) => "SetBucketVersioning",
+            Some(Op::SetBucketLifecycle(_)) => "SetBucketLifecycle",
             None => "Empty",
         }
     }

@@ -149,6 +149,13 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             name("volume", &c.volume)?;
             name("bucket", &c.bucket)?;
         }
+        Op::SetBucketLifecycle(c) => {
+            name("volume", &c.volume)?;
+            name("bucket", &c.bucket)?;
+            if !c.delete {
+                crate::lifecycle::validate(&c.rules)?;
+            }
+        }
         Op::ExpireRetryCache(_) => {}
         Op::DeleteKeys(c) => {
             bucket(&c.volume, &c.bucket)?;

@@ -26,6 +26,7 @@
 //! |                  | `\xff` u64 BE opened-ms, then the entry's key      | empty (expiry index)  |
 //! | `deleted_dirs`   | u64 BE log index, u32 BE sequence                 | `DeletedDirRecord`    |
 //! | `settings`       | `cluster_acl`                                     | `ClusterAclRecord`    |
+//! | `lifecycle`      | `volume` `/` `bucket`                            | `LifecycleRecord`     |
 //!
 //! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
 //! parent directory's object id (the bucket's object id at the root) and its
@@ -72,6 +73,7 @@ pub const TABLE_CFS: &[&str] = &[
     OPEN_FILES_CF,
     DELETED_DIRS_CF,
     SETTINGS_CF,
+    LIFECYCLE_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -104,6 +106,7 @@ pub const FILES_CF: &str = "files";
 pub const OPEN_FILES_CF: &str = "open_files";
 pub const DELETED_DIRS_CF: &str = "deleted_dirs";
 pub const SETTINGS_CF: &str = "settings";
+pub const LIFECYCLE_CF: &str = "lifecycle";
 
 /// The cluster's ACL (admins and impersonators) in `settings`.
 pub const CLUSTER_ACL_KEY: &[u8] = b"cluster_acl";

@@ -9,7 +9,8 @@ use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
     BucketRecord, ClusterAclRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord,
-    KeyRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord, VolumeRecord,
+    KeyRecord, LifecycleRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord,
+    VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -37,7 +38,8 @@ record!(
     PartRecord,
     DirectoryRecord,
     DeletedDirRecord,
-    ClusterAclRecord
+    ClusterAclRecord,
+    LifecycleRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -139,6 +141,13 @@ table!(
     keys::SETTINGS_CF,
     ClusterAclRecord,
     "Cluster-wide settings; today only the cluster ACL (`keys::CLUSTER_ACL_KEY`)."
+);
+
+table!(
+    LifecycleTable,
+    keys::LIFECYCLE_CF,
+    LifecycleRecord,
+    "Buckets' lifecycle configurations, under the bucket's key."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {
