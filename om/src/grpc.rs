@@ -679,17 +679,7 @@ impl OzoneManager for OmGrpc {
             for k in &r.keys {
                 validate::key_name("keys", k)?;
             }
-            if !r.version_ids.is_empty() && r.version_ids.len() != r.keys.len() {
-                return Err(OmError::invalid(
-                    "INVALID_VERSION_ID_COUNT",
-                    "version_ids",
-                    format!(
-                        "version_ids holds {} entries for {} keys; give none or one per key",
-                        r.version_ids.len(),
-                        r.keys.len()
-                    ),
-                ));
-            }
+            crate::apply::versions::check_version_id_count(r.keys.len(), r.version_ids.len())?;
             for v in &r.version_ids {
                 versions::optional_version_id("version_ids", v)?;
             }

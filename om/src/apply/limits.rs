@@ -172,17 +172,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             for k in &c.keys {
                 validate::key_name("keys", k)?;
             }
-            if !c.version_ids.is_empty() && c.version_ids.len() != c.keys.len() {
-                return Err(OmError::invalid(
-                    "INVALID_VERSION_ID_COUNT",
-                    "version_ids",
-                    format!(
-                        "version_ids holds {} entries for {} keys; give none or one per key",
-                        c.version_ids.len(),
-                        c.keys.len()
-                    ),
-                ));
-            }
+            super::versions::check_version_id_count(c.keys.len(), c.version_ids.len())?;
             for v in &c.version_ids {
                 version_id("version_ids", v)?;
             }

@@ -93,6 +93,19 @@ pub fn parse_version_id(id: &str, field: &str) -> Result<VersionRef, OmError> {
     }
 }
 
+/// DeleteKeys' version ids: none, or one per key (INVALID_ARGUMENT
+/// `INVALID_VERSION_ID_COUNT`), checked at the edge and in apply alike.
+pub fn check_version_id_count(keys: usize, ids: usize) -> Result<(), OmError> {
+    if ids == 0 || ids == keys {
+        return Ok(());
+    }
+    Err(OmError::invalid(
+        "INVALID_VERSION_ID_COUNT",
+        "version_ids",
+        format!("version_ids holds {ids} entries for {keys} keys; give none or one per key"),
+    ))
+}
+
 /// Whether `rec` is the version `v` names.
 pub fn is_version(rec: &KeyRecord, v: VersionRef) -> bool {
     match v {
