@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing soak-retry-cache fmt lint
+.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -47,6 +47,11 @@ bench-objects: build
 # Listing benchmarks: tombstone bands, delimiter roll-up, gRPC pages (see BENCHMARKS.md).
 bench-listing: build
 	$(CARGO) run --release -p om-tests --bin listing_bench
+
+# Lifecycle scans: a pass over 1M keys, PutKey latency during passes, resume
+# cost, listings after expiry (see BENCHMARKS.md).
+bench-lifecycle: build
+	$(CARGO) run --release -p om-tests --bin lifecycle_bench
 
 # Retry-cache expiry under a 10-minute write load at 256 clients (see BENCHMARKS.md).
 soak-retry-cache: build

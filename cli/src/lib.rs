@@ -822,6 +822,10 @@ impl OmClient {
         commit_key(CommitKeyRequest) -> CommitKeyResponse;
         /// Copies a key server-side, sharing its blocks.
         copy_key(CopyKeyRequest) -> CopyKeyResponse;
+        /// Replaces the tags of a key's version (an empty set removes them).
+        put_key_tagging(PutKeyTaggingRequest) -> PutKeyTaggingResponse;
+        /// Removes every tag of a key's version.
+        delete_key_tagging(DeleteKeyTaggingRequest) -> DeleteKeyTaggingResponse;
         initiate_multipart_upload(InitiateMultipartUploadRequest) -> InitiateMultipartUploadResponse;
         commit_part(CommitPartRequest) -> CommitPartResponse;
         complete_multipart_upload(CompleteMultipartUploadRequest) -> CompleteMultipartUploadResponse;
@@ -847,8 +851,12 @@ impl OmClient {
     }
 
     read_rpcs! {
+        /// The tags of a key's version (the current one unless named).
+        get_key_tagging(GetKeyTaggingRequest) -> GetKeyTaggingResponse;
         /// A bucket's lifecycle rules (NOT_FOUND NO_SUCH_LIFECYCLE_CONFIGURATION when none).
         get_bucket_lifecycle(GetBucketLifecycleRequest) -> GetBucketLifecycleResponse;
+        /// Where a bucket's lifecycle scan stands.
+        get_lifecycle_status(GetLifecycleStatusRequest) -> GetLifecycleStatusResponse;
         list_open_keys(ListOpenKeysRequest) -> ListOpenKeysResponse;
         list_parts(ListPartsRequest) -> ListPartsResponse;
         list_multipart_uploads(ListMultipartUploadsRequest) -> ListMultipartUploadsResponse;

@@ -23,6 +23,16 @@ pub enum Cmd {
     Get { path: String },
     /// Remove VOLUME/BUCKET's rules.
     Delete { path: String },
+    /// Where VOLUME/BUCKET's lifecycle scan stands: the pass under way (phase,
+    /// cursor, entries evaluated, actions by action and by rule) and the last
+    /// completed one.
+    Status {
+        path: String,
+        /// Redraw a progress line every second until the pass under way
+        /// completes (or, when idle, the next one does).
+        #[arg(long)]
+        watch: bool,
+    },
 }
 
 /// Actions S3 has that om does not run.
@@ -354,8 +364,169 @@ pub fn to_json(rules: &[LifecycleRule]) -> Value {
     json!({ "Rules": rules })
 }
 
+fn counts(m: &std::collections::HashMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort();
+    v.iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn status_json(path: &str, r: &GetLifecycleStatusResponse) -> Value {
+    let Some(s) = &r.status else {
+        return json!({"bucket": path, "rules": r.rules.len(), "pass": 0, "phase": "not started"});
+    };
+    json!({
+        "bucket": path,
+        "rules": r.rules.len(),
+        "pass": s.pass,
+        "phase": s.phase,
+        "cursor": s.cursor,
+        "cursor_version_id": s.cursor_version_id,
+        "pass_started": iso_date(s.pass_started_ms),
+        "cursor_moved": iso_date(s.cursor_ms),
+        "evaluated": s.evaluated,
+        "actions": s.actions,
+        "rule_actions": s.rule_actions,
+        "last_pass_started": (s.last_pass_completed_ms > 0).then(|| iso_date(s.last_pass_started_ms)),
+        "last_pass_completed": (s.last_pass_completed_ms > 0).then(|| iso_date(s.last_pass_completed_ms)),
+        "last_pass_evaluated": s.last_pass_evaluated,
+        "last_pass_actions": s.last_pass_actions,
+        "total_evaluated": s.total_evaluated,
+        "total_actions": s.total_actions,
+        "last_resume_seeks": s.last_resume_seeks,
+        "last_resume_before_cursor": s.last_resume_before_cursor,
+        "current_configuration": s.current,
+        "bucket_key_count": s.bucket_key_count,
+    })
+}
+
+fn print_status(path: &str, r: &GetLifecycleStatusResponse) {
+    let Some(s) = &r.status else {
+        println!("{path}: {} lifecycle rules; no scan has started", r.rules.len());
+        return;
+    };
+    println!("{path}: {} lifecycle rules, pass {}", r.rules.len(), s.pass);
+    if s.phase == "idle" {
+        println!("  idle (next pass after the interval)");
+    } else {
+        let version = if s.cursor_version_id.is_empty() {
+            String::new()
+        } else {
+            format!(" version {}", s.cursor_version_id)
+        };
+        println!(
+            "  phase {}, cursor {:?}{version}, moved {}",
+            s.phase,
+            s.cursor,
+            iso_date(s.cursor_ms)
+        );
+        println!(
+            "  this pass: started {}, evaluated {} (bucket holds {}), actions: {}",
+            iso_date(s.pass_started_ms),
+            s.evaluated,
+            s.bucket_key_count,
+            counts(&s.actions)
+        );
+        println!("  by rule: {}", counts(&s.rule_actions));
+    }
+    if s.last_pass_completed_ms > 0 {
+        println!(
+            "  last pass: {} to {} ({:.1} s), evaluated {}, actions: {}",
+            iso_date(s.last_pass_started_ms),
+            iso_date(s.last_pass_completed_ms),
+            s.last_pass_completed_ms.saturating_sub(s.last_pass_started_ms) as f64 / 1000.0,
+            s.last_pass_evaluated,
+            counts(&s.last_pass_actions)
+        );
+    }
+    println!(
+        "  all passes: evaluated {}, actions: {}",
+        s.total_evaluated,
+        counts(&s.total_actions)
+    );
+    println!(
+        "  last page resumed with {} seek(s), {} entries at or before its cursor{}",
+        s.last_resume_seeks,
+        s.last_resume_before_cursor,
+        if s.current {
+            ""
+        } else {
+            "; the configuration changed: the next page starts a new pass"
+        }
+    );
+}
+
+/// One progress line: a bar of entries evaluated against the bucket's size.
+fn progress_line(s: &LifecycleStatus) -> String {
+    let total = s.bucket_key_count.max(1);
+    let done = if s.phase == "idle" { total } else { s.evaluated.min(total) };
+    let width = 30;
+    let filled = (done as usize * width) / total as usize;
+    let actions: u64 = s.actions.values().sum();
+    format!(
+        "pass {} [{}{}] {:>3}% {} evaluated, {actions} actions, phase {}",
+        s.pass,
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        done * 100 / total,
+        s.evaluated,
+        s.phase
+    )
+}
+
+async fn status(c: &OmClient, out: Output, path: &str, watch: bool) -> Result<()> {
+    let (v, b) = split2(path)?;
+    let req = GetLifecycleStatusRequest {
+        volume: v.into(),
+        bucket: b.into(),
+        ..Default::default()
+    };
+    let r = c.get_lifecycle_status(req.clone()).await?;
+    if !watch {
+        if out == Output::Json {
+            println!("{}", status_json(path, &r));
+        } else {
+            print_status(path, &r);
+        }
+        return Ok(());
+    }
+    // The pass to watch: the one under way, else the next.
+    let start = r.status.as_ref().map_or(0, |s| s.pass);
+    let watched = match &r.status {
+        Some(s) if s.phase != "idle" => start,
+        _ => start + 1,
+    };
+    loop {
+        let r = c.get_lifecycle_status(req.clone()).await?;
+        if let Some(s) = &r.status {
+            let finished = s.pass > watched || (s.pass == watched && s.phase == "idle");
+            if out == Output::Json {
+                println!("{}", status_json(path, &r));
+            } else if s.pass >= watched {
+                use std::io::Write;
+                print!("\r{}", progress_line(s));
+                std::io::stdout().flush()?;
+            }
+            if finished {
+                if out != Output::Json {
+                    println!();
+                    print_status(path, &r);
+                }
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 pub async fn run(c: &OmClient, out: Output, cmd: Cmd) -> Result<()> {
     match cmd {
+        Cmd::Status { path, watch } => status(c, out, &path, watch).await?,
         Cmd::Set { path, file } => {
             let (v, b) = split2(&path)?;
             let text = if file == "-" {

@@ -18,6 +18,7 @@ mod files;
 mod lifecycle;
 mod objects;
 mod quota;
+mod tagging;
 mod versions;
 
 #[derive(Parser)]
@@ -247,6 +248,9 @@ enum KeyCmd {
         content_type: String,
         #[arg(long = "meta")]
         meta: Vec<String>,
+        /// An object tag KEY=VALUE (repeatable; at most 10).
+        #[arg(long = "tag")]
+        tag: Vec<String>,
         #[command(flatten)]
         cond: objects::CondArgs,
     },
@@ -258,6 +262,8 @@ enum KeyCmd {
     },
     /// Every version and delete marker of VOLUME/BUCKET's keys, newest first per key.
     Versions(versions::ListArgs),
+    /// Object tags of VOLUME/BUCKET/KEY: set, get, delete.
+    Tag(tagging::Args),
     /// Open a write session for VOLUME/BUCKET/KEY; prints the session id.
     Open {
         path: String,
@@ -492,6 +498,7 @@ fn key_json(k: &KeyInfo) -> Value {
         "created_ms": k.creation_time_ms, "modified_ms": k.modification_time_ms,
         "object_id": k.object_id, "update_id": k.update_id,
         "version_id": k.version_id, "delete_marker": k.delete_marker, "is_latest": k.is_latest,
+        "tag_count": k.tag_count,
     })
 }
 
@@ -769,6 +776,7 @@ async fn run(cli: Cli) -> Result<()> {
                     etag,
                     content_type,
                     meta,
+                    tag,
                     cond,
                 } => {
                     let (v, b, key) = split3(&path)?;
@@ -782,6 +790,7 @@ async fn run(cli: Cli) -> Result<()> {
                             content_type,
                             metadata: parse_meta(&meta)?,
                             conditions: cond.to_proto(),
+                            tags: tagging::parse_tags(&tag)?,
                             ..Default::default()
                         })
                         .await?;
@@ -821,6 +830,7 @@ async fn run(cli: Cli) -> Result<()> {
                     );
                 }
                 KeyCmd::Versions(a) => versions::list(&c, out, a).await?,
+                KeyCmd::Tag(a) => tagging::run(&c, out, a).await?,
                 KeyCmd::List {
                     path,
                     list: l,

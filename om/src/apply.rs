@@ -24,6 +24,7 @@ mod lifecycle;
 mod limits;
 mod multipart;
 mod quota;
+pub mod tagging;
 pub mod versions;
 mod write;
 
@@ -189,6 +190,8 @@ pub fn apply_command(
             Some(Op::SetAcl(c)) => ctx.set_acl(batch, c),
             Some(Op::SetBucketVersioning(c)) => ctx.set_bucket_versioning(batch, c),
             Some(Op::SetBucketLifecycle(c)) => ctx.set_bucket_lifecycle(batch, c),
+            Some(Op::LifecycleScan(c)) => ctx.lifecycle_scan(batch, c),
+            Some(Op::PutKeyTagging(c)) => ctx.put_key_tagging(batch, c),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",
@@ -531,6 +534,15 @@ impl Ctx<'_> {
                 &keys::bucket_key(&c.volume, &c.name),
             )?;
         }
+        // And where its scan stood (rules 5; a recreated bucket's object id
+        // differs anyway, so older entries need not remove it).
+        if self.rules >= 5 {
+            table::delete::<table::LifecycleScanTable>(
+                self.db,
+                b,
+                &keys::bucket_key(&c.volume, &c.name),
+            )?;
+        }
         table::put::<VolumeTable>(self.db, b, &keys::volume_key(&c.volume), &mut vol)?;
         ok(command_result::Result::Empty(Empty {}))
     }
@@ -654,6 +666,7 @@ impl Ctx<'_> {
             etag: c.etag.clone(),
             metadata: c.metadata.clone(),
             content_type: c.content_type.clone(),
+            tags: c.tags.clone(),
             ..Default::default()
         };
         self.write_key(b, &mut bucket, &c.key, old, rec, vol)
@@ -1182,6 +1195,8 @@ mod tests {
         _dir: tempfile::TempDir,
         pub db: DB,
         index: u64,
+        /// Added to every command's time: tests move the clock with it.
+        pub clock_ms: u64,
     }
 
     impl Sm {
@@ -1195,6 +1210,7 @@ mod tests {
                 _dir: dir,
                 db,
                 index: 0,
+                clock_ms: 0,
             }
         }
 
@@ -1209,7 +1225,7 @@ mod tests {
             self.index += 1;
             let mut b = WriteBatch::default();
             let cmd = Command {
-                now_ms: 1000 + self.index,
+                now_ms: 1000 + self.index + self.clock_ms,
                 op: Some(op),
                 rules,
                 ..Default::default()
@@ -1242,6 +1258,11 @@ mod tests {
             let n = b.len();
             self.db.write(b).unwrap();
             (r, n)
+        }
+
+        /// The time the next command will carry.
+        pub fn next_now(&self) -> u64 {
+            1000 + self.index + 1 + self.clock_ms
         }
 
         pub fn ok_rules(&mut self, op: Op, rules: u32) -> command_result::Result {

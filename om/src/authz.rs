@@ -227,12 +227,14 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         | Op::ExpireRetryCache(_)
         | Op::AckDeletedBlocks(_)
         | Op::ExpireOpenKeys(_)
-        | Op::PurgeDeletedDirs(_) => vec![(Cluster, ALL)],
+        | Op::PurgeDeletedDirs(_)
+        | Op::LifecycleScan(_) => vec![(Cluster, ALL)],
         Op::CreateBucket(c) => vec![(Volume(&c.volume), CREATE)],
         Op::DeleteBucket(c) => vec![(Bucket(&c.volume, &c.name), DELETE)],
         Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
+        Op::PutKeyTagging(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::OpenKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::AllocateBlock(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::CommitKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
@@ -264,6 +266,7 @@ pub fn target(op: &Op) -> String {
     let obj = |v: &str, b: &str, k: &str| format!("/{v}/{b}/{k}");
     match op {
         Op::PutKey(c) => obj(&c.volume, &c.bucket, &c.key),
+        Op::PutKeyTagging(c) => obj(&c.volume, &c.bucket, &c.key),
         Op::OpenKey(c) => obj(&c.volume, &c.bucket, &c.key),
         Op::AllocateBlock(c) => obj(&c.volume, &c.bucket, &c.key),
         Op::CommitKey(c) => obj(&c.volume, &c.bucket, &c.key),
@@ -284,6 +287,7 @@ pub fn target(op: &Op) -> String {
         Op::SetBucketQuota(c) => Resource::Bucket(&c.volume, &c.name).to_string(),
         Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         Op::SetBucketLifecycle(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
+        Op::LifecycleScan(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         other => match required(other).first() {
             Some((r, _)) => r.to_string(),
             None => "/".to_string(),

@@ -148,6 +148,22 @@ pub struct Args {
     /// limit, 32..=10000].
     #[arg(long, env = "OM_DB_MAX_OPEN_FILES")]
     pub db_max_open_files: Option<u64>,
+    /// Length of a lifecycle day in milliseconds, for the date maths of
+    /// lifecycle rules (S3's Days round up to a day boundary); shorten it
+    /// only to age objects quickly in tests [default: 86400000, 1..=86400000].
+    #[arg(long, env = "OM_LIFECYCLE_DAY_MS")]
+    pub lifecycle_day_ms: Option<u64>,
+    /// Most entries the lifecycle scanner evaluates per second [default: 20000].
+    #[arg(long, env = "OM_LIFECYCLE_EVALUATIONS_PER_S")]
+    pub lifecycle_evaluations_per_s: Option<u64>,
+    /// Most lifecycle actions (expirations, removals, aborted uploads) per
+    /// second [default: 2000].
+    #[arg(long, env = "OM_LIFECYCLE_ACTIONS_PER_S")]
+    pub lifecycle_actions_per_s: Option<u64>,
+    /// A bucket's next lifecycle pass starts this long after its last one
+    /// completed, in milliseconds [default: 3600000].
+    #[arg(long, env = "OM_LIFECYCLE_INTERVAL_MS")]
+    pub lifecycle_interval_ms: Option<u64>,
 }
 
 /// The same settings as read from a TOML file.
@@ -187,6 +203,10 @@ struct FileConfig {
     max_http_connections: Option<usize>,
     idle_timeout_s: Option<u64>,
     db_max_open_files: Option<u64>,
+    lifecycle_day_ms: Option<u64>,
+    lifecycle_evaluations_per_s: Option<u64>,
+    lifecycle_actions_per_s: Option<u64>,
+    lifecycle_interval_ms: Option<u64>,
 }
 
 /// Smallest response byte budget: room for the token and markers every
@@ -237,6 +257,7 @@ pub struct Config {
     /// the rest from the open-file limit at start-up).
     pub fd_overrides: crate::limits::Overrides,
     pub idle_timeout: Duration,
+    pub lifecycle: crate::lifecycle::scanner::Settings,
 }
 
 impl Config {
@@ -418,6 +439,30 @@ impl Config {
                     .unwrap_or(DEFAULT_IDLE_TIMEOUT_S)
                     .max(1),
             ),
+            lifecycle: {
+                let d = crate::lifecycle::scanner::Settings::default();
+                crate::lifecycle::scanner::Settings {
+                    day_ms: args
+                        .lifecycle_day_ms
+                        .or(file.lifecycle_day_ms)
+                        .unwrap_or(d.day_ms)
+                        .clamp(1, d.day_ms),
+                    evaluations_per_s: args
+                        .lifecycle_evaluations_per_s
+                        .or(file.lifecycle_evaluations_per_s)
+                        .unwrap_or(d.evaluations_per_s)
+                        .max(1),
+                    actions_per_s: args
+                        .lifecycle_actions_per_s
+                        .or(file.lifecycle_actions_per_s)
+                        .unwrap_or(d.actions_per_s)
+                        .max(1),
+                    interval: args
+                        .lifecycle_interval_ms
+                        .or(file.lifecycle_interval_ms)
+                        .map_or(d.interval, Duration::from_millis),
+                }
+            },
         })
     }
 }

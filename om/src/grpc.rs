@@ -24,6 +24,7 @@ mod lifecycle;
 mod malformed;
 mod objects;
 mod quota;
+mod tagging;
 mod versions;
 
 pub use malformed::MalformedAsInvalid;
@@ -236,6 +237,7 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
         delete_marker: k.delete_marker,
         is_latest: true,
         noncurrent_since_ms: k.noncurrent_since_ms,
+        tag_count: u32::try_from(k.tags.len()).unwrap_or(u32::MAX),
         volume: volume.to_string(),
         bucket: bucket.to_string(),
         name,
@@ -248,6 +250,8 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
         modification_time_ms: k.modification_time_ms,
         object_id: k.object_id,
         update_id: k.update_id,
+        expiration_ms: 0,
+        expiration_rule_id: String::new(),
     }
 }
 
@@ -533,6 +537,7 @@ impl OzoneManager for OmGrpc {
             validate::etag("etag", &etag)?;
             validate::metadata("metadata", &r.metadata)?;
             validate::content_type("content_type", &r.content_type)?;
+            validate::tags("tags", &r.tags)?;
             if r.size > crate::apply::MAX_KEY_SIZE {
                 return Err(OmError::invalid(
                     "KEY_TOO_LARGE",
@@ -555,6 +560,7 @@ impl OzoneManager for OmGrpc {
                         metadata: r.metadata,
                         conditions: objects::conditions(r.conditions)?,
                         block_size: crate::apply::BLOCK_SIZE,
+                        tags: r.tags,
                     }),
                 )
                 .await?
@@ -612,8 +618,17 @@ impl OzoneManager for OmGrpc {
                     )
                     .await?
             };
+            let expiration = if latest {
+                self.svc.expiration_of(&r.volume, &r.bucket, &r.key, &k)?
+            } else {
+                None
+            };
             let mut info = key_info(&r.volume, &r.bucket, r.key.clone(), k);
             info.is_latest = latest;
+            if let Some((at_ms, rule_id)) = expiration {
+                info.expiration_ms = at_ms;
+                info.expiration_rule_id = rule_id;
+            }
             Ok(LookupKeyResponse { key: Some(info) })
         })
         .await;
@@ -850,6 +865,17 @@ impl OzoneManager for OmGrpc {
         .await
     }
 
+    async fn get_lifecycle_status(
+        &self,
+        req: Request<GetLifecycleStatusRequest>,
+    ) -> Result<Response<GetLifecycleStatusResponse>, Status> {
+        observe(
+            "GetLifecycleStatus",
+            lifecycle::status(&self.svc, req.into_inner()),
+        )
+        .await
+    }
+
     async fn delete_bucket_lifecycle(
         &self,
         req: Request<DeleteBucketLifecycleRequest>,
@@ -928,6 +954,31 @@ impl OzoneManager for OmGrpc {
         req: Request<CopyKeyRequest>,
     ) -> Result<Response<CopyKeyResponse>, Status> {
         observe("CopyKey", objects::copy_key(&self.svc, req.into_inner())).await
+    }
+
+    async fn put_key_tagging(
+        &self,
+        req: Request<PutKeyTaggingRequest>,
+    ) -> Result<Response<PutKeyTaggingResponse>, Status> {
+        observe("PutKeyTagging", tagging::put(&self.svc, req.into_inner())).await
+    }
+
+    async fn get_key_tagging(
+        &self,
+        req: Request<GetKeyTaggingRequest>,
+    ) -> Result<Response<GetKeyTaggingResponse>, Status> {
+        tagging::get(&self.svc, req.into_inner()).await
+    }
+
+    async fn delete_key_tagging(
+        &self,
+        req: Request<DeleteKeyTaggingRequest>,
+    ) -> Result<Response<DeleteKeyTaggingResponse>, Status> {
+        observe(
+            "DeleteKeyTagging",
+            tagging::delete(&self.svc, req.into_inner()),
+        )
+        .await
     }
 
     async fn initiate_multipart_upload(

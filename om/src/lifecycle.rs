@@ -10,6 +10,10 @@
 //! INVALID_ARGUMENT naming the rule (its id in the message, its position and
 //! field in `field`).
 
+pub mod eval;
+pub mod scan;
+pub mod scanner;
+
 use om_proto::v1::{LifecycleFilter, LifecycleRule, LifecycleTag, lifecycle_filter::Predicate};
 use prost::Message;
 

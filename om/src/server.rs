@@ -284,6 +284,7 @@ impl Node {
             cfg.list_seek_after,
         )
         .with_min_part_size(cfg.min_part_size)
+        .with_lifecycle_day_ms(cfg.lifecycle.day_ms)
         .with_max_response_bytes(cfg.max_response_bytes)
         .with_clock_offset(opts.clock_offset_ms);
         if authenticator.required {
@@ -451,6 +452,11 @@ impl Node {
         tasks.push(tokio::spawn(expire_open_keys(
             service.clone(),
             cfg.open_key_ttl,
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::lifecycle::scanner::run(
+            service.clone(),
+            cfg.lifecycle,
             stop_rx.clone(),
         )));
 

@@ -19,6 +19,7 @@ use rocksdb::DB;
 mod access;
 mod files;
 mod lifecycle;
+mod tagging;
 pub mod versions;
 
 pub use access::Policy;
@@ -99,6 +100,7 @@ pub struct OmService {
     request_timeout: Duration,
     seek_after: usize,
     min_part_size: u64,
+    lifecycle_day_ms: u64,
     /// Most bytes one listing response may encode to (see `item_budget`).
     max_response_bytes: usize,
     /// Added to the wall clock this node stamps commands with (tests skew
@@ -189,6 +191,7 @@ impl OmService {
             request_timeout,
             seek_after,
             min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
+            lifecycle_day_ms: crate::lifecycle::DAY_MS,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             clock_offset_ms: 0,
             policy: None,
@@ -209,6 +212,16 @@ impl OmService {
     }
 
     /// Smallest part (all but the last) a multipart upload may complete with.
+    /// The lifecycle day length LookupKey's expiration uses (the scanner's).
+    pub fn with_lifecycle_day_ms(mut self, ms: u64) -> Self {
+        self.lifecycle_day_ms = ms.max(1);
+        self
+    }
+
+    pub fn lifecycle_day_ms(&self) -> u64 {
+        self.lifecycle_day_ms
+    }
+
     pub fn with_min_part_size(mut self, bytes: u64) -> Self {
         self.min_part_size = bytes;
         self

@@ -312,6 +312,77 @@ pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
     Ok(p.to_string())
 }
 
+/// Most tags one object version carries (S3's limit).
+pub const MAX_OBJECT_TAGS: usize = 10;
+
+/// Tag keys S3 reserves for AWS's own tags.
+pub const RESERVED_TAG_PREFIX: &str = "aws:";
+
+/// A character S3 allows in a tag key or value (its pattern
+/// `[\p{L}\p{Z}\p{N}_.:/=+\-@]`): a letter (Rust's Unicode `Alphabetic`,
+/// which also takes the combining marks of some scripts), a number, a
+/// space or separator (Unicode white space other than control
+/// characters: no tab or newline), or one of `_ . : / = + - @`.
+fn tag_char(c: char) -> bool {
+    c.is_alphabetic()
+        || c.is_numeric()
+        || (c.is_whitespace() && !c.is_control())
+        || matches!(c, '_' | '.' | ':' | '/' | '=' | '+' | '-' | '@')
+}
+
+/// An object's tag set (S3's rules): at most `MAX_OBJECT_TAGS` tags (else
+/// `TOO_MANY_TAGS` on `field`); each key 1 to `MAX_TAG_KEY_CHARS` and each
+/// value at most `MAX_TAG_VALUE_CHARS` Unicode characters, of the
+/// characters `tag_char` allows, and no key starting with "aws:" (else
+/// `INVALID_TAG` on `field["key"]`). Keys are unique by construction (a
+/// map). Checked at the edge and again in apply, on the command alone.
+pub fn tags(
+    field: &'static str,
+    map: &std::collections::BTreeMap<String, String>,
+) -> Result<(), OmError> {
+    use crate::lifecycle::{MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS};
+    if map.len() > MAX_OBJECT_TAGS {
+        return Err(OmError::invalid(
+            "TOO_MANY_TAGS",
+            field,
+            format!(
+                "an object has at most {MAX_OBJECT_TAGS} tags, got {}",
+                map.len()
+            ),
+        ));
+    }
+    for (k, v) in map {
+        let bad = |why: String| {
+            Err(OmError::invalid(
+                "INVALID_TAG",
+                format!("{field}[{}]", quote_prefix(k)),
+                format!("tag {}: {why}", quote_prefix(k)),
+            ))
+        };
+        // Counted only up to one past the limit: a huge value costs nothing.
+        let chars = |s: &str, max: usize| s.chars().take(max + 1).count();
+        if k.is_empty() || chars(k, MAX_TAG_KEY_CHARS) > MAX_TAG_KEY_CHARS {
+            return bad(format!("a tag key has 1 to {MAX_TAG_KEY_CHARS} characters"));
+        }
+        if chars(v, MAX_TAG_VALUE_CHARS) > MAX_TAG_VALUE_CHARS {
+            return bad(format!(
+                "a tag value has at most {MAX_TAG_VALUE_CHARS} characters"
+            ));
+        }
+        if k.starts_with(RESERVED_TAG_PREFIX) {
+            return bad(format!(
+                "tag keys starting with {RESERVED_TAG_PREFIX:?} are reserved"
+            ));
+        }
+        if let Some(c) = k.chars().chain(v.chars()).find(|c| !tag_char(*c)) {
+            return bad(format!(
+                "{c:?} is not allowed; tags hold letters, digits, spaces and + - = . _ : / @"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `fs_path` that refuses the root.
 pub fn fs_path_not_root(field: &'static str, path: &str) -> Result<String, OmError> {
     let p = fs_path(field, path)?;
@@ -500,5 +571,52 @@ mod tests {
         assert!(etag("etag", "d41d8cd98f00b204e9800998ecf8427e-3").is_ok());
         assert!(etag("etag", "d41d8cd98f00b204e9800998ecf8427e-0").is_err());
         assert!(etag("etag", "xyz").is_err());
+    }
+
+    #[test]
+    fn tags_follow_s3_rules() {
+        let set = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let refused = |m: std::collections::BTreeMap<String, String>| match tags("tags", &m) {
+            Err(OmError::Request { reason, field, .. }) => (reason, field),
+            other => panic!("{m:?} accepted: {other:?}"),
+        };
+        let k128 = "k".repeat(128);
+        let v256 = "é".repeat(256);
+        for ok in [
+            set(&[]),
+            set(&[("project", "blue"), ("empty", "")]),
+            set(&[(k128.as_str(), v256.as_str())]),
+            set(&[("Straße 1", "日本語 +-=._:/@"), ("a\u{3000}b", "٣")]),
+            set(&[("AWS:upper", "keys are case-sensitive")]),
+        ] {
+            assert!(tags("tags", &ok).is_ok(), "{ok:?}");
+        }
+        let pairs: Vec<(String, String)> = (0..11).map(|i| (format!("t{i}"), "v".into())).collect();
+        let eleven = pairs.into_iter().collect();
+        assert_eq!(refused(eleven), ("TOO_MANY_TAGS".into(), "tags".into()));
+        let long_key = "k".repeat(129);
+        for (m, field) in [
+            (set(&[("", "v")]), "tags[\"\"]".to_string()),
+            (
+                set(&[(long_key.as_str(), "v")]),
+                format!("tags[{}]", quote_prefix(&long_key)),
+            ),
+            (
+                set(&[("k", "v".repeat(257).as_str())]),
+                "tags[\"k\"]".into(),
+            ),
+            (set(&[("aws:created", "v")]), "tags[\"aws:created\"]".into()),
+            (set(&[("k", "a\tb")]), "tags[\"k\"]".into()),
+            (set(&[("k*", "v")]), "tags[\"k*\"]".into()),
+            (set(&[("k", "<v>")]), "tags[\"k\"]".into()),
+            (set(&[("k", "a,b")]), "tags[\"k\"]".into()),
+        ] {
+            assert_eq!(refused(m), ("INVALID_TAG".to_string(), field));
+        }
     }
 }

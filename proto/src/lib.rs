@@ -79,6 +79,8 @@ impl store::Command {
             Some(Op::SetAcl(_)) => "SetAcl",
             Some(Op::SetBucketVersioning(_)) => "SetBucketVersioning",
             Some(Op::SetBucketLifecycle(_)) => "SetBucketLifecycle",
+            Some(Op::PutKeyTagging(_)) => "PutKeyTagging",
+            Some(Op::LifecycleScan(_)) => "LifecycleScan",
             None => "Empty",
         }
     }

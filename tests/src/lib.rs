@@ -347,7 +347,17 @@ impl OmProcess {
 
     /// Starts member `me` of the static cluster `all` as a real process.
     pub fn spawn_member(data_dir: &Path, me: &MemberAddrs, all: &[MemberAddrs]) -> OmProcess {
-        let extra = vec![
+        Self::spawn_member_args(data_dir, me, all, &[])
+    }
+
+    /// `spawn_member` with extra flags (kept for restarts).
+    pub fn spawn_member_args(
+        data_dir: &Path,
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        more: &[&str],
+    ) -> OmProcess {
+        let mut extra = vec![
             "--node-id".to_string(),
             me.id.to_string(),
             "--initial-cluster".to_string(),
@@ -357,6 +367,7 @@ impl OmProcess {
             "--election-timeout-ms".to_string(),
             "300".to_string(),
         ];
+        extra.extend(more.iter().map(|s| s.to_string()));
         Self::spawn_with(
             data_dir,
             me.grpc.clone(),

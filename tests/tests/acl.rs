@@ -252,6 +252,43 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
         "/volb/bkb",
     );
     assert_denied(
+        alice
+            .put_key_tagging(PutKeyTaggingRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                key: "k".into(),
+                tags: [("t".to_string(), "v".to_string())].into(),
+                ..Default::default()
+            })
+            .await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .delete_key_tagging(DeleteKeyTaggingRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                key: "k".into(),
+                ..Default::default()
+            })
+            .await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .get_key_tagging(GetKeyTaggingRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                key: "k".into(),
+                ..Default::default()
+            })
+            .await,
+        "READ",
+        "/volb/bkb",
+    );
+    assert_denied(
         alice.put_key("volb", "bkb", "k", 1).await,
         "WRITE",
         "/volb/bkb",

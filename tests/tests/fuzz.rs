@@ -280,6 +280,58 @@ fn targets(f: &Fixture) -> Vec<Target> {
                     if_match: ETAG.into(),
                     ..Default::default()
                 }),
+                tags: meta(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "PutKeyTagging",
+            put_key_tagging,
+            PutKeyTaggingRequest,
+            true,
+            PutKeyTaggingRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                key: "a".into(),
+                tags: [("t".to_string(), "v 1".to_string())].into(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "GetKeyTagging",
+            get_key_tagging,
+            GetKeyTaggingRequest,
+            false,
+            GetKeyTaggingRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                key: "a".into(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "GetKeyTagging(version)",
+            get_key_tagging,
+            GetKeyTaggingRequest,
+            false,
+            GetKeyTaggingRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                key: "k".into(),
+                version_id: f.old_version.clone(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "DeleteKeyTagging",
+            delete_key_tagging,
+            DeleteKeyTaggingRequest,
+            true,
+            DeleteKeyTaggingRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                key: "k".into(),
+                version_id: f.old_version.clone(),
                 ..Default::default()
             }
         ),
@@ -1121,6 +1173,16 @@ fn apply_refuses_random_commands_without_staging() {
                 bucket: "bkt1".into(),
                 key: "a".into(),
                 version_id: "null".into()
+            }
+        ),
+        op!(
+            PutKeyTagging,
+            st::PutKeyTagging {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                key: "a".into(),
+                version_id: String::new(),
+                tags: meta(),
             }
         ),
         op!(

@@ -1,14 +1,33 @@
 //! SetBucketLifecycle (rules 4): a bucket's lifecycle configuration, replaced
 //! as a whole or removed. The rules were validated by `apply::limits` (they
 //! depend on no state); here only the bucket must exist.
+//!
+//! LifecycleScan (rules 5): one page of a bucket's scan. The page must
+//! continue the stored scan exactly (same bucket, same configuration, same
+//! phase and cursor), else it is refused and changes nothing, so a page
+//! proposed by a deposed leader or twice never applies twice. Each item is
+//! checked again against the entry as it is now, the rules and the page's
+//! `now_ms` and day length: an entry overwritten, retagged or no longer
+//! eligible since the scanner read it is left alone.
 
-use om_proto::store::{CommandResult, Empty, LifecycleRecord, SetBucketLifecycle, command_result};
+use om_proto::store::{
+    BucketRecord, CommandResult, Empty, LifecycleItem, LifecycleRecord, LifecycleScan,
+    LifecycleScanRecord, LifecycleScanResult, SetBucketLifecycle, command_result,
+};
 use rocksdb::WriteBatch;
 
-use super::{Ctx, ok};
+use super::quota::Usage;
+use super::{Ctx, LAYOUT_OBJECT_STORE, ok, versions};
 use crate::error::OmError;
+use crate::lifecycle::eval::{self, Subject};
+use crate::lifecycle::scan::{self, PHASE_IDLE, PHASE_OBJECTS, PHASE_UPLOADS};
+use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
-use crate::store::table::{self, LifecycleTable};
+use crate::store::table::{self, LifecycleScanTable, LifecycleTable, UploadTable};
+
+fn stale(message: String) -> OmError {
+    OmError::precondition("STALE_LIFECYCLE_PAGE", "from", message)
+}
 
 impl Ctx<'_> {
     pub(super) fn set_bucket_lifecycle(
@@ -39,7 +58,259 @@ impl Ctx<'_> {
         }
         ok(command_result::Result::Empty(Empty {}))
     }
+
+    pub(super) fn lifecycle_scan(
+        &self,
+        b: &mut WriteBatch,
+        c: &LifecycleScan,
+    ) -> Result<CommandResult, OmError> {
+        if self.rules < 5 {
+            return Err(OmError::invalid(
+                "UNSUPPORTED_COMMAND",
+                "op",
+                "lifecycle scans need apply rules 5",
+            ));
+        }
+        let mut bucket = self.bucket(&c.volume, &c.bucket)?;
+        let bkey = keys::bucket_key(&c.volume, &c.bucket);
+        let config = table::get::<LifecycleTable>(self.db, &bkey)?
+            .filter(|cfg| cfg.bucket_object_id == bucket.object_id)
+            .ok_or_else(|| {
+                OmError::not_found(
+                    "NO_SUCH_LIFECYCLE_CONFIGURATION",
+                    "bucket",
+                    format!("bucket {}/{} has no lifecycle configuration", c.volume, c.bucket),
+                )
+            })?;
+        if c.bucket_object_id != bucket.object_id || c.config_update_id != config.update_id {
+            return Err(stale(format!(
+                "the page was read under another configuration of {}/{}",
+                c.volume, c.bucket
+            )));
+        }
+        if bucket.layout != LAYOUT_OBJECT_STORE {
+            return Err(OmError::precondition(
+                "LIFECYCLE_SCAN_NOT_SUPPORTED",
+                "bucket",
+                format!("{}/{} is not an object-store bucket", c.volume, c.bucket),
+            ));
+        }
+        let stored = table::get::<LifecycleScanTable>(self.db, &bkey)?;
+        let current = stored
+            .as_ref()
+            .filter(|s| scan::is_current(s, &bucket, &config));
+        let mut rec = if c.start_pass {
+            if current.is_some_and(|s| s.phase != PHASE_IDLE) {
+                return Err(stale(format!(
+                    "a pass over {}/{} is under way",
+                    c.volume, c.bucket
+                )));
+            }
+            let old = stored.unwrap_or_default();
+            LifecycleScanRecord {
+                bucket_object_id: bucket.object_id,
+                config_update_id: config.update_id,
+                pass: old.pass + 1,
+                phase: PHASE_OBJECTS,
+                pass_started_ms: self.now,
+                ..carry_over(old)
+            }
+        } else {
+            match current {
+                Some(s) if s.phase == c.phase && s.cursor == c.from => s.clone(),
+                _ => {
+                    return Err(stale(format!(
+                        "the page does not continue the scan of {}/{}",
+                        c.volume, c.bucket
+                    )));
+                }
+            }
+        };
+        // Checked; now act. Nothing below refuses.
+        let mut freed = Usage::default();
+        let mut seq = 0u32;
+        let mut taken = LifecycleScanResult::default();
+        for item in &c.items {
+            if let Some(rule_id) =
+                self.lifecycle_item(b, &bucket, &config, c, item, &mut seq, &mut freed)?
+            {
+                let name = eval::action_name(item.action).to_string();
+                *taken.actions.entry(name.clone()).or_default() += 1;
+                *rec.actions.entry(name.clone()).or_default() += 1;
+                *rec.total_actions.entry(name).or_default() += 1;
+                *rec.rule_actions.entry(rule_id).or_default() += 1;
+            }
+        }
+        rec.evaluated += c.evaluated;
+        rec.total_evaluated += c.evaluated;
+        rec.cursor_ms = self.now;
+        rec.last_resume_seeks = c.resume_seeks;
+        rec.last_resume_before_cursor = c.resume_before_cursor;
+        rec.cursor_newer_noncurrent = c.to_newer_noncurrent;
+        if !c.phase_done {
+            rec.cursor = c.to.clone();
+        } else if c.phase == PHASE_OBJECTS {
+            rec.phase = PHASE_UPLOADS;
+            rec.cursor.clear();
+            rec.cursor_newer_noncurrent = 0;
+        } else {
+            rec.phase = PHASE_IDLE;
+            rec.cursor.clear();
+            rec.cursor_newer_noncurrent = 0;
+            rec.last_pass_started_ms = rec.pass_started_ms;
+            rec.last_pass_completed_ms = self.now;
+            rec.last_pass_evaluated = rec.evaluated;
+            rec.last_pass_actions = rec.actions.clone();
+        }
+        if !taken.actions.is_empty() {
+            // Frees only: never refused.
+            let vol = self.charge(&mut bucket, freed)?;
+            bucket.update_id = self.index;
+            self.put_bucket(b, &mut bucket)?;
+            self.put_volume(b, vol)?;
+        }
+        table::put::<LifecycleScanTable>(self.db, b, &bkey, &mut rec)?;
+        ok(command_result::Result::LifecycleScan(taken))
+    }
+
+    /// Acts on one item if it is still eligible; returns the rule that
+    /// decided it, or None when the entry is left alone.
+    #[allow(clippy::too_many_arguments)]
+    fn lifecycle_item(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        config: &LifecycleRecord,
+        c: &LifecycleScan,
+        item: &LifecycleItem,
+        seq: &mut u32,
+        freed: &mut Usage,
+    ) -> Result<Option<String>, OmError> {
+        let rules = &config.rules;
+        let prefix = keys::object_prefix(&bucket.volume, &bucket.name);
+        let Some(rel) = item.entry.strip_prefix(prefix.as_slice()) else {
+            return Ok(None);
+        };
+        if item.action == eval::ACTION_ABORT_UPLOAD {
+            let Some((key, upload_id)) = keys::split_key_run(rel) else {
+                return Ok(None);
+            };
+            let key = String::from_utf8_lossy(key);
+            let Some(up) = table::get::<UploadTable>(self.db, &item.entry)? else {
+                return Ok(None);
+            };
+            let Some(due) = eval::upload_expiry(rules, &key, up.initiated_ms, c.day_ms)
+                .filter(|d| d.is_due(self.now) && up.upload_id == item.update_id)
+            else {
+                return Ok(None);
+            };
+            for p in self.parts(upload_id)? {
+                let origin = format!(
+                    "part {} of upload {upload_id:016x} aborted by lifecycle rule {:?}",
+                    p.part_number, due.rule_id
+                );
+                self.release_blocks(b, *seq, p.blocks, origin)?;
+                *seq += 1;
+            }
+            self.end_upload(b, &item.entry, upload_id)?;
+            return Ok(Some(due.rule_id.to_string()));
+        }
+        let (key, version) = keys::split_version(rel);
+        let Ok(key) = std::str::from_utf8(key) else {
+            return Ok(None);
+        };
+        let Some(rec) = self.key_get(&item.entry)? else {
+            return Ok(None);
+        };
+        if rec.update_id != item.update_id {
+            return Ok(None);
+        }
+        let subject = Subject {
+            key,
+            size: rec.size,
+            tags: &rec.tags,
+            sized: true,
+        };
+        let rule = match (item.action, version) {
+            (eval::ACTION_EXPIRE, None) if !rec.delete_marker => {
+                eval::current_expiry(rules, &subject, rec.creation_time_ms, c.day_ms)
+                    .filter(|d| d.is_due(self.now))
+                    .map(|d| d.rule_id)
+            }
+            (eval::ACTION_EXPIRE_NONCURRENT, Some(_)) => {
+                let newer = self.newer_noncurrent(
+                    &keys::key_run_prefix(&bucket.volume, &bucket.name, key),
+                    &item.entry,
+                    eval::newer_needed(rules),
+                )?;
+                eval::noncurrent_expiry(rules, &subject, rec.noncurrent_since_ms, newer, c.day_ms)
+                    .filter(|d| d.is_due(self.now))
+                    .map(|d| d.rule_id)
+            }
+            (eval::ACTION_REMOVE_DELETE_MARKER, None) if rec.delete_marker => {
+                let run = keys::key_run_prefix(&bucket.volume, &bucket.name, key);
+                if self.newest_noncurrent(&run)?.is_some() {
+                    None
+                } else {
+                    eval::expired_marker_rule(rules, key)
+                }
+            }
+            _ => None,
+        };
+        let Some(rule) = rule.map(str::to_string) else {
+            return Ok(None);
+        };
+        if item.action == eval::ACTION_EXPIRE && bucket.versioning != versions::UNVERSIONED {
+            self.add_delete_marker(b, bucket, key, *seq, freed)?;
+        } else {
+            self.remove_version(b, bucket, key, &versions::version_id(&rec), *seq, freed)?;
+        }
+        *seq += 1;
+        Ok(Some(rule))
+    }
+
+    /// How many noncurrent versions of a key sort before `entry` in its
+    /// run (are newer than it), as this command left them, counting at most
+    /// `limit`: one seek and at most `limit` entries.
+    fn newer_noncurrent(&self, run: &[u8], entry: &[u8], limit: u32) -> Result<u32, OmError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let staged = self.staged_keys.borrow();
+        let mut n = staged
+            .range(run.to_vec()..entry.to_vec())
+            .filter(|(_, v)| v.is_some())
+            .count() as u32;
+        let mut it =
+            DeferredSeekIter::new(self.db, keys::KEYS_CF, Some(run.to_vec()), Some(entry.to_vec()))?;
+        while n < limit {
+            let Some((k, _)) = it.current() else { break };
+            if !staged.contains_key(k) {
+                n += 1;
+            }
+            it.advance();
+        }
+        it.status()?;
+        Ok(n.min(limit))
+    }
 }
+
+/// A new pass's record: the totals and the last completed pass stay.
+fn carry_over(old: LifecycleScanRecord) -> LifecycleScanRecord {
+    LifecycleScanRecord {
+        last_pass_started_ms: old.last_pass_started_ms,
+        last_pass_completed_ms: old.last_pass_completed_ms,
+        last_pass_evaluated: old.last_pass_evaluated,
+        last_pass_actions: old.last_pass_actions,
+        total_evaluated: old.total_evaluated,
+        total_actions: old.total_actions,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+#[path = "lifecycle_tests.rs"]
+mod scan_tests;
 
 #[cfg(test)]
 mod tests {

@@ -140,6 +140,12 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             validate::content_type("content_type", &c.content_type)?;
             metadata(&c.metadata)?;
             conditions(c.conditions.as_ref())?;
+            tags(cmd.rules, &c.tags)?;
+        }
+        Op::PutKeyTagging(c) => {
+            object(&c.volume, &c.bucket, "key", &c.key)?;
+            version_id("version_id", &c.version_id)?;
+            validate::tags("tags", &c.tags)?;
         }
         Op::DeleteKey(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
@@ -155,6 +161,11 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             if !c.delete {
                 crate::lifecycle::validate(&c.rules)?;
             }
+        }
+        Op::LifecycleScan(c) => {
+            name("volume", &c.volume)?;
+            name("bucket", &c.bucket)?;
+            crate::lifecycle::scan::check_page(c)?;
         }
         Op::ExpireRetryCache(_) => {}
         Op::DeleteKeys(c) => {
@@ -187,6 +198,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             metadata(&c.metadata)?;
             blocks_per_call("blocks", c.blocks)?;
             block_size(c.block_size)?;
+            tags(cmd.rules, &c.tags)?;
         }
         Op::AllocateBlock(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
@@ -220,11 +232,16 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             metadata(&c.metadata)?;
             conditions(c.conditions.as_ref())?;
             version_id("src_version_id", &c.src_version_id)?;
+            if c.tagging_directive != 0 && cmd.rules < 5 {
+                return Err(unsupported_tags("tagging_directive"));
+            }
+            tags(cmd.rules, &c.tags)?;
         }
         Op::InitiateMultipart(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
             validate::content_type("content_type", &c.content_type)?;
             metadata(&c.metadata)?;
+            tags(cmd.rules, &c.tags)?;
         }
         Op::CommitPart(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
@@ -322,6 +339,29 @@ fn object(volume: &str, bkt: &str, field: &'static str, key: &str) -> Result<(),
 
 fn metadata(m: &BTreeMap<String, String>) -> Result<(), OmError> {
     validate::metadata("metadata", m)
+}
+
+/// Object tags arrived with rules 5: an older command carrying some was
+/// never proposed by any leader, and is refused as an unknown command would
+/// be.
+fn unsupported_tags(field: &'static str) -> OmError {
+    OmError::invalid(
+        "UNSUPPORTED_COMMAND",
+        field,
+        "object tags need apply rules 5",
+    )
+}
+
+/// Tags a write gives the key it creates: S3's rules (`validate::tags`),
+/// from rules 5 on (a command without tags applies as before).
+fn tags(rules: u32, t: &BTreeMap<String, String>) -> Result<(), OmError> {
+    if t.is_empty() {
+        return Ok(());
+    }
+    if rules < 5 {
+        return Err(unsupported_tags("tags"));
+    }
+    validate::tags("tags", t)
 }
 
 /// ETags and digests are stored as given: bounded by the longest form.

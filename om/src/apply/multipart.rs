@@ -74,7 +74,7 @@ impl Ctx<'_> {
     }
 
     /// Every stored part of an upload, in part-number order.
-    fn parts(&self, upload_id: u64) -> Result<Vec<PartRecord>, OmError> {
+    pub(super) fn parts(&self, upload_id: u64) -> Result<Vec<PartRecord>, OmError> {
         let mut it =
             DeferredSeekIter::with_prefix(self.db, keys::PARTS_CF, &keys::parts_prefix(upload_id))?;
         let mut out = Vec::new();
@@ -87,7 +87,7 @@ impl Ctx<'_> {
     }
 
     /// Stages the removal of an upload and all its parts (one range deletion).
-    fn end_upload(&self, b: &mut WriteBatch, key: &[u8], upload_id: u64) -> Result<(), OmError> {
+    pub(super) fn end_upload(&self, b: &mut WriteBatch, key: &[u8], upload_id: u64) -> Result<(), OmError> {
         table::delete::<UploadTable>(self.db, b, key)?;
         let start = keys::parts_prefix(upload_id);
         let end = keys::prefix_end(&start).unwrap_or_else(|| vec![0xff; 9]);
@@ -108,6 +108,7 @@ impl Ctx<'_> {
             initiated_ms: self.now,
             content_type: c.content_type.clone(),
             metadata: c.metadata.clone(),
+            tags: c.tags.clone(),
         };
         let k = keys::upload_key(&c.volume, &c.bucket, &c.key, upload_id);
         table::put::<UploadTable>(self.db, b, &k, &mut rec)?;
@@ -263,6 +264,7 @@ impl Ctx<'_> {
             etag,
             metadata: upload.metadata,
             content_type: upload.content_type,
+            tags: upload.tags,
             ..Default::default()
         };
         self.write_key(b, &mut bucket, &c.key, old, rec, vol)

@@ -301,7 +301,7 @@ impl Ctx<'_> {
     /// The newest noncurrent version of the key whose run starts at
     /// `run_prefix`, as this command left it: one seek, plus one `next` per
     /// entry this command removed from the front of the run.
-    fn newest_noncurrent(
+    pub(super) fn newest_noncurrent(
         &self,
         run_prefix: &[u8],
     ) -> Result<Option<(Vec<u8>, KeyRecord)>, OmError> {

@@ -84,6 +84,7 @@ impl Ctx<'_> {
             volume: c.volume.clone(),
             bucket: c.bucket.clone(),
             block_size: c.block_size,
+            tags: c.tags.clone(),
             ..Default::default()
         };
         let key = keys::open_key(&c.volume, &c.bucket, &c.key, session_id);
@@ -237,6 +238,7 @@ impl Ctx<'_> {
             etag: c.etag.clone(),
             metadata,
             content_type,
+            tags: s.rec.tags,
             ..Default::default()
         };
         match (&s.file, sup) {
@@ -351,12 +353,19 @@ impl Ctx<'_> {
         } else {
             self.share_blocks(b, &src.blocks)?;
         }
+        // S3's x-amz-tagging-directive: COPY (0) keeps the source's tags.
+        let tags = if c.tagging_directive == 1 {
+            c.tags.clone()
+        } else {
+            src.tags
+        };
         let rec = KeyRecord {
             size: src.size,
             blocks: src.blocks,
             etag,
             metadata,
             content_type,
+            tags,
             ..Default::default()
         };
         self.write_key(b, &mut bucket, &c.key, old, rec, vol)

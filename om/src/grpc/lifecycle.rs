@@ -45,6 +45,18 @@ pub async fn get(
     })
 }
 
+pub async fn status(
+    svc: &OmService,
+    r: GetLifecycleStatusRequest,
+) -> Result<GetLifecycleStatusResponse, OmError> {
+    validate::resource_name("volume", &r.volume)?;
+    validate::resource_name("bucket", &r.bucket)?;
+    let (status, rules) = svc
+        .lifecycle_status(consistency(&r.read), &r.volume, &r.bucket)
+        .await?;
+    Ok(GetLifecycleStatusResponse { status, rules })
+}
+
 pub async fn delete(
     svc: &OmService,
     r: DeleteBucketLifecycleRequest,

@@ -96,6 +96,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
     object_names(&r.volume, &r.bucket, &r.key)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
+    validate::tags("tags", &r.tags)?;
     blocks_per_call("blocks", r.blocks)?;
     let op = Op::OpenKey(st::OpenKey {
         volume: r.volume,
@@ -105,6 +106,7 @@ pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyRespo
         metadata: r.metadata,
         blocks: r.blocks,
         block_size: BLOCK_SIZE,
+        tags: r.tags,
     });
     match svc.propose(id, op).await? {
         command_result::Result::OpenKey(o) => Ok(OpenKeyResponse {
@@ -242,6 +244,10 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
         validate::metadata("metadata", &r.metadata)?;
         validate::content_type("content_type", &r.content_type)?;
     }
+    let replace_tags = r.tagging_directive() == TaggingDirective::Replace;
+    if replace_tags {
+        validate::tags("tags", &r.tags)?;
+    }
     super::versions::optional_version_id("src_version_id", &r.src_version_id)?;
     // Copying an older version onto its key restores it (S3's way).
     if !replace
@@ -281,6 +287,12 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
         },
         content_md5,
         conditions: conditions(r.conditions)?,
+        tagging_directive: u32::from(replace_tags),
+        tags: if replace_tags {
+            r.tags
+        } else {
+            Default::default()
+        },
     });
     let key = key_response(svc.propose(id, op).await?)?;
     Ok(CopyKeyResponse { key: Some(key) })
@@ -294,12 +306,14 @@ pub async fn initiate_multipart(
     object_names(&r.volume, &r.bucket, &r.key)?;
     validate::metadata("metadata", &r.metadata)?;
     validate::content_type("content_type", &r.content_type)?;
+    validate::tags("tags", &r.tags)?;
     let op = Op::InitiateMultipart(st::InitiateMultipart {
         volume: r.volume,
         bucket: r.bucket,
         key: r.key,
         content_type: r.content_type,
         metadata: r.metadata,
+        tags: r.tags,
     });
     match svc.propose(id, op).await? {
         command_result::Result::Upload(u) => Ok(InitiateMultipartUploadResponse {
@@ -616,6 +630,9 @@ mod tests {
             delete_marker: true,
             is_latest: true,
             noncurrent_since_ms: u64::MAX,
+            tag_count: u32::MAX,
+            expiration_ms: u64::MAX,
+            expiration_rule_id: "\u{10000}".repeat(crate::lifecycle::MAX_RULE_ID_CHARS),
         }
     }
 

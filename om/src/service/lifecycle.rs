@@ -1,11 +1,15 @@
-//! Reads of lifecycle configurations.
+//! Reads of lifecycle configurations, of where their scans stand, and of
+//! the expiration they give an object.
 
-use om_proto::store::LifecycleRecord;
+use om_proto::store::{KeyRecord, LifecycleRecord};
+use om_proto::v1::LifecycleStatus;
 
 use super::{Consistency, OmService};
 use crate::error::OmError;
+use crate::lifecycle::eval::{self, Subject};
+use crate::lifecycle::scan;
 use crate::store::keys;
-use crate::store::table::{self, LifecycleTable};
+use crate::store::table::{self, BucketTable, LifecycleScanTable, LifecycleTable};
 
 impl OmService {
     /// A bucket's lifecycle configuration: NOT_FOUND
@@ -35,5 +39,116 @@ impl OmService {
                     format!("bucket {volume}/{bucket} has no lifecycle configuration"),
                 )
             })
+    }
+}
+
+impl OmService {
+    /// When the bucket's rules expire the current version `rec` of `key`
+    /// (S3's x-amz-expiration): the instant and the rule, read from the
+    /// configuration as this replica holds it (after the caller's read
+    /// barrier). None without a configuration or a matching rule.
+    pub fn expiration_of(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        rec: &KeyRecord,
+    ) -> Result<Option<(u64, String)>, OmError> {
+        if rec.delete_marker {
+            return Ok(None);
+        }
+        // File-system buckets are not scanned: no expiration to report.
+        let Some(b) = table::get::<BucketTable>(&self.db, &keys::bucket_key(volume, bucket))?
+            .filter(|b| b.layout == crate::apply::LAYOUT_OBJECT_STORE)
+        else {
+            return Ok(None);
+        };
+        let Some(config) = table::get::<LifecycleTable>(&self.db, &keys::bucket_key(volume, bucket))?
+            .filter(|r| r.bucket_object_id == b.object_id)
+        else {
+            return Ok(None);
+        };
+        let subject = Subject {
+            key,
+            size: rec.size,
+            tags: &rec.tags,
+            sized: true,
+        };
+        Ok(eval::current_expiry(
+            &config.rules,
+            &subject,
+            rec.creation_time_ms,
+            self.lifecycle_day_ms(),
+        )
+        .map(|d| (d.at_ms, d.rule_id.to_string())))
+    }
+
+    /// Where the bucket's lifecycle scan stands, with the rules in force.
+    pub async fn lifecycle_status(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+    ) -> Result<(Option<LifecycleStatus>, Vec<om_proto::v1::LifecycleRule>), OmError> {
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::READ,
+        )
+        .await?;
+        let b = self.bucket_now(volume, bucket)?;
+        let bkey = keys::bucket_key(volume, bucket);
+        let config = table::get::<LifecycleTable>(&self.db, &bkey)?
+            .filter(|r| r.bucket_object_id == b.object_id);
+        let Some(s) = table::get::<LifecycleScanTable>(&self.db, &bkey)?
+            .filter(|s| s.bucket_object_id == b.object_id)
+        else {
+            return Ok((None, config.map(|c| c.rules).unwrap_or_default()));
+        };
+        let prefix = keys::object_prefix(volume, bucket);
+        let rel = s.cursor.strip_prefix(prefix.as_slice()).unwrap_or_default();
+        let (cursor, cursor_version_id) = if s.phase == scan::PHASE_UPLOADS {
+            match keys::split_key_run(rel) {
+                Some((k, id)) => (String::from_utf8_lossy(k).into_owned(), format!("{id:016x}")),
+                None => (String::from_utf8_lossy(rel).into_owned(), String::new()),
+            }
+        } else {
+            match keys::split_version(rel) {
+                (k, Some(v)) => (
+                    String::from_utf8_lossy(k).into_owned(),
+                    crate::apply::versions::version_id(&KeyRecord {
+                        version: v,
+                        versioned: v != 0,
+                        ..Default::default()
+                    }),
+                ),
+                (k, None) => (String::from_utf8_lossy(k).into_owned(), String::new()),
+            }
+        };
+        let current = config
+            .as_ref()
+            .is_some_and(|c| scan::is_current(&s, &b, c));
+        let status = LifecycleStatus {
+            pass: s.pass,
+            phase: scan::phase_name(s.phase).to_string(),
+            cursor,
+            cursor_version_id,
+            pass_started_ms: s.pass_started_ms,
+            cursor_ms: s.cursor_ms,
+            evaluated: s.evaluated,
+            actions: s.actions,
+            rule_actions: s.rule_actions,
+            last_pass_started_ms: s.last_pass_started_ms,
+            last_pass_completed_ms: s.last_pass_completed_ms,
+            last_pass_evaluated: s.last_pass_evaluated,
+            last_pass_actions: s.last_pass_actions,
+            total_evaluated: s.total_evaluated,
+            total_actions: s.total_actions,
+            last_resume_seeks: s.last_resume_seeks,
+            last_resume_before_cursor: s.last_resume_before_cursor,
+            current,
+            bucket_key_count: b.key_count,
+        };
+        Ok((Some(status), config.map(|c| c.rules).unwrap_or_default()))
     }
 }

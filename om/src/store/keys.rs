@@ -27,6 +27,7 @@
 //! | `deleted_dirs`   | u64 BE log index, u32 BE sequence                 | `DeletedDirRecord`    |
 //! | `settings`       | `cluster_acl`                                     | `ClusterAclRecord`    |
 //! | `lifecycle`      | `volume` `/` `bucket`                            | `LifecycleRecord`     |
+//! | `lifecycle_scan` | `volume` `/` `bucket`                            | `LifecycleScanRecord` |
 //!
 //! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
 //! parent directory's object id (the bucket's object id at the root) and its
@@ -74,6 +75,7 @@ pub const TABLE_CFS: &[&str] = &[
     DELETED_DIRS_CF,
     SETTINGS_CF,
     LIFECYCLE_CF,
+    LIFECYCLE_SCAN_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -107,6 +109,7 @@ pub const OPEN_FILES_CF: &str = "open_files";
 pub const DELETED_DIRS_CF: &str = "deleted_dirs";
 pub const SETTINGS_CF: &str = "settings";
 pub const LIFECYCLE_CF: &str = "lifecycle";
+pub const LIFECYCLE_SCAN_CF: &str = "lifecycle_scan";
 
 /// The cluster's ACL (admins and impersonators) in `settings`.
 pub const CLUSTER_ACL_KEY: &[u8] = b"cluster_acl";

@@ -9,7 +9,7 @@ use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
     BucketRecord, ClusterAclRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord,
-    KeyRecord, LifecycleRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord,
+    KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord,
     VolumeRecord,
 };
 
@@ -39,7 +39,8 @@ record!(
     DirectoryRecord,
     DeletedDirRecord,
     ClusterAclRecord,
-    LifecycleRecord
+    LifecycleRecord,
+    LifecycleScanRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -148,6 +149,13 @@ table!(
     keys::LIFECYCLE_CF,
     LifecycleRecord,
     "Buckets' lifecycle configurations, under the bucket's key."
+);
+
+table!(
+    LifecycleScanTable,
+    keys::LIFECYCLE_SCAN_CF,
+    LifecycleScanRecord,
+    "Where each bucket's lifecycle scan stands, under the bucket's key."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {
