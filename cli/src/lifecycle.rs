@@ -364,13 +364,11 @@ pub fn to_json(rules: &[LifecycleRule]) -> Value {
     json!({ "Rules": rules })
 }
 
-fn counts(m: &std::collections::HashMap<String, u64>) -> String {
+fn counts(m: &std::collections::BTreeMap<String, u64>) -> String {
     if m.is_empty() {
         return "none".into();
     }
-    let mut v: Vec<_> = m.iter().collect();
-    v.sort();
-    v.iter()
+    m.iter()
         .map(|(k, n)| format!("{k}={n}"))
         .collect::<Vec<_>>()
         .join(" ")
