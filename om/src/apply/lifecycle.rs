@@ -252,7 +252,13 @@ impl Ctx<'_> {
                 if self.newest_noncurrent(&run)?.is_some() {
                     None
                 } else {
-                    eval::expired_marker_rule(rules, key)
+                    eval::expired_marker_rule(
+                        rules,
+                        key,
+                        rec.creation_time_ms,
+                        c.day_ms,
+                        self.now,
+                    )
                 }
             }
             _ => None,

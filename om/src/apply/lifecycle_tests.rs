@@ -290,6 +290,32 @@ fn a_lone_delete_marker_goes_and_one_with_versions_behind_it_stays() {
 }
 
 #[test]
+fn an_expiration_rule_also_removes_lone_delete_markers_once_due() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    versioning(&mut sm, versions::ENABLED);
+    at(&mut sm, DAY + 5);
+    let a = put(&mut sm, "logs/a");
+    delete(&mut sm, "logs/a", "");
+    delete(&mut sm, "logs/a", &versions::version_id(&a));
+    set_rules(&mut sm, vec![expire_days("logs", "logs/", 1)]);
+    at(&mut sm, 2 * DAY - 1);
+    let r = run_pass(&mut sm, limits(1000));
+    assert_eq!(actions(&r, "remove_delete_marker"), 0);
+    assert_eq!(entries(&sm).len(), 1);
+    at(&mut sm, 3 * DAY);
+    let r = run_pass(
+        &mut sm,
+        PageLimits {
+            interval_ms: 0,
+            ..limits(1000)
+        },
+    );
+    assert_eq!(actions(&r, "remove_delete_marker"), 1);
+    assert!(entries(&sm).is_empty());
+}
+
+#[test]
 fn stale_uploads_are_aborted_and_their_parts_released() {
     let mut sm = Sm::new();
     setup(&mut sm, LAYOUT_OBJECT_STORE);

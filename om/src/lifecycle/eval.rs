@@ -11,7 +11,8 @@
 //!   noncurrent, rounded the same way, once at least
 //!   `NewerNoncurrentVersions` newer noncurrent versions exist.
 //! - `ExpiredObjectDeleteMarker`: a current delete marker with no other
-//!   version.
+//!   version goes; a `Days`/`Date` expiration removes such a marker too, once
+//!   its days have passed for the marker (S3's expired object delete marker).
 //! - `AbortIncompleteMultipartUpload`: N days after initiation, rounded.
 //!
 //! Several matching rules: the earliest instant wins (S3: the shorter expiry
@@ -158,9 +159,18 @@ pub fn newer_needed(rules: &[LifecycleRule]) -> u32 {
         .unwrap_or(0)
 }
 
-/// The rule that removes a current delete marker of `key` once it is the
-/// key's only version (`ExpiredObjectDeleteMarker`).
-pub fn expired_marker_rule<'a>(rules: &'a [LifecycleRule], key: &str) -> Option<&'a str> {
+/// The rule that removes a current delete marker of `key`, created at
+/// `created_ms`, once it is the key's only version (an expired object delete
+/// marker), at `now_ms`: one with `ExpiredObjectDeleteMarker` at once, or
+/// one whose `Days`/`Date` expiration has passed for the marker (S3: the
+/// Expiration action also removes expired object delete markers).
+pub fn expired_marker_rule<'a>(
+    rules: &'a [LifecycleRule],
+    key: &str,
+    created_ms: u64,
+    day_ms: u64,
+    now_ms: u64,
+) -> Option<&'a str> {
     let none = BTreeMap::new();
     let s = Subject {
         key,
@@ -170,11 +180,16 @@ pub fn expired_marker_rule<'a>(rules: &'a [LifecycleRule], key: &str) -> Option<
     };
     rules
         .iter()
+        .filter(|r| matches(r, &s))
         .find(|r| {
-            matches(r, &s)
-                && r.expiration
-                    .as_ref()
-                    .is_some_and(|e| e.expired_object_delete_marker)
+            r.expiration.as_ref().is_some_and(|e| {
+                e.expired_object_delete_marker
+                    || match (e.days, e.date_ms) {
+                        (Some(days), _) => after_days(created_ms, days, day_ms) <= now_ms,
+                        (None, Some(date)) => date <= now_ms,
+                        (None, None) => false,
+                    }
+            })
         })
         .map(|r| r.id.as_str())
 }
@@ -387,8 +402,15 @@ mod tests {
                 ..rule("sized", Some(Predicate::ObjectSizeLessThan(5)))
             },
         ];
-        assert_eq!(expired_marker_rule(&rules, "a/x"), Some("m"));
-        assert_eq!(expired_marker_rule(&rules, "b/x"), None);
+        assert_eq!(expired_marker_rule(&rules, "a/x", 0, DAY, 0), Some("m"));
+        assert_eq!(expired_marker_rule(&rules, "b/x", 0, DAY, u64::MAX), None);
+        // A Days expiration removes a lone marker once the days have passed
+        // for the marker itself.
+        let days = vec![expire_days("d", 2, None)];
+        let made = utc(2024, 1, 1, 6, 0);
+        let due = utc(2024, 1, 4, 0, 0);
+        assert_eq!(expired_marker_rule(&days, "k", made, DAY, due - 1), None);
+        assert_eq!(expired_marker_rule(&days, "k", made, DAY, due), Some("d"));
         let d = upload_expiry(&rules, "b/x", utc(2024, 1, 1, 23, 59), DAY).unwrap();
         assert_eq!((d.rule_id, d.at_ms), ("u", utc(2024, 1, 3, 0, 0)));
     }

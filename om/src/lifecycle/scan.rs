@@ -331,7 +331,13 @@ impl<'a> Walk<'a> {
             None => {
                 self.newer = 0;
                 if rec.delete_marker {
-                    if let Some(rule) = eval::expired_marker_rule(self.rules, &key) {
+                    if let Some(rule) = eval::expired_marker_rule(
+                        self.rules,
+                        &key,
+                        rec.creation_time_ms,
+                        self.day_ms,
+                        self.now_ms,
+                    ) {
                         self.pending_marker = Some((k.to_vec(), rec.update_id, rule));
                     }
                 } else if let Some(due) =
