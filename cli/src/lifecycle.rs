@@ -405,7 +405,10 @@ fn status_json(path: &str, r: &GetLifecycleStatusResponse) -> Value {
 
 fn print_status(path: &str, r: &GetLifecycleStatusResponse) {
     let Some(s) = &r.status else {
-        println!("{path}: {} lifecycle rules; no scan has started", r.rules.len());
+        println!(
+            "{path}: {} lifecycle rules; no scan has started",
+            r.rules.len()
+        );
         return;
     };
     println!("{path}: {} lifecycle rules, pass {}", r.rules.len(), s.pass);
@@ -437,7 +440,9 @@ fn print_status(path: &str, r: &GetLifecycleStatusResponse) {
             "  last pass: {} to {} ({:.1} s), evaluated {}, actions: {}",
             iso_date(s.last_pass_started_ms),
             iso_date(s.last_pass_completed_ms),
-            s.last_pass_completed_ms.saturating_sub(s.last_pass_started_ms) as f64 / 1000.0,
+            s.last_pass_completed_ms
+                .saturating_sub(s.last_pass_started_ms) as f64
+                / 1000.0,
             s.last_pass_evaluated,
             counts(&s.last_pass_actions)
         );
@@ -462,7 +467,11 @@ fn print_status(path: &str, r: &GetLifecycleStatusResponse) {
 /// One progress line: a bar of entries evaluated against the bucket's size.
 fn progress_line(s: &LifecycleStatus) -> String {
     let total = s.bucket_key_count.max(1);
-    let done = if s.phase == "idle" { total } else { s.evaluated.min(total) };
+    let done = if s.phase == "idle" {
+        total
+    } else {
+        s.evaluated.min(total)
+    };
     let width = 30;
     let filled = (done as usize * width) / total as usize;
     let actions: u64 = s.actions.values().sum();

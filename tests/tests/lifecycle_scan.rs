@@ -127,8 +127,12 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     let mut expected_left = BTreeSet::new();
     for i in 0..20 {
         for b in ["plain", "versioned"] {
-            c.put_key("vol", b, &format!("logs/{i:02}"), 1).await.unwrap();
-            c.put_key("vol", b, &format!("data/{i:02}"), 1).await.unwrap();
+            c.put_key("vol", b, &format!("logs/{i:02}"), 1)
+                .await
+                .unwrap();
+            c.put_key("vol", b, &format!("data/{i:02}"), 1)
+                .await
+                .unwrap();
         }
         expected_left.insert(format!("data/{i:02}"));
     }
@@ -162,7 +166,10 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     }
     let keep = c.put_key("vol", "plain", "logs/late", 1).await.unwrap();
     let k = c.lookup_key("vol", "plain", "logs/late").await.unwrap();
-    assert_eq!(k.expiration_ms, (keep.creation_time_ms + 1000).div_ceil(1000) * 1000);
+    assert_eq!(
+        k.expiration_ms,
+        (keep.creation_time_ms + 1000).div_ceil(1000) * 1000
+    );
     assert_eq!(k.expiration_rule_id, "logs");
 
     // Every logs/ key goes, in both buckets; data/ stays.
@@ -238,7 +245,14 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("2 lifecycle rules"), "{text}");
     assert!(text.contains("expire=21"), "{text}");
-    let o = omctl(&["--output", "json", "bucket", "lifecycle", "status", "vol/plain"]);
+    let o = omctl(&[
+        "--output",
+        "json",
+        "bucket",
+        "lifecycle",
+        "status",
+        "vol/plain",
+    ]);
     assert!(o.status.success(), "{o:?}");
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["total_actions"]["expire"], 21);
@@ -355,7 +369,10 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
     // exactly the eligible ones expired.
     assert_eq!(s.pass, 1, "the new leader resumed, it did not restart");
     assert_eq!(s.last_pass_evaluated, KEYS as u64);
-    assert_eq!(s.last_pass_actions.get("expire"), Some(&((KEYS / 2) as u64)));
+    assert_eq!(
+        s.last_pass_actions.get("expire"),
+        Some(&((KEYS / 2) as u64))
+    );
     assert_eq!(s.last_resume_before_cursor, 0);
     // Every page the new leader built was positioned with one seek.
     let second_http: std::net::SocketAddr = addrs[(second - 1) as usize].http.parse().unwrap();
@@ -379,15 +396,19 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
         },
     )
     .unwrap();
-    wait_for(Duration::from_secs(60), "the restarted node caught up", || {
-        let back = &back;
-        async move {
-            status(back, "vol", "bkt")
-                .await
-                .filter(|s| s.last_pass_completed_ms > 0)
-                .map(|_| ())
-        }
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the restarted node caught up",
+        || {
+            let back = &back;
+            async move {
+                status(back, "vol", "bkt")
+                    .await
+                    .filter(|s| s.last_pass_completed_ms > 0)
+                    .map(|_| ())
+            }
+        },
+    )
     .await;
 }
 
@@ -442,7 +463,10 @@ async fn a_pass_completes_while_leadership_moves_every_few_seconds() {
     assert!(transfers >= 2, "leadership moved during the pass");
     assert_eq!(s.pass, 1);
     assert_eq!(s.last_pass_evaluated, KEYS as u64);
-    assert_eq!(s.last_pass_actions.get("expire"), Some(&(KEYS.div_ceil(3) as u64)));
+    assert_eq!(
+        s.last_pass_actions.get("expire"),
+        Some(&(KEYS.div_ceil(3) as u64))
+    );
     let left = all_keys(&c, "vol", "bkt").await;
     assert_eq!(left.len(), KEYS - KEYS.div_ceil(3));
     assert!(left.iter().all(|k| k.starts_with("keep/")));

@@ -79,7 +79,10 @@ impl Ctx<'_> {
                 OmError::not_found(
                     "NO_SUCH_LIFECYCLE_CONFIGURATION",
                     "bucket",
-                    format!("bucket {}/{} has no lifecycle configuration", c.volume, c.bucket),
+                    format!(
+                        "bucket {}/{} has no lifecycle configuration",
+                        c.volume, c.bucket
+                    ),
                 )
             })?;
         if c.bucket_object_id != bucket.object_id || c.config_update_id != config.update_id {
@@ -252,13 +255,7 @@ impl Ctx<'_> {
                 if self.newest_noncurrent(&run)?.is_some() {
                     None
                 } else {
-                    eval::expired_marker_rule(
-                        rules,
-                        key,
-                        rec.creation_time_ms,
-                        c.day_ms,
-                        self.now,
-                    )
+                    eval::expired_marker_rule(rules, key, rec.creation_time_ms, c.day_ms, self.now)
                 }
             }
             _ => None,
@@ -287,8 +284,12 @@ impl Ctx<'_> {
             .range(run.to_vec()..entry.to_vec())
             .filter(|(_, v)| v.is_some())
             .count() as u32;
-        let mut it =
-            DeferredSeekIter::new(self.db, keys::KEYS_CF, Some(run.to_vec()), Some(entry.to_vec()))?;
+        let mut it = DeferredSeekIter::new(
+            self.db,
+            keys::KEYS_CF,
+            Some(run.to_vec()),
+            Some(entry.to_vec()),
+        )?;
         while n < limit {
             let Some((k, _)) = it.current() else { break };
             if !staged.contains_key(k) {

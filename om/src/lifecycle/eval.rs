@@ -81,7 +81,8 @@ pub fn matches(rule: &LifecycleRule, s: &Subject<'_>) -> bool {
                 && a.tags.iter().all(|t| has_tag(&t.key, &t.value))
                 && a.object_size_greater_than
                     .is_none_or(|n| s.sized && s.size > n)
-                && a.object_size_less_than.is_none_or(|n| s.sized && s.size < n)
+                && a.object_size_less_than
+                    .is_none_or(|n| s.sized && s.size < n)
         }
     }
 }

@@ -10,8 +10,9 @@
 //! is read again, and its upper bound is the end of the bucket's range, so
 //! the page never walks tombstones past the bucket.
 
-use om_proto::store::{BucketRecord, KeyRecord, LifecycleItem, LifecycleRecord, LifecycleScan,
-    LifecycleScanRecord};
+use om_proto::store::{
+    BucketRecord, KeyRecord, LifecycleItem, LifecycleRecord, LifecycleScan, LifecycleScanRecord,
+};
 use rocksdb::DB;
 
 use super::eval::{self, Subject};
@@ -185,12 +186,9 @@ pub fn page(
 ) -> Result<Option<LifecycleScan>, OmError> {
     let current = scan.filter(|s| is_current(s, bucket, config));
     let (start_pass, phase, from, newer) = match current {
-        Some(s) if s.phase != PHASE_IDLE => (
-            false,
-            s.phase,
-            s.cursor.clone(),
-            s.cursor_newer_noncurrent,
-        ),
+        Some(s) if s.phase != PHASE_IDLE => {
+            (false, s.phase, s.cursor.clone(), s.cursor_newer_noncurrent)
+        }
         Some(s) if now_ms < s.last_pass_completed_ms.saturating_add(limits.interval_ms) => {
             return Ok(None);
         }
@@ -240,8 +238,8 @@ pub fn page(
         // One entry yields at most one item, plus the item of a delete
         // marker before it: stop one short of the item budget. At least one
         // entry per page, so the cursor always moves.
-        let spent = page.evaluated as usize >= limits.evaluations
-            || page.items.len() + 1 >= limits.items;
+        let spent =
+            page.evaluated as usize >= limits.evaluations || page.items.len() + 1 >= limits.items;
         if page.evaluated > 0 && spent {
             // Budget spent. A delete marker read last still needs its next
             // entry to tell whether it stands alone; the next page starts
@@ -249,7 +247,8 @@ pub fn page(
             if let Some((mk, update_id, rule)) = walk.pending_marker.take()
                 && !walk.same_key_history(&mk, k)
             {
-                page.items.push(item(mk, update_id, eval::ACTION_REMOVE_DELETE_MARKER, rule));
+                page.items
+                    .push(item(mk, update_id, eval::ACTION_REMOVE_DELETE_MARKER, rule));
             }
             ended = false;
             break;
@@ -266,7 +265,8 @@ pub fn page(
     it.status()?;
     if ended {
         if let Some((mk, update_id, rule)) = walk.pending_marker.take() {
-            page.items.push(item(mk, update_id, eval::ACTION_REMOVE_DELETE_MARKER, rule));
+            page.items
+                .push(item(mk, update_id, eval::ACTION_REMOVE_DELETE_MARKER, rule));
         }
         page.phase_done = true;
         page.to.clear();
@@ -344,7 +344,12 @@ impl<'a> Walk<'a> {
                     eval::current_expiry(self.rules, &subject, rec.creation_time_ms, self.day_ms)
                     && due.is_due(self.now_ms)
                 {
-                    items.push(item(k.to_vec(), rec.update_id, eval::ACTION_EXPIRE, due.rule_id));
+                    items.push(item(
+                        k.to_vec(),
+                        rec.update_id,
+                        eval::ACTION_EXPIRE,
+                        due.rule_id,
+                    ));
                 }
             }
             Some(_) => {
@@ -369,7 +374,12 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    fn upload(&mut self, k: &[u8], v: &[u8], items: &mut Vec<LifecycleItem>) -> Result<(), OmError> {
+    fn upload(
+        &mut self,
+        k: &[u8],
+        v: &[u8],
+        items: &mut Vec<LifecycleItem>,
+    ) -> Result<(), OmError> {
         let Some((key, _)) = k.get(self.prefix.len()..).and_then(keys::split_key_run) else {
             return Ok(());
         };
@@ -378,7 +388,12 @@ impl<'a> Walk<'a> {
         if let Some(due) = eval::upload_expiry(self.rules, &key, rec.initiated_ms, self.day_ms)
             && due.is_due(self.now_ms)
         {
-            items.push(item(k.to_vec(), rec.upload_id, eval::ACTION_ABORT_UPLOAD, due.rule_id));
+            items.push(item(
+                k.to_vec(),
+                rec.upload_id,
+                eval::ACTION_ABORT_UPLOAD,
+                due.rule_id,
+            ));
         }
         Ok(())
     }

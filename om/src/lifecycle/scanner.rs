@@ -154,8 +154,7 @@ async fn round(
                 metrics::counter!("om_lifecycle_evaluated_total").increment(evaluated);
                 let mut actions = 0;
                 for (name, n) in r.actions {
-                    metrics::counter!("om_lifecycle_actions_total", "action" => name)
-                        .increment(n);
+                    metrics::counter!("om_lifecycle_actions_total", "action" => name).increment(n);
                     actions += n;
                 }
                 if completes && let Some(t0) = pass_started {

@@ -63,8 +63,9 @@ impl OmService {
         else {
             return Ok(None);
         };
-        let Some(config) = table::get::<LifecycleTable>(&self.db, &keys::bucket_key(volume, bucket))?
-            .filter(|r| r.bucket_object_id == b.object_id)
+        let Some(config) =
+            table::get::<LifecycleTable>(&self.db, &keys::bucket_key(volume, bucket))?
+                .filter(|r| r.bucket_object_id == b.object_id)
         else {
             return Ok(None);
         };
@@ -109,7 +110,10 @@ impl OmService {
         let rel = s.cursor.strip_prefix(prefix.as_slice()).unwrap_or_default();
         let (cursor, cursor_version_id) = if s.phase == scan::PHASE_UPLOADS {
             match keys::split_key_run(rel) {
-                Some((k, id)) => (String::from_utf8_lossy(k).into_owned(), format!("{id:016x}")),
+                Some((k, id)) => (
+                    String::from_utf8_lossy(k).into_owned(),
+                    format!("{id:016x}"),
+                ),
                 None => (String::from_utf8_lossy(rel).into_owned(), String::new()),
             }
         } else {
@@ -125,9 +129,7 @@ impl OmService {
                 (k, None) => (String::from_utf8_lossy(k).into_owned(), String::new()),
             }
         };
-        let current = config
-            .as_ref()
-            .is_some_and(|c| scan::is_current(&s, &b, c));
+        let current = config.as_ref().is_some_and(|c| scan::is_current(&s, &b, c));
         let status = LifecycleStatus {
             pass: s.pass,
             phase: scan::phase_name(s.phase).to_string(),

@@ -203,7 +203,11 @@ async fn main() {
     // 2a. PutKey latency with no pass running.
     let (p50, p99) = put_latencies(&ep, 16, 2000, "idle").await;
     println!("\n## 2. Foreground PutKey, 16 clients");
-    println!("no pass running:                  p50 {}  p99 {}", ms(p50), ms(p99));
+    println!(
+        "no pass running:                  p50 {}  p99 {}",
+        ms(p50),
+        ms(p99)
+    );
 
     // 1. One unthrottled pass over every bucket (latency measured meanwhile).
     let started = Instant::now();
@@ -211,10 +215,16 @@ async fn main() {
         set_rules(&c, b).await;
     }
     let (p50, p99) = put_latencies(&ep, 16, 2000, "unthrottled").await;
-    println!("during an unthrottled pass:       p50 {}  p99 {}", ms(p50), ms(p99));
+    println!(
+        "during an unthrottled pass:       p50 {}  p99 {}",
+        ms(p50),
+        ms(p99)
+    );
     let (evaluated, expired) = wait_passes(&c, &buckets).await;
     let secs = started.elapsed().as_secs_f64();
-    println!("\n## 1. One pass over {n} keys in {BUCKETS} buckets, half eligible, rate limits lifted");
+    println!(
+        "\n## 1. One pass over {n} keys in {BUCKETS} buckets, half eligible, rate limits lifted"
+    );
     println!(
         "pass completed in {secs:.1} s: {evaluated} entries evaluated ({:.0}/s), {expired} expired through Raft ({:.0}/s)",
         evaluated as f64 / secs,
@@ -222,8 +232,13 @@ async fn main() {
     );
 
     // 3. Resume cost at 10/50/90% of bucket b0, on the state the pass left.
-    println!("\n## 3. Resuming a page in bucket b0 (per bucket {} keys, half expired behind the cursor)", n / BUCKETS);
-    println!("| position | resume: seeks | resume: entries at/before cursor | resume time | rescan: entries read | rescan: tombstones | rescan time |");
+    println!(
+        "\n## 3. Resuming a page in bucket b0 (per bucket {} keys, half expired behind the cursor)",
+        n / BUCKETS
+    );
+    println!(
+        "| position | resume: seeks | resume: entries at/before cursor | resume time | rescan: entries read | rescan: tombstones | rescan time |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let db = node.node.service.db().clone();
     let bk = keys::bucket_key("vol", "b0");
@@ -262,9 +277,13 @@ async fn main() {
         // Without a cursor: read from the bucket's start up to it.
         let t0 = Instant::now();
         let prefix = keys::object_prefix("vol", "b0");
-        let mut it =
-            DeferredSeekIter::new(&db, keys::KEYS_CF, Some(prefix), Some(keys::key_successor(&cursor)))
-                .unwrap();
+        let mut it = DeferredSeekIter::new(
+            &db,
+            keys::KEYS_CF,
+            Some(prefix),
+            Some(keys::key_successor(&cursor)),
+        )
+        .unwrap();
         let mut read = 0u64;
         while it.current().is_some() {
             read += 1;
