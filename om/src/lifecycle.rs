@@ -11,6 +11,7 @@
 //! field in `field`).
 
 pub mod eval;
+pub mod fso;
 pub mod scan;
 pub mod scanner;
 

@@ -17,13 +17,13 @@ use om_proto::store::{
 use rocksdb::WriteBatch;
 
 use super::quota::Usage;
-use super::{Ctx, LAYOUT_OBJECT_STORE, ok, versions};
+use super::{Ctx, LAYOUT_FSO, ok, versions};
 use crate::error::OmError;
 use crate::lifecycle::eval::{self, Subject};
-use crate::lifecycle::scan::{self, PHASE_IDLE, PHASE_OBJECTS, PHASE_UPLOADS};
+use crate::lifecycle::scan::{self, PHASE_FILES, PHASE_IDLE};
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
-use crate::store::table::{self, LifecycleScanTable, LifecycleTable, UploadTable};
+use crate::store::table::{self, FileTable, LifecycleScanTable, LifecycleTable, UploadTable};
 
 fn stale(message: String) -> OmError {
     OmError::precondition("STALE_LIFECYCLE_PAGE", "from", message)
@@ -91,11 +91,16 @@ impl Ctx<'_> {
                 c.volume, c.bucket
             )));
         }
-        if bucket.layout != LAYOUT_OBJECT_STORE {
+        let fso = bucket.layout == LAYOUT_FSO;
+        if fso != (c.phase == PHASE_FILES) {
             return Err(OmError::precondition(
-                "LIFECYCLE_SCAN_NOT_SUPPORTED",
-                "bucket",
-                format!("{}/{} is not an object-store bucket", c.volume, c.bucket),
+                "LIFECYCLE_PHASE_MISMATCH",
+                "phase",
+                format!(
+                    "phase {} does not walk a bucket of layout {}",
+                    scan::phase_name(c.phase),
+                    bucket.layout
+                ),
             ));
         }
         let stored = table::get::<LifecycleScanTable>(self.db, &bkey)?;
@@ -114,7 +119,7 @@ impl Ctx<'_> {
                 bucket_object_id: bucket.object_id,
                 config_update_id: config.update_id,
                 pass: old.pass + 1,
-                phase: PHASE_OBJECTS,
+                phase: c.phase,
                 pass_started_ms: self.now,
                 ..carry_over(old)
             }
@@ -152,8 +157,8 @@ impl Ctx<'_> {
         rec.cursor_newer_noncurrent = c.to_newer_noncurrent;
         if !c.phase_done {
             rec.cursor = c.to.clone();
-        } else if c.phase == PHASE_OBJECTS {
-            rec.phase = PHASE_UPLOADS;
+        } else if scan::next_phase(c.phase) != PHASE_IDLE {
+            rec.phase = scan::next_phase(c.phase);
             rec.cursor.clear();
             rec.cursor_newer_noncurrent = 0;
         } else {
@@ -190,6 +195,9 @@ impl Ctx<'_> {
         freed: &mut Usage,
     ) -> Result<Option<String>, OmError> {
         let rules = &config.rules;
+        if item.action == eval::ACTION_EXPIRE_FILE {
+            return self.expire_file(b, bucket, rules, c, item, seq, freed);
+        }
         let prefix = keys::object_prefix(&bucket.volume, &bucket.name);
         let Some(rel) = item.entry.strip_prefix(prefix.as_slice()) else {
             return Ok(None);
@@ -269,6 +277,55 @@ impl Ctx<'_> {
             self.remove_version(b, bucket, key, &versions::version_id(&rec), *seq, freed)?;
         }
         *seq += 1;
+        Ok(Some(rule))
+    }
+
+    /// Expires the file of an FSO bucket at the item's path, if it is still
+    /// there (the path resolved again: a file moved away is left alone), has
+    /// the update id the scanner read and is still due.
+    #[allow(clippy::too_many_arguments)]
+    fn expire_file(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &BucketRecord,
+        rules: &[om_proto::v1::LifecycleRule],
+        c: &LifecycleScan,
+        item: &LifecycleItem,
+        seq: &mut u32,
+        freed: &mut Usage,
+    ) -> Result<Option<String>, OmError> {
+        let Ok(path) = std::str::from_utf8(&item.entry) else {
+            return Ok(None);
+        };
+        let comps = crate::fs::components(path);
+        let (parent, name, rec) = match crate::fs::stat(self.db, bucket.object_id, &comps, "path") {
+            Ok(Some(crate::fs::Entry::File { parent, name, rec })) => (parent, name, rec),
+            Ok(_) | Err(OmError::Request { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if rec.update_id != item.update_id {
+            return Ok(None);
+        }
+        let subject = Subject {
+            key: path,
+            size: rec.size,
+            tags: &rec.tags,
+            sized: true,
+        };
+        let Some(rule) = eval::current_expiry(rules, &subject, rec.creation_time_ms, c.day_ms)
+            .filter(|d| d.is_due(self.now))
+            .map(|d| d.rule_id.to_string())
+        else {
+            return Ok(None);
+        };
+        freed.free(Usage::removal(rec.size));
+        let origin = format!(
+            "{}/{}/{path} expired by lifecycle rule {rule:?}",
+            bucket.volume, bucket.name
+        );
+        self.release_blocks(b, *seq, rec.blocks, origin)?;
+        *seq += 1;
+        table::delete::<FileTable>(self.db, b, &keys::fs_key(parent, &name))?;
         Ok(Some(rule))
     }
 

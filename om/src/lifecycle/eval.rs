@@ -27,18 +27,21 @@ pub const ACTION_EXPIRE: u32 = 1;
 pub const ACTION_EXPIRE_NONCURRENT: u32 = 2;
 pub const ACTION_REMOVE_DELETE_MARKER: u32 = 3;
 pub const ACTION_ABORT_UPLOAD: u32 = 4;
+/// Expire a file of a FILE_SYSTEM_OPTIMIZED bucket (named by its path).
+pub const ACTION_EXPIRE_FILE: u32 = 5;
 
-pub const ACTIONS: [u32; 4] = [
+pub const ACTIONS: [u32; 5] = [
     ACTION_EXPIRE,
     ACTION_EXPIRE_NONCURRENT,
     ACTION_REMOVE_DELETE_MARKER,
     ACTION_ABORT_UPLOAD,
+    ACTION_EXPIRE_FILE,
 ];
 
 /// The name of an action in status, metrics and the audit of operators.
 pub fn action_name(action: u32) -> &'static str {
     match action {
-        ACTION_EXPIRE => "expire",
+        ACTION_EXPIRE | ACTION_EXPIRE_FILE => "expire",
         ACTION_EXPIRE_NONCURRENT => "expire_noncurrent",
         ACTION_REMOVE_DELETE_MARKER => "remove_delete_marker",
         ACTION_ABORT_UPLOAD => "abort_upload",

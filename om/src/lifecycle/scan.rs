@@ -24,6 +24,26 @@ use crate::store::table::{self, KeyTable, UploadTable};
 pub const PHASE_IDLE: u32 = 0;
 pub const PHASE_OBJECTS: u32 = 1;
 pub const PHASE_UPLOADS: u32 = 2;
+/// FILE_SYSTEM_OPTIMIZED buckets: their directory tree (`lifecycle::fso`).
+pub const PHASE_FILES: u32 = 3;
+
+/// The phase a pass over a bucket of `layout` starts with.
+pub fn first_phase(layout: u32) -> u32 {
+    if layout == crate::apply::LAYOUT_FSO {
+        PHASE_FILES
+    } else {
+        PHASE_OBJECTS
+    }
+}
+
+/// The phase after `phase` (idle once a pass is complete).
+pub fn next_phase(phase: u32) -> u32 {
+    if phase == PHASE_OBJECTS {
+        PHASE_UPLOADS
+    } else {
+        PHASE_IDLE
+    }
+}
 
 /// Most items one page proposes (one Raft entry, one apply).
 pub const MAX_PAGE_ITEMS: usize = 1000;
@@ -42,16 +62,17 @@ pub fn phase_name(phase: u32) -> &'static str {
         PHASE_IDLE => "idle",
         PHASE_OBJECTS => "objects",
         PHASE_UPLOADS => "uploads",
+        PHASE_FILES => "files",
         _ => "unknown",
     }
 }
 
 /// The table a phase walks.
 pub fn phase_table(phase: u32) -> &'static str {
-    if phase == PHASE_UPLOADS {
-        keys::UPLOADS_CF
-    } else {
-        keys::KEYS_CF
+    match phase {
+        PHASE_UPLOADS => keys::UPLOADS_CF,
+        PHASE_FILES => keys::FILES_CF,
+        _ => keys::KEYS_CF,
     }
 }
 
@@ -61,14 +82,14 @@ fn bad(reason: &str, field: &str, message: String) -> OmError {
 
 /// The limits of one page, whatever the state (apply's `limits`).
 pub fn check_page(c: &LifecycleScan) -> Result<(), OmError> {
-    if c.phase != PHASE_OBJECTS && c.phase != PHASE_UPLOADS {
+    if !matches!(c.phase, PHASE_OBJECTS | PHASE_UPLOADS | PHASE_FILES) {
         return Err(bad(
             "INVALID_LIFECYCLE_PAGE",
             "phase",
             format!("unknown scan phase {}", c.phase),
         ));
     }
-    if c.start_pass && (c.phase != PHASE_OBJECTS || !c.from.is_empty()) {
+    if c.start_pass && (c.phase == PHASE_UPLOADS || !c.from.is_empty()) {
         return Err(bad(
             "INVALID_LIFECYCLE_PAGE",
             "start_pass",
@@ -112,7 +133,9 @@ pub fn check_page(c: &LifecycleScan) -> Result<(), OmError> {
             "a page ends its phase or moves the cursor".into(),
         ));
     }
-    if !c.phase_done && c.to <= c.from {
+    // A tree walk's cursor is a path: it moves, but not in byte order.
+    let ordered = c.phase != PHASE_FILES;
+    if !c.phase_done && (c.to == c.from || (ordered && c.to <= c.from)) {
         return Err(bad(
             "INVALID_LIFECYCLE_PAGE",
             "to",
@@ -120,7 +143,7 @@ pub fn check_page(c: &LifecycleScan) -> Result<(), OmError> {
         ));
     }
     for (i, it) in c.items.iter().enumerate() {
-        let in_page = it.entry > c.from && (c.phase_done || it.entry <= c.to);
+        let in_page = !ordered || (it.entry > c.from && (c.phase_done || it.entry <= c.to));
         if it.entry.len() > MAX_ENTRY_BYTES || !in_page {
             return Err(bad(
                 "INVALID_LIFECYCLE_PAGE",
@@ -128,10 +151,15 @@ pub fn check_page(c: &LifecycleScan) -> Result<(), OmError> {
                 "an item is an entry of the page".into(),
             ));
         }
-        let action_ok = if c.phase == PHASE_UPLOADS {
-            it.action == eval::ACTION_ABORT_UPLOAD
-        } else {
-            eval::ACTIONS.contains(&it.action) && it.action != eval::ACTION_ABORT_UPLOAD
+        let action_ok = match c.phase {
+            PHASE_UPLOADS => it.action == eval::ACTION_ABORT_UPLOAD,
+            PHASE_FILES => it.action == eval::ACTION_EXPIRE_FILE,
+            _ => matches!(
+                it.action,
+                eval::ACTION_EXPIRE
+                    | eval::ACTION_EXPIRE_NONCURRENT
+                    | eval::ACTION_REMOVE_DELETE_MARKER
+            ),
         };
         if !action_ok {
             return Err(bad(
@@ -192,8 +220,22 @@ pub fn page(
         Some(s) if now_ms < s.last_pass_completed_ms.saturating_add(limits.interval_ms) => {
             return Ok(None);
         }
-        _ => (true, PHASE_OBJECTS, Vec::new(), 0),
+        _ => (true, first_phase(bucket.layout), Vec::new(), 0),
     };
+    if phase == PHASE_FILES {
+        let page = LifecycleScan {
+            volume: bucket.volume.clone(),
+            bucket: bucket.name.clone(),
+            bucket_object_id: bucket.object_id,
+            config_update_id: config.update_id,
+            start_pass,
+            phase,
+            from,
+            day_ms: limits.day_ms,
+            ..Default::default()
+        };
+        return super::fso::page(db, bucket, config, page, now_ms, limits).map(Some);
+    }
     let prefix = keys::object_prefix(&bucket.volume, &bucket.name);
     let lower = if from.is_empty() {
         prefix.clone()

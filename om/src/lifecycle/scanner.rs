@@ -65,7 +65,7 @@ impl Settings {
     }
 }
 
-/// Every object-store bucket with a lifecycle configuration, with its
+/// Every bucket with a lifecycle configuration, with its
 /// stored scan.
 type Configured = (BucketRecord, LifecycleRecord, Option<LifecycleScanRecord>);
 
@@ -77,7 +77,6 @@ fn configured(svc: &OmService) -> Result<Vec<Configured>, OmError> {
         let config = table::decode::<LifecycleTable>(v)?;
         if let Some(bucket) = table::get::<BucketTable>(db, k)?
             && bucket.object_id == config.bucket_object_id
-            && bucket.layout == crate::apply::LAYOUT_OBJECT_STORE
         {
             let scan = table::get::<LifecycleScanTable>(db, k)?;
             out.push((bucket, config, scan));
@@ -137,7 +136,7 @@ async fn round(
             continue;
         };
         let evaluated = page.evaluated;
-        let completes = page.phase_done && page.phase == scan::PHASE_UPLOADS;
+        let completes = page.phase_done && scan::next_phase(page.phase) == scan::PHASE_IDLE;
         let pass_started = if page.start_pass {
             None
         } else {

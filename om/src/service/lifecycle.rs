@@ -57,9 +57,7 @@ impl OmService {
         if rec.delete_marker {
             return Ok(None);
         }
-        // File-system buckets are not scanned: no expiration to report.
         let Some(b) = table::get::<BucketTable>(&self.db, &keys::bucket_key(volume, bucket))?
-            .filter(|b| b.layout == crate::apply::LAYOUT_OBJECT_STORE)
         else {
             return Ok(None);
         };
@@ -108,7 +106,11 @@ impl OmService {
         };
         let prefix = keys::object_prefix(volume, bucket);
         let rel = s.cursor.strip_prefix(prefix.as_slice()).unwrap_or_default();
-        let (cursor, cursor_version_id) = if s.phase == scan::PHASE_UPLOADS {
+        let (cursor, cursor_version_id) = if s.phase == scan::PHASE_FILES {
+            // `F` or `D`, then a path.
+            let path = s.cursor.get(1..).unwrap_or_default();
+            (String::from_utf8_lossy(path).into_owned(), String::new())
+        } else if s.phase == scan::PHASE_UPLOADS {
             match keys::split_key_run(rel) {
                 Some((k, id)) => (
                     String::from_utf8_lossy(k).into_owned(),
