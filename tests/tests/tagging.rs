@@ -529,13 +529,13 @@ async fn fso_files_are_tagged_and_tags_survive_a_restart() {
     let node = TestNode::start().await;
     let c = node.client();
     setup(&c).await;
-    c.create_bucket("vol", "fs", BucketLayout::FileSystemOptimized)
+    c.create_bucket("vol", "fso", BucketLayout::FileSystemOptimized)
         .await
         .unwrap();
     let f = c
         .create_file(CreateFileRequest {
             volume: "vol".into(),
-            bucket: "fs".into(),
+            bucket: "fso".into(),
             path: "dir/file".into(),
             recursive: true,
             ..Default::default()
@@ -544,7 +544,7 @@ async fn fso_files_are_tagged_and_tags_survive_a_restart() {
         .unwrap();
     c.commit_key(CommitKeyRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fso".into(),
         key: f.path.clone(),
         session_id: f.session_id,
         ..Default::default()
@@ -553,26 +553,26 @@ async fn fso_files_are_tagged_and_tags_survive_a_restart() {
     .unwrap();
     let fs_req = |t| PutKeyTaggingRequest {
         volume: "vol".into(),
-        bucket: "fs".into(),
+        bucket: "fso".into(),
         key: "dir/file".into(),
         tags: t,
         ..Default::default()
     };
-    c.put_key_tagging(fs_req(tags(&[("fs", "yes")])))
+    c.put_key_tagging(fs_req(tags(&[("fso", "yes")])))
         .await
         .unwrap();
     let got = c
         .get_key_tagging(GetKeyTaggingRequest {
             volume: "vol".into(),
-            bucket: "fs".into(),
+            bucket: "fso".into(),
             key: "/dir/file".into(),
             ..Default::default()
         })
         .await
         .unwrap();
-    assert_eq!(got.tags, tags(&[("fs", "yes")]));
+    assert_eq!(got.tags, tags(&[("fso", "yes")]));
     assert_eq!(
-        c.lookup_key("vol", "fs", "dir/file")
+        c.lookup_key("vol", "fso", "dir/file")
             .await
             .unwrap()
             .tag_count,
@@ -600,7 +600,7 @@ async fn fso_files_are_tagged_and_tags_survive_a_restart() {
         tags(&[("survives", "restart")])
     );
     assert_eq!(
-        c.lookup_key("vol", "fs", "dir/file")
+        c.lookup_key("vol", "fso", "dir/file")
             .await
             .unwrap()
             .tag_count,

@@ -151,6 +151,7 @@ mod tests {
             bucket: "bkt".into(),
             key: key.into(),
             size: 10,
+            etag: "0cc175b9c0f1b6a831c399e269772661".into(),
             tags: t,
             ..Default::default()
         })
