@@ -108,6 +108,113 @@ fn metric(text: &str, name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tag_filters_and_file_system_buckets_are_scanned_too() {
+    let node = TestNode::start_with(|a| {
+        a.lifecycle_day_ms = Some(1000);
+        a.lifecycle_interval_ms = Some(300);
+    })
+    .await;
+    let c = node.client();
+    c.create_volume("vol", "").await.unwrap();
+    c.create_bucket("vol", "tagged", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.create_bucket("vol", "files", BucketLayout::FileSystemOptimized)
+        .await
+        .unwrap();
+    for i in 0..10 {
+        let class = if i % 2 == 0 { "tmp" } else { "keep" };
+        c.put_key_with(PutKeyRequest {
+            volume: "vol".into(),
+            bucket: "tagged".into(),
+            key: format!("k{i}"),
+            size: 1,
+            tags: [("class".to_string(), class.to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    for path in ["logs/a/1.log", "logs/b.log", "data/x", "logs.txt"] {
+        let s = c
+            .create_file(CreateFileRequest {
+                volume: "vol".into(),
+                bucket: "files".into(),
+                path: path.into(),
+                recursive: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        c.commit_key(CommitKeyRequest {
+            volume: "vol".into(),
+            bucket: "files".into(),
+            key: s.path,
+            session_id: s.session_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    set_rules(
+        &c,
+        "vol",
+        "tagged",
+        vec![LifecycleRule {
+            id: "tmp".into(),
+            enabled: true,
+            filter: Some(LifecycleFilter {
+                predicate: Some(Predicate::Tag(LifecycleTag {
+                    key: "class".into(),
+                    value: "tmp".into(),
+                })),
+            }),
+            expiration: Some(LifecycleExpiration {
+                days: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+    )
+    .await;
+    set_rules(&c, "vol", "files", vec![expire_after("logs", "logs/", 1)]).await;
+    wait_for(Duration::from_secs(60), "tmp-tagged keys expired", || {
+        let c = &c;
+        async move {
+            let left = all_keys(c, "vol", "tagged").await;
+            (left == ["k1", "k3", "k5", "k7", "k9"]).then_some(())
+        }
+    })
+    .await;
+    let files = wait_for(Duration::from_secs(60), "logs/ files expired", || {
+        let c = &c;
+        async move {
+            let r = c
+                .list_status(ListStatusRequest {
+                    volume: "vol".into(),
+                    bucket: "files".into(),
+                    recursive: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut files: Vec<String> = r
+                .entries
+                .into_iter()
+                .filter(|e| !e.is_directory)
+                .map(|e| e.path)
+                .collect();
+            files.sort();
+            (files.len() == 2).then_some(files)
+        }
+    })
+    .await;
+    assert_eq!(files, ["data/x", "logs.txt"]);
+    let s = status(&c, "vol", "files").await.unwrap();
+    assert_eq!(s.total_actions.get("expire"), Some(&2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progress() {
     let node = TestNode::start_with(|a| {
         a.lifecycle_day_ms = Some(1000);
