@@ -194,3 +194,70 @@ fn publish_lag(svc: &OmService) {
         .unwrap_or(0);
     metrics::gauge!("om_lifecycle_cursor_lag_seconds").set(lag as f64 / 1000.0);
 }
+
+/// On every node: once a bucket's pass completes having removed entries,
+/// compacts the bucket's ranges of `keys` and `uploads` on this replica, so
+/// the tombstones the pass left are dropped and listings over the bucket
+/// step over none of them. Node-local work on identical data: replicas stay
+/// byte-identical in content. A node compacts for passes completed after it
+/// started (a restart does not compact everything again).
+pub async fn compact_after_passes(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
+    let mut seen: Option<std::collections::HashMap<Vec<u8>, u64>> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let Ok(done) = completed_passes(&svc) else {
+            continue;
+        };
+        let Some(seen) = seen.as_mut() else {
+            seen = Some(done.into_iter().map(|(k, at, _)| (k, at)).collect());
+            continue;
+        };
+        for (bucket_key, completed_ms, removed) in done {
+            if seen.get(&bucket_key) == Some(&completed_ms) {
+                continue;
+            }
+            seen.insert(bucket_key.clone(), completed_ms);
+            if !removed {
+                continue;
+            }
+            let db = svc.db().clone();
+            let r = tokio::task::spawn_blocking(move || {
+                let mut prefix = bucket_key;
+                prefix.push(b'/');
+                let end = keys::prefix_end(&prefix);
+                for cf in [keys::KEYS_CF, keys::UPLOADS_CF] {
+                    let handle = table::cf(&db, cf)?;
+                    db.compact_range_cf(handle, Some(prefix.as_slice()), end.as_deref());
+                }
+                Ok::<(), OmError>(())
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => metrics::counter!("om_lifecycle_compactions_total").increment(1),
+                Ok(Err(e)) => tracing::warn!(error = %e, "compaction after a lifecycle pass failed"),
+                Err(e) => tracing::warn!(error = %e, "compaction after a lifecycle pass failed"),
+            }
+        }
+    }
+}
+
+/// Every object-store bucket's last completed pass: (bucket key, when,
+/// whether it removed entries).
+fn completed_passes(svc: &OmService) -> Result<Vec<(Vec<u8>, u64, bool)>, OmError> {
+    let db = svc.db();
+    let mut it = DeferredSeekIter::new(db, keys::LIFECYCLE_SCAN_CF, None, None)?;
+    let mut out = Vec::new();
+    while let Some((k, v)) = it.current() {
+        let s = table::decode::<LifecycleScanTable>(v)?;
+        if s.last_pass_completed_ms > 0 {
+            let removed = s.last_pass_actions.values().any(|n| *n > 0);
+            out.push((k.to_vec(), s.last_pass_completed_ms, removed));
+        }
+        it.advance();
+    }
+    it.status()?;
+    Ok(out)
+}
