@@ -459,10 +459,9 @@ impl Node {
             cfg.lifecycle,
             stop_rx.clone(),
         )));
-        tasks.push(tokio::spawn(crate::lifecycle::scanner::compact_after_passes(
-            service.clone(),
-            stop_rx.clone(),
-        )));
+        tasks.push(tokio::spawn(
+            crate::lifecycle::scanner::compact_after_passes(service.clone(), stop_rx.clone()),
+        ));
 
         match member {
             Some(m) if admission.phase() != Phase::Open => {

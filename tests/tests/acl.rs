@@ -288,6 +288,59 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
         "READ",
         "/volb/bkb",
     );
+    // Lifecycle configurations and their scan's status.
+    assert_denied(
+        alice
+            .put_bucket_lifecycle(PutBucketLifecycleRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                rules: vec![LifecycleRule {
+                    id: "r".into(),
+                    enabled: true,
+                    abort_incomplete_multipart_upload: Some(LifecycleAbortUpload {
+                        days_after_initiation: 1,
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .delete_bucket_lifecycle(DeleteBucketLifecycleRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                ..Default::default()
+            })
+            .await,
+        "WRITE",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .get_bucket_lifecycle(GetBucketLifecycleRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                ..Default::default()
+            })
+            .await,
+        "READ",
+        "/volb/bkb",
+    );
+    assert_denied(
+        alice
+            .get_lifecycle_status(GetLifecycleStatusRequest {
+                volume: "volb".into(),
+                bucket: "bkb".into(),
+                ..Default::default()
+            })
+            .await,
+        "READ",
+        "/volb/bkb",
+    );
     assert_denied(
         alice.put_key("volb", "bkb", "k", 1).await,
         "WRITE",

@@ -155,6 +155,41 @@ async fn build_state(c: &OmClient) -> Fixture {
     let old = c.put_key("vol1", "ver1", "k", 10).await.unwrap();
     c.put_key("vol1", "ver1", "k", 20).await.unwrap();
     c.delete_key("vol1", "ver1", "j").await.unwrap();
+    // Lifecycle rules that expire nothing for a century; the scanner's first
+    // pass completes before any request is checked (the next is an hour
+    // away), so no background page lands while a check compares tables.
+    c.put_bucket_lifecycle(PutBucketLifecycleRequest {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        rules: vec![LifecycleRule {
+            id: "century".into(),
+            enabled: true,
+            expiration: Some(LifecycleExpiration {
+                days: Some(36_500),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let s = c
+            .get_lifecycle_status(GetLifecycleStatusRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if s.status.is_some_and(|s| s.last_pass_completed_ms > 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no lifecycle pass");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     Fixture {
         old_version: old.version_id,
         upload_id: up.upload_id,
@@ -332,6 +367,28 @@ fn targets(f: &Fixture) -> Vec<Target> {
                 bucket: "ver1".into(),
                 key: "k".into(),
                 version_id: f.old_version.clone(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "GetBucketLifecycle",
+            get_bucket_lifecycle,
+            GetBucketLifecycleRequest,
+            false,
+            GetBucketLifecycleRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "GetLifecycleStatus",
+            get_lifecycle_status,
+            GetLifecycleStatusRequest,
+            false,
+            GetLifecycleStatusRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
                 ..Default::default()
             }
         ),
@@ -1080,6 +1137,61 @@ fn apply_refuses_random_commands_without_staging() {
     })) else {
         panic!("no session")
     };
+    // Lifecycle rules on both buckets, and a page of a scan that expires
+    // `a` (mutations reach every check of a page and of its items).
+    for b in ["bkt1", "fs1"] {
+        sm.ok(Op::SetBucketLifecycle(st::SetBucketLifecycle {
+            volume: "vol1".into(),
+            bucket: b.into(),
+            rules: vec![om_proto::v1::LifecycleRule {
+                id: "r".into(),
+                enabled: true,
+                expiration: Some(om_proto::v1::LifecycleExpiration {
+                    days: Some(1),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            delete: false,
+        }));
+    }
+    let table = |b: &str| {
+        let k = om::store::keys::bucket_key("vol1", b);
+        (
+            om::store::table::get::<om::store::table::BucketTable>(&sm.db, &k)
+                .unwrap()
+                .unwrap(),
+            om::store::table::get::<om::store::table::LifecycleTable>(&sm.db, &k)
+                .unwrap()
+                .unwrap(),
+        )
+    };
+    let (bucket1, config1) = table("bkt1");
+    let (fs_bucket, _) = table("fs1");
+    let a = om::store::table::get::<om::store::table::KeyTable>(
+        &sm.db,
+        &om::store::keys::object_key("vol1", "bkt1", "a"),
+    )
+    .unwrap()
+    .unwrap();
+    let scan_page = st::LifecycleScan {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        bucket_object_id: bucket1.object_id,
+        config_update_id: config1.update_id,
+        start_pass: true,
+        phase: 1,
+        to: om::store::keys::object_key("vol1", "bkt1", "b"),
+        day_ms: 1,
+        evaluated: 3,
+        items: vec![st::LifecycleItem {
+            entry: om::store::keys::object_key("vol1", "bkt1", "a"),
+            update_id: a.update_id,
+            action: 1,
+            rule_id: "r".into(),
+        }],
+        ..Default::default()
+    };
     let st::command_result::Result::Upload(up) =
         sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
             volume: "vol1".into(),
@@ -1384,6 +1496,22 @@ fn apply_refuses_random_commands_without_staging() {
                 key: "x/y/f".into(),
                 session_id: file.session_id,
                 ..Default::default()
+            }
+        ),
+        op!(LifecycleScan, scan_page.clone()),
+        op!(
+            LifecycleScan,
+            st::LifecycleScan {
+                phase: 3,
+                bucket: "fs1".into(),
+                bucket_object_id: fs_bucket.object_id,
+                items: vec![st::LifecycleItem {
+                    entry: b"x/y/f".to_vec(),
+                    update_id: 1,
+                    action: 5,
+                    rule_id: "r".into(),
+                }],
+                ..scan_page
             }
         ),
     ];

@@ -124,6 +124,25 @@ async fn invalid_configurations_are_refused_and_change_nothing() {
         .await
         .unwrap();
     put(&c, vec![expire("kept", 5)]).await.unwrap();
+    // The scanner's first pass writes its progress: let it complete before
+    // tables are compared (the next pass is an hour away).
+    om_tests::wait_for(
+        std::time::Duration::from_secs(30),
+        "the first lifecycle pass",
+        || async {
+            c.get_lifecycle_status(GetLifecycleStatusRequest {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                ..Default::default()
+            })
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .filter(|s| s.last_pass_completed_ms > 0)
+            .map(|_| ())
+        },
+    )
+    .await;
     let tag_filter = Some(LifecycleFilter {
         predicate: Some(Predicate::Tag(LifecycleTag {
             key: "k".into(),

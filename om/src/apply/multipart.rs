@@ -87,7 +87,12 @@ impl Ctx<'_> {
     }
 
     /// Stages the removal of an upload and all its parts (one range deletion).
-    pub(super) fn end_upload(&self, b: &mut WriteBatch, key: &[u8], upload_id: u64) -> Result<(), OmError> {
+    pub(super) fn end_upload(
+        &self,
+        b: &mut WriteBatch,
+        key: &[u8],
+        upload_id: u64,
+    ) -> Result<(), OmError> {
         table::delete::<UploadTable>(self.db, b, key)?;
         let start = keys::parts_prefix(upload_id);
         let end = keys::prefix_end(&start).unwrap_or_else(|| vec![0xff; 9]);

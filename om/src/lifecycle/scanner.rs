@@ -237,7 +237,9 @@ pub async fn compact_after_passes(svc: Arc<OmService>, mut stop: watch::Receiver
             .await;
             match r {
                 Ok(Ok(())) => metrics::counter!("om_lifecycle_compactions_total").increment(1),
-                Ok(Err(e)) => tracing::warn!(error = %e, "compaction after a lifecycle pass failed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "compaction after a lifecycle pass failed")
+                }
                 Err(e) => tracing::warn!(error = %e, "compaction after a lifecycle pass failed"),
             }
         }

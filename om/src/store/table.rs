@@ -9,8 +9,8 @@ use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
     BucketRecord, ClusterAclRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord,
-    KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord, RetryCacheRecord, UploadRecord,
-    VolumeRecord,
+    KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord, RetryCacheRecord,
+    UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.

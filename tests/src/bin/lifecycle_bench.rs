@@ -163,7 +163,10 @@ fn ms(d: Duration) -> String {
 /// Waits until `bucket`'s scan is in a pass (a page applied).
 async fn wait_started(c: &OmClient, bucket: &str) {
     loop {
-        if status(c, bucket).await.is_some_and(|s| s.phase != "idle" || s.last_pass_completed_ms > 0) {
+        if status(c, bucket)
+            .await
+            .is_some_and(|s| s.phase != "idle" || s.last_pass_completed_ms > 0)
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -173,7 +176,11 @@ async fn wait_started(c: &OmClient, bucket: &str) {
 /// What a scanner without a replicated cursor pays after a restart at
 /// `cursor`: every entry from the bucket's start up to it (live entries,
 /// tombstones, time); and what om pays: positioning at its successor.
-fn resume_costs(db: &rocksdb::DB, bucket: &str, cursor: &[u8]) -> (u64, u64, Duration, u64, Duration) {
+fn resume_costs(
+    db: &rocksdb::DB,
+    bucket: &str,
+    cursor: &[u8],
+) -> (u64, u64, Duration, u64, Duration) {
     let prefix = keys::object_prefix("vol", bucket);
     let t0 = Instant::now();
     let mut it = DeferredSeekIter::new(
@@ -187,9 +194,13 @@ fn resume_costs(db: &rocksdb::DB, bucket: &str, cursor: &[u8]) -> (u64, u64, Dur
     let resume = t0.elapsed();
     let seeks = it.stats().seeks;
     let t0 = Instant::now();
-    let mut it =
-        DeferredSeekIter::new(db, keys::KEYS_CF, Some(prefix), Some(keys::key_successor(cursor)))
-            .unwrap();
+    let mut it = DeferredSeekIter::new(
+        db,
+        keys::KEYS_CF,
+        Some(prefix),
+        Some(keys::key_successor(cursor)),
+    )
+    .unwrap();
     let mut read = 0u64;
     while it.current().is_some() {
         read += 1;
@@ -216,7 +227,11 @@ async fn main() {
     let c = client(&ep);
     c.create_volume("vol", "").await.unwrap();
     let buckets: Vec<String> = (0..BUCKETS).map(|b| format!("bkt{b}")).collect();
-    for b in buckets.iter().map(String::as_str).chain(["fgw", "ninety", "resume"]) {
+    for b in buckets
+        .iter()
+        .map(String::as_str)
+        .chain(["fgw", "ninety", "resume"])
+    {
         c.create_bucket("vol", b, BucketLayout::ObjectStore)
             .await
             .unwrap();
@@ -224,7 +239,7 @@ async fn main() {
     let items: Vec<(String, String)> = (0..n)
         .map(|i| {
             let j = i / BUCKETS;
-            let p = if j % 2 == 0 { "exp" } else { "keep" };
+            let p = if j.is_multiple_of(2) { "exp" } else { "keep" };
             (buckets[i % BUCKETS].clone(), format!("{p}/{j:08}"))
         })
         .collect();
@@ -233,7 +248,7 @@ async fn main() {
     let small = n / 10;
     let items: Vec<(String, String)> = (0..small)
         .map(|i| {
-            let p = if i % 10 == 0 { "keep" } else { "exp" };
+            let p = if i.is_multiple_of(10) { "keep" } else { "exp" };
             ("ninety".to_string(), format!("{p}/{i:08}"))
         })
         .collect();
@@ -256,12 +271,18 @@ async fn main() {
     for h in hs {
         h.await.unwrap();
     }
-    println!("loaded {small} keys into each of two {small}-key buckets (90% eligible; half eligible, interleaved)");
+    println!(
+        "loaded {small} keys into each of two {small}-key buckets (90% eligible; half eligible, interleaved)"
+    );
 
     // 2a. PutKey latency with no pass running.
     let (p50, p99) = put_latencies(&ep, 16, 2000, "idle").await;
     println!("\n## 2. Foreground PutKey, 16 clients, 32000 puts each");
-    println!("no pass running:                     p50 {}  p99 {}", ms(p50), ms(p99));
+    println!(
+        "no pass running:                     p50 {}  p99 {}",
+        ms(p50),
+        ms(p99)
+    );
 
     // 1. One unthrottled pass over every bucket (latency measured meanwhile).
     for b in &buckets {
@@ -269,7 +290,9 @@ async fn main() {
     }
     wait_started(&c, &buckets[0]).await;
     let (p50, p99) = put_latencies(&ep, 16, 2000, "unthrottled").await;
-    let during = status(&c, &buckets[BUCKETS - 1]).await.map_or(0, |s| s.evaluated);
+    let during = status(&c, &buckets[BUCKETS - 1])
+        .await
+        .map_or(0, |s| s.evaluated);
     println!(
         "during an unthrottled pass:          p50 {}  p99 {}  (pass still running at the end: {})",
         ms(p50),
@@ -294,13 +317,17 @@ async fn main() {
     set_rules(&c, "ninety").await;
     wait_started(&c, "ninety").await;
     let (p50, p99) = put_latencies(&ep, 16, 2000, "default").await;
-    let still = status(&c, "ninety").await.is_some_and(|s| s.phase != "idle");
+    let still = status(&c, "ninety")
+        .await
+        .is_some_and(|s| s.phase != "idle");
     println!(
         "during a pass at the default limits: p50 {}  p99 {}  (pass still running at the end: {still})",
         ms(p50),
         ms(p99)
     );
-    println!("\n## 1. One pass over {n} keys in {BUCKETS} buckets, half eligible, rate limits lifted");
+    println!(
+        "\n## 1. One pass over {n} keys in {BUCKETS} buckets, half eligible, rate limits lifted"
+    );
     println!(
         "pass completed in {secs:.1} s: {evaluated} entries evaluated ({:.0}/s), {expired} expired through Raft ({:.0}/s)",
         evaluated as f64 / secs,
@@ -308,7 +335,10 @@ async fn main() {
     );
     let (evaluated, expired) = wait_passes(&c, &["ninety".to_string()]).await;
     let s = status(&c, "ninety").await.unwrap();
-    let secs = s.last_pass_completed_ms.saturating_sub(s.last_pass_started_ms) as f64 / 1000.0;
+    let secs = s
+        .last_pass_completed_ms
+        .saturating_sub(s.last_pass_started_ms) as f64
+        / 1000.0;
     println!(
         "at the default limits (20000 evaluations/s, 2000 actions/s), {small} keys 90% eligible: {secs:.1} s, {evaluated} evaluated ({:.0}/s), {expired} expired ({:.0}/s)",
         evaluated as f64 / secs,
@@ -350,8 +380,12 @@ async fn main() {
     // 3. Restarts at 10%, 50% and 90% of a pass (default limits) over the
     // interleaved bucket: what the restarted node's first page cost, and
     // what reading up to the cursor again would have.
-    println!("\n## 3. Resuming after a restart at 10%, 50% and 90% of a pass ({small} keys, half eligible, interleaved)");
-    println!("| at | first page after the restart: seeks | entries at/before the cursor | positioning | rescan from the bucket start: live entries | tombstones | time |");
+    println!(
+        "\n## 3. Resuming after a restart at 10%, 50% and 90% of a pass ({small} keys, half eligible, interleaved)"
+    );
+    println!(
+        "| at | first page after the restart: seeks | entries at/before the cursor | positioning | rescan from the bucket start: live entries | tombstones | time |"
+    );
     println!("|---|---|---|---|---|---|---|");
     c.put_bucket_lifecycle(PutBucketLifecycleRequest {
         volume: "vol".into(),
@@ -377,7 +411,9 @@ async fn main() {
     for pct in [10u64, 50, 90] {
         let reached = loop {
             let s = status(&c, "resume").await;
-            if s.as_ref().is_some_and(|s| s.phase != "objects" && s.pass > 0) {
+            if s.as_ref()
+                .is_some_and(|s| s.phase != "objects" && s.pass > 0)
+            {
                 break false;
             }
             if s.is_some_and(|s| s.phase == "objects" && s.evaluated >= small as u64 * pct / 100) {
@@ -386,7 +422,9 @@ async fn main() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         if !reached {
-            println!("| {pct}% | the pass was past its objects phase before this point | | | | | |");
+            println!(
+                "| {pct}% | the pass was past its objects phase before this point | | | | | |"
+            );
             break;
         }
         node = node.restart(defaults).await;
