@@ -89,9 +89,11 @@ fn configured(svc: &OmService) -> Result<Vec<Configured>, OmError> {
 
 /// Runs the scanner until `stop`.
 pub async fn run(svc: Arc<OmService>, settings: Settings, mut stop: watch::Receiver<bool>) {
+    // At most a second between looks: a new leader (or a new configuration)
+    // is scanning within a second; an idle look is one read of `lifecycle`.
     let tick = settings
         .interval
-        .clamp(Duration::from_millis(100), Duration::from_secs(5));
+        .clamp(Duration::from_millis(100), Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
