@@ -377,6 +377,10 @@ fn carry_over(old: LifecycleScanRecord) -> LifecycleScanRecord {
 mod scan_tests;
 
 #[cfg(test)]
+#[path = "lifecycle_model_tests.rs"]
+mod model_tests;
+
+#[cfg(test)]
 mod tests {
     use crate::apply::LAYOUT_OBJECT_STORE;
     use crate::apply::tests::{Sm, setup};
