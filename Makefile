@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle soak-retry-cache fmt lint
+.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -52,6 +52,12 @@ bench-listing: build
 # cost, listings after expiry (see BENCHMARKS.md).
 bench-lifecycle: build
 	$(CARGO) run --release -p om-tests --bin lifecycle_bench
+
+# 1M-key state on 3 nodes: load, latency, obrwk mix, catch-up (SST vs one-batch
+# install), restart to ready (see BENCHMARKS.md, "Scale"). KEYS=10000000 for 10M.
+KEYS ?= 1000000
+bench-scale: build
+	bash scripts/bench-scale.sh $(KEYS)
 
 # Retry-cache expiry under a 10-minute write load at 256 clients (see BENCHMARKS.md).
 soak-retry-cache: build

@@ -614,6 +614,29 @@ impl OmClient {
         Ok(())
     }
 
+    /// Creates up to 256 new keys in one unversioned bucket as one Raft
+    /// command, all or none; answers how many were created.
+    pub async fn put_keys(
+        &self,
+        volume: &str,
+        bucket: &str,
+        keys: Vec<NewKey>,
+    ) -> Result<u64, ClientError> {
+        let req = PutKeysRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            keys,
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).put_keys(req).await }
+            })
+            .await?;
+        Ok(r.created)
+    }
+
     /// Deletes several keys of one bucket; one outcome per key.
     pub async fn delete_keys(
         &self,

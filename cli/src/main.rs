@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 mod acl;
 mod bench;
+mod bench_mix;
 mod files;
 mod lifecycle;
 mod objects;
@@ -134,8 +135,9 @@ enum Cmd {
     /// Cluster introspection and membership.
     #[command(subcommand)]
     Cluster(ClusterCmd),
-    /// Measure write and read throughput (and, side by side, etcd's).
-    Bench(bench::BenchArgs),
+    /// Measure write and read throughput (and, side by side, etcd's); `bench
+    /// load` and `bench mix` build a key space and run operation mixes on it.
+    Bench(BenchCmd),
     /// Bearer tokens: `token hash PRINCIPAL` reads a token on stdin and prints
     /// its `--token-file` line (a random salt and the salted SHA-256).
     #[command(subcommand)]
@@ -580,6 +582,15 @@ fn print_list(out: Output, items: Vec<Value>, cols: &[&str], next: &str, truncat
 /// A one-line progress count on stderr for long commands (`--all`
 /// listings), shown only when stderr is a terminal, so pipes and scripts
 /// see nothing of it.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCmd {
+    #[command(subcommand)]
+    mode: Option<bench_mix::BenchMode>,
+    #[command(flatten)]
+    compare: bench::BenchArgs,
+}
+
 pub struct Progress {
     on: bool,
     started: std::time::Instant,
@@ -646,7 +657,8 @@ async fn run(cli: Cli) -> Result<()> {
         impersonate_groups: cli.as_groups.clone(),
         ..Default::default()
     };
-    let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts)?;
+    let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
+    let c = OmClient::new(std::slice::from_ref(&cli.endpoint), opts.clone())?;
     let out = cli.output;
     match cli.cmd {
         Cmd::Volume(v) => match v {
@@ -995,8 +1007,24 @@ async fn run(cli: Cli) -> Result<()> {
                 hex::encode(ctx.finish().as_ref())
             );
         }
-        Cmd::Bench(args) => {
-            let endpoints: Vec<String> = cli.endpoint.split(',').map(str::to_string).collect();
+        Cmd::Bench(BenchCmd {
+            mode: Some(mode), ..
+        }) => {
+            let om = std::sync::Arc::new(OmClient::new(&endpoints, opts)?);
+            let report = match &mode {
+                bench_mix::BenchMode::Load(a) => bench_mix::load(om, a).await?,
+                bench_mix::BenchMode::Mix(a) => bench_mix::mix(om, a).await?,
+            };
+            if out == Output::Json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", bench_mix::markdown(&report));
+            }
+        }
+        Cmd::Bench(BenchCmd {
+            mode: None,
+            compare: args,
+        }) => {
             let rows = bench::run(&endpoints, &args, tls.clone(), cli.auth_token.clone()).await?;
             if out == Output::Json {
                 let v: Vec<Value> = rows

@@ -19,6 +19,7 @@ use om_proto::store::{
 use rocksdb::{DB, WriteBatch};
 
 mod acl;
+mod bulk;
 mod fs;
 mod lifecycle;
 mod limits;
@@ -28,7 +29,10 @@ pub mod tagging;
 pub mod versions;
 mod write;
 
-pub use limits::{MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, key_size, part_number};
+pub use bulk::MAX_PUT_KEYS;
+pub use limits::{
+    MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, key_size, part_number, put_keys_count,
+};
 pub use multipart::{DEFAULT_MIN_PART_SIZE, MAX_PART_NUMBER, MAX_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
 pub use write::{
@@ -48,7 +52,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 5;
+pub const RULES: u32 = 6;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -166,6 +170,7 @@ pub fn apply_command(
             Some(Op::CreateBucket(c)) => ctx.create_bucket(batch, c),
             Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
             Some(Op::PutKey(c)) => ctx.put_key(batch, c),
+            Some(Op::PutKeys(c)) => ctx.put_keys(batch, c),
             Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
             Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c),
             Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),

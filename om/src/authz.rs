@@ -234,6 +234,7 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
+        Op::PutKeys(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKeyTagging(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::OpenKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::AllocateBlock(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],

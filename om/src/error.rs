@@ -79,6 +79,29 @@ pub enum OmError {
 }
 
 impl OmError {
+    /// The same error about the field `outer.FIELD` (an item of a list:
+    /// `keys[3]` turns field `key` into `keys[3].key`).
+    pub fn within(self, outer: &str) -> Self {
+        match self {
+            OmError::Request {
+                kind,
+                reason,
+                field,
+                message,
+            } => OmError::Request {
+                kind,
+                reason,
+                field: if field.is_empty() {
+                    outer.to_string()
+                } else {
+                    format!("{outer}.{field}")
+                },
+                message,
+            },
+            other => other,
+        }
+    }
+
     fn request(
         kind: ErrorKind,
         reason: impl Into<String>,

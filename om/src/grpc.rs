@@ -19,6 +19,7 @@ use crate::service::{Consistency, KeyListing, OmService, WriteId, item_len};
 use crate::validate;
 
 mod acl;
+mod bulk;
 mod files;
 mod lifecycle;
 mod malformed;
@@ -954,6 +955,13 @@ impl OzoneManager for OmGrpc {
         req: Request<CopyKeyRequest>,
     ) -> Result<Response<CopyKeyResponse>, Status> {
         observe("CopyKey", objects::copy_key(&self.svc, req.into_inner())).await
+    }
+
+    async fn put_keys(
+        &self,
+        req: Request<PutKeysRequest>,
+    ) -> Result<Response<PutKeysResponse>, Status> {
+        observe("PutKeys", bulk::put_keys(&self.svc, req.into_inner())).await
     }
 
     async fn put_key_tagging(

@@ -128,6 +128,9 @@ async fn open_store(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let opts = om_raft_store::StoreOptions {
         max_open_files: Some(max_open_files),
+        // The old install path, kept only to measure the two side by side
+        // (BENCHMARKS.md, "Scale"): memory grows with the state.
+        batch_snapshot_install: std::env::var("OM_SNAPSHOT_INSTALL").as_deref() == Ok("batch"),
     };
     loop {
         match om_raft_store::open_with(dir, table_descriptors(), Arc::new(OmApplier), &opts) {

@@ -55,6 +55,7 @@ impl store::Command {
             Some(Op::CreateBucket(_)) => "CreateBucket",
             Some(Op::DeleteBucket(_)) => "DeleteBucket",
             Some(Op::PutKey(_)) => "PutKey",
+            Some(Op::PutKeys(_)) => "PutKeys",
             Some(Op::DeleteKey(_)) => "DeleteKey",
             Some(Op::ExpireRetryCache(_)) => "ExpireRetryCache",
             Some(Op::DeleteKeys(_)) => "DeleteKeys",

@@ -114,6 +114,10 @@ pub struct StoreOptions {
     /// RocksDB's `max_open_files` (SST files kept open), so the server can
     /// budget its descriptors; `None` keeps every file open (RocksDB's default).
     pub max_open_files: Option<u64>,
+    /// Install snapshots the old way, as one write batch holding the whole
+    /// state in memory, instead of ingesting SST files. Only for measuring
+    /// the two side by side; memory then grows with the state.
+    pub batch_snapshot_install: bool,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
@@ -160,6 +164,9 @@ pub fn open_with(
     let db = Arc::new(db);
     let log_store = LogStore::new(db.clone())?;
     let state_machine = StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
+    if store.batch_snapshot_install {
+        state_machine.install_in_one_batch();
+    }
     Ok(OpenedStore {
         db,
         log_store,

@@ -12,7 +12,7 @@ mod receive;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -407,13 +407,45 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let (mut client, health) = self.ready(Gate::FailFast).await?;
         let meta = codec::snapshot_meta_to_pb(&snapshot.meta);
         let vote_pb = codec::vote_to_pb(&vote);
-        let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
         let mut file = snapshot.snapshot;
-        // Read the file on a blocking thread and feed the stream.
+        let total = file
+            .metadata()
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?
+            .len();
+        // Continue where a dropped connection stopped an earlier attempt
+        // (a peer that cannot tell, or holds nothing of this file, says 0).
+        let start = match client
+            .snapshot_offset(Request::new(pb::SnapshotOffsetRequest {
+                meta: Some(meta.clone()),
+                total_bytes: total,
+            }))
+            .await
+        {
+            Ok(r) => r.into_inner().offset.min(total),
+            Err(_) => 0,
+        };
+        if start > 0 {
+            tracing::info!(
+                peer = self.target,
+                offset = start,
+                total,
+                "continuing a snapshot transfer"
+            );
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+        // Read the file on a blocking thread and feed the stream; the bytes
+        // before `start` are only read for the whole-file CRC.
         let reader = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
             let mut crc = crc32fast::Hasher::new();
-            let mut offset = 0u64;
             let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+            let mut offset = 0u64;
+            file.seek(SeekFrom::Start(0))?;
+            while offset < start {
+                let want = (start - offset).min(buf.len() as u64) as usize;
+                file.read_exact(&mut buf[..want])?;
+                crc.update(&buf[..want]);
+                offset += want as u64;
+            }
             loop {
                 let n = file.read(&mut buf)?;
                 let done = n == 0;
@@ -423,8 +455,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                     offset,
                     data: buf[..n].to_vec(),
                     done,
-                    meta: done.then(|| meta.clone()),
+                    meta: (done || offset == start).then(|| meta.clone()),
                     crc32c: if done { crc.clone().finalize() } else { 0 },
+                    total_bytes: total,
+                    chunk_crc32c: crc32fast::hash(&buf[..n]),
                 };
                 offset += n as u64;
                 if tx.blocking_send(chunk).is_err() || done {
@@ -655,6 +689,15 @@ impl RaftService for RaftGrpcService {
         let inbox = self.inbox().await?;
         let resp = receive::install_snapshot(&self.raft, inbox, req.into_inner()).await?;
         Ok(Response::new(resp))
+    }
+
+    async fn snapshot_offset(
+        &self,
+        req: Request<pb::SnapshotOffsetRequest>,
+    ) -> Result<Response<pb::SnapshotOffsetResponse>, Status> {
+        let inbox = self.inbox().await?;
+        let offset = receive::offset(inbox, req.get_ref());
+        Ok(Response::new(pb::SnapshotOffsetResponse { offset }))
     }
 
     async fn transfer_leader(

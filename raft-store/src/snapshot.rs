@@ -11,6 +11,11 @@
 //! end:     u8 0, u64 LE record count, u32 LE CRC32 of every byte before it
 //! ```
 //!
+//! Records are in strictly ascending (cf index, key) order, keys compared
+//! bytewise (every column family uses RocksDB's default comparator): each
+//! column family's records form one sorted run, which an installing node
+//! writes straight into SST files and ingests (see `snapshot_store`).
+//!
 //! Nothing read from a snapshot file is trusted before [`verify_file`] (or a
 //! full pass of [`SnapshotReader`]) accepted it: every length is checked
 //! against its limit below and against the bytes left in the file before a
@@ -87,6 +92,10 @@ pub enum SnapshotError {
     TrailingBytes(u64),
     #[error("snapshot meta in the file differs from the meta it came with")]
     MetaMismatch,
+    #[error(
+        "snapshot record #{0} is not after the one before it (records must ascend by column family, then key)"
+    )]
+    OutOfOrder(u64),
 }
 
 impl SnapshotError {
@@ -121,6 +130,34 @@ pub struct SnapshotWriter {
     crc: crc32fast::Hasher,
     records: u64,
     bytes: u64,
+    order: RecordOrder,
+}
+
+/// The (cf index, key) of the last record, to check that records ascend.
+#[derive(Default)]
+struct RecordOrder {
+    last: Option<(u32, Vec<u8>)>,
+}
+
+impl RecordOrder {
+    /// Accepts `(cf, key)` only if it is after the previous record.
+    fn next(&mut self, cf: u32, key: &[u8]) -> bool {
+        let after = match &self.last {
+            None => true,
+            Some((c, k)) => (cf, key) > (*c, k.as_slice()),
+        };
+        if after {
+            match &mut self.last {
+                Some((c, k)) => {
+                    *c = cf;
+                    k.clear();
+                    k.extend_from_slice(key);
+                }
+                None => self.last = Some((cf, key.to_vec())),
+            }
+        }
+        after
+    }
 }
 
 impl SnapshotWriter {
@@ -131,6 +168,7 @@ impl SnapshotWriter {
             crc: crc32fast::Hasher::new(),
             records: 0,
             bytes: 0,
+            order: RecordOrder::default(),
         };
         w.put(MAGIC)?;
         let m = meta.encode_to_vec();
@@ -175,6 +213,9 @@ impl SnapshotWriter {
     pub fn record(&mut self, cf_index: u32, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
         check_limit("key", key.len() as u64, MAX_KEY_BYTES as u64)?;
         check_limit("value", value.len() as u64, MAX_VALUE_BYTES as u64)?;
+        if !self.order.next(cf_index, key) {
+            return Err(SnapshotError::OutOfOrder(self.records));
+        }
         self.put(&[TAG_RECORD])?;
         self.put(&cf_index.to_le_bytes())?;
         self.put(&(key.len() as u32).to_le_bytes())?;
@@ -219,6 +260,7 @@ pub struct SnapshotReader<R: Read> {
     pub cfs: Vec<String>,
     records: u64,
     done: bool,
+    order: RecordOrder,
 }
 
 impl SnapshotReader<File> {
@@ -241,6 +283,7 @@ impl<R: Read> SnapshotReader<R> {
             cfs: Vec::new(),
             records: 0,
             done: false,
+            order: RecordOrder::default(),
         };
         let magic = s.take("magic", 8)?;
         if magic != MAGIC {
@@ -316,6 +359,9 @@ impl<R: Read> SnapshotReader<R> {
                 let vl = self.u32("value length")?;
                 check_limit("value", vl as u64, MAX_VALUE_BYTES as u64)?;
                 let v = self.take("value", vl as u64)?;
+                if !self.order.next(cf, &k) {
+                    return Err(SnapshotError::OutOfOrder(self.records));
+                }
                 self.records += 1;
                 Ok(Some((cf, k, v)))
             }
@@ -444,6 +490,41 @@ mod tests {
         bytes[n - 10] ^= 0x55;
         std::fs::write(&p, &bytes).unwrap();
         assert!(verify_file(&p, &known(), None).is_err());
+    }
+
+    #[test]
+    fn records_must_ascend_by_column_family_then_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        let meta = pb::SnapshotMeta::default();
+        let mut w = SnapshotWriter::create(&p, &meta, &known()).unwrap();
+        w.record(0, b"k2", b"").unwrap();
+        for (cf, k) in [(0, &b"k2"[..]), (0, b"k1"), (1, b"a")] {
+            let r = w.record(cf, k, b"");
+            if cf == 1 {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(SnapshotError::OutOfOrder(1))), "{r:?}");
+            }
+        }
+        assert!(matches!(
+            w.record(0, b"z", b""),
+            Err(SnapshotError::OutOfOrder(2))
+        ));
+        w.finish().unwrap();
+        assert_eq!(verify_file(&p, &known(), None).unwrap().records, 2);
+
+        // A file whose records were swapped (CRC recomputed) is refused by a reader.
+        build(&p, &[(0, b"k1", b"1"), (0, b"k2", b"2")]);
+        let mut bytes = std::fs::read(&p).unwrap();
+        let at = first_key_len_offset(&bytes) + 4;
+        assert_eq!(&bytes[at..at + 2], b"k1");
+        bytes[at + 1] = b'3';
+        let n = bytes.len();
+        let crc = crc32fast::hash(&bytes[..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        let r = verify(bytes.as_slice(), n as u64, &known(), None);
+        assert!(matches!(r, Err(SnapshotError::OutOfOrder(1))), "{r:?}");
     }
 
     /// Offset of the first record's key-length field in a file built by `build`.

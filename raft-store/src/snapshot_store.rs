@@ -9,13 +9,19 @@
 //!   from the current state, so no follower is ever sent a bad file and a
 //!   restart does not find it again.
 //! - Installing first stages a verified copy of the received file, then
-//!   publishes it as `current.snap`, and only then replaces the state in one
-//!   synced batch. A crash between the two leaves a published snapshot newer
-//!   than the applied state; at start-up openraft installs such a snapshot
-//!   (`StorageHelper::get_initial_state` → `restore_from_snapshot`), so the
-//!   state and the snapshot describing it never disagree for long, and never
-//!   in the direction that matters (a snapshot older than the state it claims
-//!   to describe, which would let openraft send a stale file).
+//!   publishes it as `current.snap`, and only then replaces the state, with
+//!   memory bounded whatever the state's size: one synced batch of range
+//!   deletions clears every state column family *and the applied state*;
+//!   each column family's records (one sorted run in the file) are written
+//!   into SST files of at most `INGEST_FILE_BYTES` and ingested (RocksDB
+//!   links them into the tree, no copy, no memtable); the applied state is
+//!   written last, synced. Until that last write the applied state is
+//!   absent, so a crash anywhere in between leaves a published snapshot newer
+//!   than the applied state, and at start-up openraft installs it again
+//!   (`StorageHelper::get_initial_state` → `restore_from_snapshot`): the node
+//!   comes back with the old state (crash before the clearing batch) or the
+//!   new one, never a mixture, and never with a snapshot older than the
+//!   state it claims to describe (which would let openraft send a stale file).
 //! - Every file operation runs on a blocking thread; transient shortages
 //!   (`EMFILE`, `ENFILE`, `ENOSPC`) are retried (see `transient`), anything else
 //!   is returned.
@@ -44,18 +50,39 @@ pub(crate) const QUARANTINED: &str = "quarantined.snap";
 /// Prefix of every staging file; leftovers are removed at open.
 pub(crate) const TMP_PREFIX: &str = "tmp-";
 
-/// The most bytes one incoming snapshot may stage. Installing holds the whole
-/// state in one write batch in memory (see ARCHITECTURE.md), so a state this
-/// large is already past what a replica can install.
-pub const MAX_SNAPSHOT_BYTES: u64 = 4 << 30;
+/// The most bytes one incoming snapshot may stage: a bound on the disk a peer
+/// can fill, far above a 100M-key state (installing streams the file into SST
+/// files, so memory does not grow with it).
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 30;
+
+/// Largest SST file an install writes before starting the next one: an SST
+/// writer keeps its file's index in memory until it finishes the file, so
+/// this bounds that index (a few MiB) whatever the size of a column family.
+pub const INGEST_FILE_BYTES: u64 = 128 << 20;
 
 /// Fault injection for tests of the snapshot paths. Production nodes never
 /// arm these.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SnapshotFaults {
     fail_creates: AtomicU32,
     create_errno: AtomicI32,
     fail_install_commit: AtomicBool,
+    /// `u32::MAX` when off.
+    fail_install_after_cfs: AtomicU32,
+    /// `u64::MAX` when off.
+    cut_incoming_after: AtomicU64,
+}
+
+impl Default for SnapshotFaults {
+    fn default() -> Self {
+        SnapshotFaults {
+            fail_creates: AtomicU32::new(0),
+            create_errno: AtomicI32::new(0),
+            fail_install_commit: AtomicBool::new(false),
+            fail_install_after_cfs: AtomicU32::new(u32::MAX),
+            cut_incoming_after: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl SnapshotFaults {
@@ -70,6 +97,33 @@ impl SnapshotFaults {
     /// and before it committed the new state: what a crash there leaves.
     pub fn fail_next_install_commit(&self) {
         self.fail_install_commit.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the next install fail once it has ingested `n` column families
+    /// into the cleared state: what a crash in the middle of an install leaves.
+    pub fn fail_next_install_after_ingesting(&self, n: u32) {
+        self.fail_install_after_cfs.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next incoming transfer fail as a dropped connection does
+    /// once it has staged at least `bytes` (what the sender resumes from).
+    pub fn cut_next_incoming_after(&self, bytes: u64) {
+        self.cut_incoming_after.store(bytes, Ordering::SeqCst);
+    }
+
+    pub(crate) fn incoming_cut(&self, staged: u64) -> bool {
+        let at = self.cut_incoming_after.load(Ordering::SeqCst);
+        staged >= at
+            && self
+                .cut_incoming_after
+                .compare_exchange(at, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+    }
+
+    fn install_ingest_failure(&self, ingested: u32) -> bool {
+        self.fail_install_after_cfs
+            .compare_exchange(ingested, u32::MAX, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
     }
 
     fn create_failure(&self) -> Option<std::io::Error> {
@@ -94,6 +148,43 @@ pub struct SnapshotStats {
     pub quarantined: AtomicU64,
     /// Snapshots built.
     pub built: AtomicU64,
+    /// Snapshots installed, and the SST files they were ingested as.
+    pub installed: AtomicU64,
+    pub ingested_files: AtomicU64,
+    /// Incoming transfers that continued a partial file a dropped
+    /// connection left, and the bytes they did not receive again.
+    pub resumed: AtomicU64,
+    pub resumed_bytes: AtomicU64,
+}
+
+/// What names one snapshot transfer: the encoded meta and the file's size.
+/// A sender encodes the same meta the same way each time it sends a
+/// snapshot, and a node's snapshot of one log id has the same bytes whoever
+/// builds it, so equal ids mean equal files (the whole-file CRC and the
+/// verification of the staged file check it anyway).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TransferId {
+    pub(crate) meta: Vec<u8>,
+    pub(crate) total: u64,
+}
+
+/// The staged part of an incoming transfer: its file, how many bytes of it
+/// are good, and the CRC of those bytes.
+pub(crate) struct Partial {
+    pub(crate) id: Option<TransferId>,
+    pub(crate) tmp: TmpFile,
+    pub(crate) len: u64,
+    pub(crate) crc: crc32fast::Hasher,
+}
+
+impl SnapshotStore {
+    /// Bytes already staged of the transfer `id` (0 when none are).
+    pub(crate) fn staged_offset(&self, id: &TransferId) -> u64 {
+        match &*self.partial.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(p) if p.id.as_ref() == Some(id) => p.len,
+            _ => 0,
+        }
+    }
 }
 
 /// A staging file that is removed unless it was published: dropping the
@@ -166,8 +257,16 @@ pub(crate) struct SnapshotStore {
     tmp_counter: AtomicU64,
     /// At most one incoming snapshot is staged at a time.
     pub(crate) incoming: Arc<tokio::sync::Semaphore>,
+    /// The partial file of the last transfer a dropped connection cut
+    /// short, kept (one at most) so that the sender can continue it.
+    pub(crate) partial: std::sync::Mutex<Option<Partial>>,
     /// Limit of one incoming snapshot (`MAX_SNAPSHOT_BYTES`; tests lower it).
     pub(crate) max_incoming_bytes: AtomicU64,
+    /// Size at which an install starts a new SST file (`INGEST_FILE_BYTES`;
+    /// tests lower it).
+    pub(crate) ingest_file_bytes: AtomicU64,
+    /// Install in one write batch instead (`StoreOptions::batch_snapshot_install`).
+    pub(crate) batch_install: AtomicBool,
     pub(crate) faults: Arc<SnapshotFaults>,
     pub(crate) stats: Arc<SnapshotStats>,
 }
@@ -184,7 +283,11 @@ impl SnapshotStore {
         for e in std::fs::read_dir(&dir)? {
             let e = e?;
             if e.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
-                remove_quietly(&e.path());
+                if e.file_type()?.is_dir() {
+                    std::fs::remove_dir_all(e.path())?;
+                } else {
+                    remove_quietly(&e.path());
+                }
             }
         }
         Ok(SnapshotStore {
@@ -194,7 +297,10 @@ impl SnapshotStore {
             current: tokio::sync::Mutex::new(None),
             tmp_counter: AtomicU64::new(0),
             incoming: Arc::new(tokio::sync::Semaphore::new(1)),
+            partial: std::sync::Mutex::new(None),
             max_incoming_bytes: AtomicU64::new(MAX_SNAPSHOT_BYTES),
+            ingest_file_bytes: AtomicU64::new(INGEST_FILE_BYTES),
+            batch_install: AtomicBool::new(false),
             faults: Arc::default(),
             stats: Arc::default(),
         })
@@ -482,33 +588,78 @@ impl SnapshotStore {
     }
 
     /// Replaces every state column family and the applied state with the
-    /// snapshot at `path`, in one synced batch written only after the whole
-    /// file (trailer and CRC included) was read.
+    /// snapshot at `path` (order and crash behaviour in the module docs).
     fn install_file(&self, meta: &SnapshotMeta, path: &Path) -> Result<(), SnapshotError> {
+        if self.batch_install.load(Ordering::Relaxed) {
+            return self.install_file_in_one_batch(meta, path);
+        }
         let db = &self.db;
         let mut reader = SnapshotReader::open_file(path)?;
-        // Map the file's column families onto ours by name.
-        let mut targets = Vec::with_capacity(reader.cfs.len());
-        for name in &reader.cfs {
-            if !self.tables.contains(name) {
-                return Err(SnapshotError::UnknownColumnFamily(name.clone()));
+        let targets = self.targets(&reader)?;
+        let mut clear = WriteBatch::default();
+        self.clear_state(&mut clear)?;
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        db.write_opt(clear, &wo)?;
+
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let dir = TmpDir::create(
+            self.dir
+                .join(format!("{TMP_PREFIX}ingest-{}-{n}", std::process::id())),
+        )?;
+        let opts = rocksdb::Options::default();
+        let mut run = SstRun::new(
+            &opts,
+            &dir.path,
+            self.ingest_file_bytes.load(Ordering::Relaxed),
+        );
+        let mut ingested = 0u32;
+        while let Some((i, k, v)) = reader.next_record()? {
+            if run.cf != Some(i) {
+                if let Some(prev) = run.cf {
+                    run.ingest(db, targets[prev as usize], &self.stats)?;
+                    ingested += 1;
+                    self.ingest_fault(ingested)?;
+                }
+                run.cf = Some(i);
             }
-            targets.push(cf(db, name)?);
+            run.put(&k, &v)?;
         }
+        if let Some(prev) = run.cf {
+            run.ingest(db, targets[prev as usize], &self.stats)?;
+            ingested += 1;
+            self.ingest_fault(ingested)?;
+        }
+        drop(run);
+        drop(dir);
+
+        let applied = pb::AppliedState {
+            last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
+            membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
+        };
+        db.put_cf_opt(
+            cf(db, keys::SM_META_CF)?,
+            keys::APPLIED_KEY,
+            applied.encode_to_vec(),
+            &wo,
+        )?;
+        self.stats.installed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The old install: every record and the applied state in one synced
+    /// write batch, which holds the whole state in memory. Kept only to
+    /// measure against the SST path.
+    fn install_file_in_one_batch(
+        &self,
+        meta: &SnapshotMeta,
+        path: &Path,
+    ) -> Result<(), SnapshotError> {
+        let db = &self.db;
+        let mut reader = SnapshotReader::open_file(path)?;
+        let targets = self.targets(&reader)?;
         let mut batch = WriteBatch::default();
-        let mut clear: Vec<&str> = self.tables.iter().map(String::as_str).collect();
-        clear.push(keys::SM_META_CF);
-        for name in clear {
-            let c = cf(db, name)?;
-            let mut it = db.raw_iterator_cf(c);
-            it.seek_to_last();
-            if let Some(last) = it.key() {
-                let mut end = last.to_vec();
-                end.push(0);
-                batch.delete_range_cf(c, Vec::<u8>::new(), end);
-            }
-            it.status()?;
-        }
+        self.clear_state(&mut batch)?;
         while let Some((i, k, v)) = reader.next_record()? {
             batch.put_cf(targets[i as usize], k, v);
         }
@@ -524,6 +675,147 @@ impl SnapshotStore {
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
         db.write_opt(batch, &wo)?;
+        self.stats.installed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The file's column families mapped onto ours by name.
+    fn targets<R: std::io::Read>(
+        &self,
+        reader: &SnapshotReader<R>,
+    ) -> Result<Vec<&rocksdb::ColumnFamily>, SnapshotError> {
+        let mut targets = Vec::with_capacity(reader.cfs.len());
+        for name in &reader.cfs {
+            if !self.tables.contains(name) {
+                return Err(SnapshotError::UnknownColumnFamily(name.clone()));
+            }
+            targets.push(cf(&self.db, name)?);
+        }
+        Ok(targets)
+    }
+
+    /// Adds to `batch` a range deletion of everything in every state column
+    /// family and in `sm_meta` (the applied state).
+    fn clear_state(&self, batch: &mut WriteBatch) -> Result<(), SnapshotError> {
+        let db = &self.db;
+        let mut names: Vec<&str> = self.tables.iter().map(String::as_str).collect();
+        names.push(keys::SM_META_CF);
+        for name in names {
+            let c = cf(db, name)?;
+            let mut it = db.raw_iterator_cf(c);
+            it.seek_to_last();
+            if let Some(last) = it.key() {
+                let mut end = last.to_vec();
+                end.push(0);
+                batch.delete_range_cf(c, Vec::<u8>::new(), end);
+            }
+            it.status()?;
+        }
+        Ok(())
+    }
+
+    fn ingest_fault(&self, ingested: u32) -> Result<(), SnapshotError> {
+        if self.faults.install_ingest_failure(ingested) {
+            return Err(SnapshotError::Io(io_err(format!(
+                "injected failure after ingesting {ingested} column families of a snapshot"
+            ))));
+        }
+        Ok(())
+    }
+}
+
+/// A staging directory removed (with what is left in it) when dropped.
+struct TmpDir {
+    path: PathBuf,
+}
+
+impl TmpDir {
+    fn create(path: PathBuf) -> std::io::Result<TmpDir> {
+        std::fs::create_dir(&path)?;
+        Ok(TmpDir { path })
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove a snapshot staging directory");
+        }
+    }
+}
+
+/// One column family's sorted run of records, written into SST files of
+/// about `file_bytes` each and ingested together.
+struct SstRun<'a> {
+    opts: &'a rocksdb::Options,
+    dir: &'a Path,
+    file_bytes: u64,
+    cf: Option<u32>,
+    writer: Option<rocksdb::SstFileWriter<'a>>,
+    bytes: u64,
+    files: Vec<PathBuf>,
+    seq: u64,
+}
+
+impl<'a> SstRun<'a> {
+    fn new(opts: &'a rocksdb::Options, dir: &'a Path, file_bytes: u64) -> Self {
+        SstRun {
+            opts,
+            dir,
+            file_bytes,
+            cf: None,
+            writer: None,
+            bytes: 0,
+            files: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    fn put(&mut self, k: &[u8], v: &[u8]) -> Result<(), SnapshotError> {
+        if self.bytes >= self.file_bytes {
+            self.finish_file()?;
+        }
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => {
+                let path = self.dir.join(format!("{:06}.sst", self.seq));
+                self.seq += 1;
+                let w = rocksdb::SstFileWriter::create(self.opts);
+                w.open(&path)?;
+                self.files.push(path);
+                self.bytes = 0;
+                self.writer.insert(w)
+            }
+        };
+        w.put(k, v)?;
+        self.bytes += (k.len() + v.len()) as u64;
+        Ok(())
+    }
+
+    fn finish_file(&mut self) -> Result<(), SnapshotError> {
+        if let Some(mut w) = self.writer.take() {
+            w.finish()?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the last file and ingests the run's files into `cf`
+    /// (moved, not copied: they are links into the database afterwards).
+    fn ingest(
+        &mut self,
+        db: &DB,
+        cf: &rocksdb::ColumnFamily,
+        stats: &SnapshotStats,
+    ) -> Result<(), SnapshotError> {
+        self.finish_file()?;
+        let mut o = rocksdb::IngestExternalFileOptions::default();
+        o.set_move_files(true);
+        let files = std::mem::take(&mut self.files);
+        let n = files.len() as u64;
+        db.ingest_external_file_cf_opts(cf, &o, files)?;
+        stats.ingested_files.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -10,9 +10,10 @@
 //! Snapshots are files in `snapshots/`, owned by `snapshot_store` (format in
 //! `snapshot`). Building reads a RocksDB snapshot on a blocking thread, so
 //! writes go on meanwhile. Installing stages and verifies a copy of the file,
-//! publishes it, then replaces every state column family and the applied
-//! state in ONE synced write batch. (The batch holds the whole state in
-//! memory; see ARCHITECTURE.md.)
+//! publishes it, then replaces every state column family by ingesting SST
+//! files written from it, with the applied state written last, so memory
+//! stays bounded at any state size and a crash leaves the old state or the
+//! new one (see `snapshot_store`).
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -83,6 +84,22 @@ impl StateMachine {
         self.snapshots
             .max_incoming_bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes installs start a new SST file every `bytes` of records (tests
+    /// use this to cover multi-file column families with small states).
+    pub fn limit_ingest_file_bytes(&self, bytes: u64) {
+        self.snapshots
+            .ingest_file_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes installs write the whole state in one write batch (the old
+    /// path, for side-by-side measurements only).
+    pub(crate) fn install_in_one_batch(&self) {
+        self.snapshots
+            .batch_install
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The receiving side of snapshot transfers for this state machine.

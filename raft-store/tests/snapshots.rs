@@ -1,7 +1,8 @@
 //! Snapshot hardening on the real store: a corrupt current snapshot is never
 //! handed out (nor stops start-up), a crash between publishing a snapshot and
-//! committing its state is completed at start-up, and transient storage
-//! errors are retried instead of failing the operation.
+//! committing its state is completed at start-up, so is a crash in the middle
+//! of ingesting it, and transient storage errors are retried instead of
+//! failing the operation.
 
 mod common;
 
@@ -125,6 +126,59 @@ async fn a_crash_between_publishing_a_snapshot_and_committing_its_state_is_compl
     assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 2)));
     assert_eq!(kv(&db_b, "x").as_deref(), Some("from-a"));
     assert_eq!(kv(&db_b, "only-b"), None);
+    assert_eq!(files_in(&b.path().join("snapshots")), ["current.snap"]);
+}
+
+/// Installing writes the state into SST files (several here, as a large
+/// column family would) and ingests them. Stopped right after the ingestion,
+/// before the applied state is written, the node has no applied state, so
+/// start-up installs the published snapshot again: the result is exactly the
+/// snapshot's state, with nothing of the old state left.
+#[tokio::test]
+async fn a_crash_in_the_middle_of_ingesting_a_snapshot_is_completed_at_start_up() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (_, mut sm_a, db_a) = open_store(a.path()).unwrap();
+    let puts: Vec<_> = (1..=300)
+        .map(|i| put(i, &format!("k{i:04}"), &"v".repeat(100)))
+        .collect();
+    apply(&mut sm_a, puts).await.unwrap();
+    let snap = sm_a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let path = a.path().join("snapshots/current.snap");
+    {
+        let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
+        apply(
+            &mut sm_b,
+            vec![put(1, "only-b", "b"), put(2, "k0001", "old")],
+        )
+        .await
+        .unwrap();
+        sm_b.limit_ingest_file_bytes(4096);
+        sm_b.snapshot_faults().fail_next_install_after_ingesting(1);
+        let r = sm_b
+            .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
+            .await;
+        assert!(r.is_err(), "the injected failure must surface");
+        assert!(stat(&sm_b, |s| &s.ingested_files) >= 5);
+        // The new rows are in, the applied state is not.
+        assert_eq!(sm_b.applied_state().await.unwrap().0, None);
+        assert_eq!(kv(&db_b, "only-b"), None);
+        assert_eq!(stat(&sm_b, |s| &s.installed), 0);
+    }
+    let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
+    StorageHelper::new(&mut ls, &mut sm_b)
+        .with_id(2)
+        .get_initial_state()
+        .await
+        .unwrap();
+    assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 300)));
+    assert_eq!(stat(&sm_b, |s| &s.installed), 1);
+    assert_eq!(dump(&db_b), dump(&db_a));
     assert_eq!(files_in(&b.path().join("snapshots")), ["current.snap"]);
 }
 

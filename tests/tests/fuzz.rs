@@ -320,6 +320,32 @@ fn targets(f: &Fixture) -> Vec<Target> {
             }
         ),
         target!(
+            "PutKeys",
+            put_keys,
+            PutKeysRequest,
+            true,
+            PutKeysRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                keys: vec![
+                    NewKey {
+                        key: "bulk/a".into(),
+                        size: 300 << 20,
+                        etag: ETAG.into(),
+                        content_type: "text/plain".into(),
+                        metadata: meta(),
+                        tags: meta(),
+                    },
+                    NewKey {
+                        key: "bulk/b".into(),
+                        size: 1,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }
+        ),
+        target!(
             "PutKeyTagging",
             put_key_tagging,
             PutKeyTaggingRequest,
@@ -1285,6 +1311,21 @@ fn apply_refuses_random_commands_without_staging() {
                 bucket: "bkt1".into(),
                 key: "a".into(),
                 version_id: "null".into()
+            }
+        ),
+        op!(
+            PutKeys,
+            st::PutKeys {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                keys: vec![st::NewKey {
+                    key: "bulk".into(),
+                    size: 300 << 20,
+                    etag: ETAG.into(),
+                    metadata: meta(),
+                    ..Default::default()
+                }],
+                block_size: 0
             }
         ),
         op!(

@@ -1,12 +1,15 @@
 //! Raft transport and snapshot hardening on real nodes: a down follower is
 //! reconnected on a backoff schedule (counted, not timed), a corrupt snapshot
 //! on the leader is rebuilt before a follower gets it, bad incoming snapshots
-//! are refused before openraft sees them, and transient storage errors while
-//! building a snapshot are retried without stopping Raft.
+//! are refused before openraft sees them, a snapshot transfer cut short
+//! continues where it stopped, a crash in the middle of installing a snapshot
+//! is completed at restart, and transient storage errors while building a
+//! snapshot are retried without stopping Raft.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
 use om_proto::raft as pb;
@@ -484,4 +487,114 @@ async fn a_transient_error_while_building_a_snapshot_is_retried_and_raft_keeps_r
     );
     c.create_volume("vol2", "").await.unwrap();
     n.node.shutdown().await;
+}
+
+/// A wiped follower needs a snapshot of several chunks. Its first transfer
+/// is cut after the first chunk (as a dropped connection would): the leader's
+/// next attempt sends only the rest. Its install then fails after three
+/// column families were ingested (as a crash would): restarted on the same
+/// data directory, the node installs the published snapshot again, catches
+/// up, and holds exactly the leader's tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at_restart() {
+    let addrs = cluster_addrs(3);
+    let faults = Arc::new(om_tests::Faults::default());
+    let tweak = |a: &mut om::config::Args| {
+        a.snapshot_every = Some(50);
+        a.snapshot_keep_logs = Some(5);
+    };
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, &addrs, Some(faults.clone()), tweak).await,
+        ));
+    }
+    let leader = leader_of(&nodes).await;
+    let li = (leader - 1) as usize;
+    let c = client(&addrs);
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let victim = (0..3).find(|i| *i != li).unwrap();
+    let victim_id = victim as u64 + 1;
+    nodes[victim].take().unwrap().node.shutdown().await;
+    // Long names: about 2 MiB of state, three chunks.
+    let pad = "p".repeat(900);
+    futures::stream::iter(0..2000)
+        .for_each_concurrent(32, |i| {
+            let (c, pad) = (&c, &pad);
+            async move {
+                c.put_key("vol1", "bkt1", &format!("k{i:05}-{pad}"), i)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    wait_for(
+        Duration::from_secs(20),
+        "the leader to purge the log a wiped node would need",
+        || {
+            let m = metrics_of(nodes[li].as_ref().unwrap());
+            async move { m.purged.is_some_and(|p| p.index > 100).then_some(()) }
+        },
+    )
+    .await;
+
+    // Same id and addresses, empty data directory; unreachable until armed.
+    faults.isolate(victim_id, &[1, 2, 3]);
+    let n = TestNode::start_member_with(&addrs[victim], &addrs, Some(faults.clone()), tweak).await;
+    let (vf, vs) = hooks(&n).await;
+    vf.cut_next_incoming_after(1);
+    vf.fail_next_install_after_ingesting(3);
+    let dir = n.dir.path().to_path_buf();
+    nodes[victim] = Some(n);
+    faults.heal();
+    wait_for(Duration::from_secs(30), "the install to fail", || {
+        let failed = !metrics_of(nodes[victim].as_ref().unwrap())
+            .running_state
+            .is_ok();
+        async move { failed.then_some(()) }
+    })
+    .await;
+    assert_eq!(stat(&vs.resumed), 1, "the cut transfer was continued");
+    assert_eq!(
+        stat(&vs.resumed_bytes),
+        om_raft_store::network::SNAPSHOT_CHUNK_BYTES as u64,
+        "the second attempt started after the first chunk"
+    );
+    assert_eq!(stat(&vs.installed), 0);
+    assert!(dir.join("snapshots/current.snap").exists());
+
+    let d = nodes[victim].take().unwrap().stop().await;
+    nodes[victim] = Some(TestNode::start_member_in(d, &addrs[victim], &addrs, None, tweak).await);
+    let lc = local_client(&addrs[victim]);
+    wait_for(
+        Duration::from_secs(30),
+        "the restarted node to catch up",
+        || {
+            let lc = &lc;
+            async move {
+                let b = lc.get_bucket("vol1", "bkt1").await.ok()?;
+                (b.key_count == 2000).then_some(())
+            }
+        },
+    )
+    .await;
+    let (_, vs) = hooks(nodes[victim].as_ref().unwrap()).await;
+    assert_eq!(
+        stat(&vs.installed),
+        1,
+        "start-up installed the published snapshot"
+    );
+    c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
+    wait_for(Duration::from_secs(20), "equal tables", || {
+        let a = nodes[li].as_ref().unwrap().dump();
+        let b = nodes[victim].as_ref().unwrap().dump();
+        async move { (a == b).then_some(()) }
+    })
+    .await;
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
 }

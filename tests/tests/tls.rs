@@ -294,6 +294,7 @@ async fn the_raft_port_serves_only_members() {
             done: true,
             meta: None,
             crc32c: 0,
+            ..Default::default()
         }]))
         .await;
     assert_eq!(code(s), denied);

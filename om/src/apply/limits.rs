@@ -142,6 +142,14 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             conditions(c.conditions.as_ref())?;
             tags(cmd.rules, &c.tags)?;
         }
+        Op::PutKeys(c) => {
+            bucket(&c.volume, &c.bucket)?;
+            put_keys_count(c.keys.len())?;
+            block_size(c.block_size)?;
+            for (i, k) in c.keys.iter().enumerate() {
+                new_key(k, c.block_size).map_err(|e| e.within(&format!("keys[{i}]")))?;
+            }
+        }
         Op::PutKeyTagging(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
             version_id("version_id", &c.version_id)?;
@@ -335,6 +343,33 @@ fn bucket(volume: &str, bucket: &str) -> Result<(), OmError> {
 fn object(volume: &str, bkt: &str, field: &'static str, key: &str) -> Result<(), OmError> {
     bucket(volume, bkt)?;
     validate::key_name(field, key)
+}
+
+/// A `PutKeys` request or command carries 1 to `MAX_PUT_KEYS` keys.
+pub fn put_keys_count(n: usize) -> Result<(), OmError> {
+    if n == 0 || n > super::MAX_PUT_KEYS {
+        return Err(OmError::invalid(
+            "INVALID_KEY_COUNT",
+            "keys",
+            format!(
+                "between 1 and {} keys per request, got {n}",
+                super::MAX_PUT_KEYS
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One key of a `PutKeys`, as `PutKey`'s fields are checked (field names
+/// relative to the item).
+fn new_key(k: &om_proto::store::NewKey, stamped: u64) -> Result<(), OmError> {
+    validate::key_name("key", &k.key)?;
+    key_size("size", k.size)?;
+    layout(k.size, stamped)?;
+    etag("etag", &k.etag)?;
+    validate::content_type("content_type", &k.content_type)?;
+    metadata(&k.metadata)?;
+    validate::tags("tags", &k.tags)
 }
 
 fn metadata(m: &BTreeMap<String, String>) -> Result<(), OmError> {

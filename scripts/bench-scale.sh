@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Scale benchmark on a local 3-node om cluster (processes, loopback, fsync on):
+#   scripts/bench-scale.sh [KEYS]            (default 1000000)
+# 1. loads KEYS keys through Raft (`omctl bench load`), then reports disk bytes
+#    and RSS per node, LookupKey and ListKeys (continuation page) latency, and
+#    freon's obrwk mix (90% list, 10% create, 100 clients);
+# 2. wipes a follower and restarts it, once with the SST-ingesting install and
+#    once with the old one-batch install (OM_SNAPSHOT_INSTALL=batch): time to
+#    ready (caught up) and the restarted process's peak RSS, side by side;
+# 3. kill -9 the leader and restarts it: time to ready.
+# Prints Markdown. Set BENCH_KEEP=1 to keep the data directories.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+keys="${1:-1000000}"
+make -s build >/dev/null
+
+work="${BENCH_DIR:-$(mktemp -d)}"
+mkdir -p "$work"
+declare -A pid
+cleanup() {
+  for p in "${pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+base=${BENCH_PORT_BASE:-23000}
+cluster=""
+for i in 1 2 3; do
+  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
+done
+start() { # node-id [env...]
+  local i=$1; shift
+  env OM_LOG=warn "$@" "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
+    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
+    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
+    --snapshot-every 100000 --snapshot-keep-logs 1000 \
+    >>"$work/om$i.log" 2>&1 &
+  pid[$i]=$!
+}
+metric() { # node-id name
+  curl -s "http://127.0.0.1:$((base + 20 + $1))/metrics" | awk -v m="$2" '$1 == m { print $2 }'
+}
+ready() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 20 + $1))/readyz" 2>/dev/null || true; }
+wait_ready() { # node-id -> seconds waited
+  local t0; t0=$(date +%s.%N)
+  until [ "$(ready "$1")" = 200 ]; do sleep 0.05; done
+  awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
+}
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/${pid[$1]}/status"; }
+leader() {
+  for i in 1 2 3; do
+    [ "$(metric "$i" om_raft_is_leader 2>/dev/null)" = 1 ] && { echo "$i"; return; }
+  done
+}
+
+for i in 1 2 3; do start "$i"; done
+eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+omctl() { "$target/release/omctl" --endpoint "$eps" --timeout 60 "$@"; }
+for _ in $(seq 1 200); do omctl volume list >/dev/null 2>&1 && break; sleep 0.2; done
+omctl volume create scale >/dev/null
+omctl bucket create scale/keys >/dev/null
+
+echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(nproc) cores, $(date -u +%Y-%m-%d), $keys keys"
+echo
+echo "### Load"
+omctl bench load scale/keys --keys "$keys" --batch 256 --concurrency 16
+sleep 5
+echo
+echo "### State"
+echo "| node | data dir bytes | bytes/key | RSS MiB |"
+echo "|---|---:|---:|---:|"
+for i in 1 2 3; do
+  b=$(du -sb "$work/om$i" | cut -f1)
+  echo "| om$i | $b | $((b / keys)) | $(( $(status_kb "$i" VmRSS) / 1024 )) |"
+done
+echo
+echo "### LookupKey (64 clients)"
+omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 64 --seconds 10 --warmup 2
+echo
+echo "### ListKeys continuation pages of 1000 from random keys (16 clients)"
+omctl bench mix scale/keys --keys "$keys" --mix list=100 --concurrency 16 --seconds 10 --warmup 2
+echo
+echo "### obrwk: 90% list, 10% create (100 clients)"
+omctl bench mix scale/keys --keys "$keys" --mix list=90,put=10 --concurrency 100 --seconds 20 --warmup 3
+
+# A new member's catch-up: wipe a follower, restart it, time to ready.
+echo
+echo "### Catch-up of a wiped follower"
+echo "| install | ready after s | peak RSS MiB | snapshot bytes |"
+echo "|---|---:|---:|---:|"
+l=$(leader)
+for mode in ingest batch; do
+  f=$(( l % 3 + 1 ))
+  kill -9 "${pid[$f]}"; wait "${pid[$f]}" 2>/dev/null || true
+  rm -rf "$work/om$f"
+  # A few writes so the leader's log has moved on.
+  omctl bench load scale/keys --keys 2000 --start "$keys" --prefix "after-$mode/" >/dev/null
+  if [ "$mode" = batch ]; then start "$f" OM_SNAPSHOT_INSTALL=batch; else start "$f"; fi
+  secs=$(wait_ready "$f")
+  echo "| $mode | $secs | $(( $(status_kb "$f" VmHWM) / 1024 )) | $(metric "$l" om_raft_snapshot_bytes) |"
+done
+
+echo
+echo "### Restart to ready after kill -9 of the leader"
+l=$(leader)
+kill -9 "${pid[$l]}"; wait "${pid[$l]}" 2>/dev/null || true
+start "$l"
+echo "ready after $(wait_ready "$l") s"
