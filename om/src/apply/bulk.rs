@@ -178,7 +178,7 @@ mod tests {
             assert!(object_ids.insert(b.object_id), "object ids are unique");
             assert_eq!(b.update_id, 3);
         }
-        assert_eq!(ids.len(), 1 + 1 + 2 + 3);
+        assert_eq!(ids.len(), 1 + 2 + 3);
         let (a, b) = (bucket(&one), bucket(&bulk));
         assert_eq!((a.key_count, a.used_bytes), (b.key_count, b.used_bytes));
         assert_eq!(b.key_count, 4);
