@@ -134,8 +134,8 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
     let om = OmProcess::spawn(dir.path());
     om.wait_ready(Duration::from_secs(60)).await;
     let ep = om.grpc.clone();
-    omctl(&ep, &["volume", "create", "b"]);
-    omctl(&ep, &["bucket", "create", "b/keys"]);
+    omctl(&ep, &["volume", "create", "bench"]);
+    omctl(&ep, &["bucket", "create", "bench/keys"]);
     let load: serde_json::Value = serde_json::from_str(&omctl(
         &ep,
         &[
@@ -143,7 +143,7 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
             "json",
             "bench",
             "load",
-            "b/keys",
+            "bench/keys",
             "--keys",
             "1000",
             "--batch",
@@ -162,7 +162,7 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
         &[
             "bench",
             "load",
-            "b/keys",
+            "bench/keys",
             "--keys",
             "50",
             "--start",
@@ -172,8 +172,8 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
         ],
     );
     let c = om.client();
-    assert_eq!(c.get_bucket("b", "keys").await.unwrap().key_count, 1050);
-    c.lookup_key("b", "keys", "k/0000001049").await.unwrap();
+    assert_eq!(c.get_bucket("bench", "keys").await.unwrap().key_count, 1050);
+    c.lookup_key("bench", "keys", "k/0000001049").await.unwrap();
 
     let mix: serde_json::Value = serde_json::from_str(&omctl(
         &ep,
@@ -182,7 +182,7 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
             "json",
             "bench",
             "mix",
-            "b/keys",
+            "bench/keys",
             "--keys",
             "1050",
             "--mix",
@@ -211,7 +211,7 @@ async fn bench_load_and_mix_as_a_user_runs_them() {
     let deleted = ops[3]["ops"].as_u64().unwrap() - ops[3]["misses"].as_u64().unwrap();
     let put = ops[0]["ops"].as_u64().unwrap();
     assert_eq!(
-        c.get_bucket("b", "keys").await.unwrap().key_count,
+        c.get_bucket("bench", "keys").await.unwrap().key_count,
         1050 + put - deleted
     );
 }
