@@ -243,8 +243,17 @@ async fn a_wiped_follower_catches_up_from_a_snapshot() {
         },
     )
     .await;
-    let vm = metrics_of(nodes[victim].as_ref().unwrap());
-    assert!(vm.snapshot.is_some(), "caught up without a snapshot");
+    // Raft's metrics report the installed snapshot a moment after the state
+    // machine holds its data.
+    wait_for(
+        Duration::from_secs(10),
+        "the wiped node's metrics to show the installed snapshot (caught up without one?)",
+        || {
+            let m = metrics_of(nodes[victim].as_ref().unwrap());
+            async move { m.snapshot.is_some().then_some(()) }
+        },
+    )
+    .await;
     assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
     assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 80);
     for n in nodes.into_iter().flatten() {

@@ -244,11 +244,17 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
     )
     .await;
     assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 60);
-    assert!(
-        metrics_of(nodes[victim].as_ref().unwrap())
-            .snapshot
-            .is_some()
-    );
+    // The data is readable as soon as the state machine holds it; Raft's
+    // metrics report the installed snapshot a moment later.
+    wait_for(
+        Duration::from_secs(10),
+        "the wiped node's metrics to show the installed snapshot",
+        || {
+            let m = metrics_of(nodes[victim].as_ref().unwrap());
+            async move { m.snapshot.is_some().then_some(()) }
+        },
+    )
+    .await;
     let (_, stats) = hooks(nodes[li].as_ref().unwrap()).await;
     assert_eq!(stat(&stats.quarantined), 1);
     assert!(
