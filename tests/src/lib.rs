@@ -294,6 +294,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The repository's root directory. Cargo sets `CARGO_MANIFEST_DIR` when it
+/// runs a test, and that is preferred to the path compiled in: a target
+/// directory shared between clones at different paths keeps test binaries
+/// built in another clone, whose compiled-in path may not exist here.
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("..")
+}
+
 /// Path of a workspace binary built next to the test executable
 /// (`make test` builds them first).
 pub fn binary(name: &str) -> PathBuf {

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 fn kube_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes")
+    om_tests::repo_root().join("deploy/kubernetes")
 }
 
 /// The YAML documents of `file`.
@@ -238,7 +238,7 @@ fn om_toml(m: &Manifests) -> toml::Table {
 
 /// Every `"om_…"` metric name om's sources register.
 fn metric_catalog() -> BTreeSet<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = om_tests::repo_root();
     let mut out = BTreeSet::new();
     let mut stack = vec![
         root.join("om/src"),

@@ -3,11 +3,11 @@
 //! (Debian images ship `libclang-cpp.so.N` without `libclang`). Each case builds a fake
 //! file layout and asks the script what it would install.
 
-use std::path::Path;
+
 use std::process::Command;
 
 fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup.sh")
+    om_tests::repo_root().join("scripts/setup.sh")
 }
 
 /// What setup would install on a machine whose files are `files` (paths under `/`).
