@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale soak-retry-cache fmt lint
+.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-profile soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -22,8 +22,14 @@ run: build
 
 # One cargo invocation compiles the binaries and every test target together (the
 # tests start the real `om` binary); the second only runs what the first built.
+# rustc's incremental cache can go stale across toolchains and clones sharing a
+# target directory (a link then fails on an undefined hidden symbol): a failed
+# build is retried once without that cache; a real compile error fails twice.
 test: setup
-	$(CARGO) build --release --workspace --all-targets
+	$(CARGO) build --release --workspace --all-targets || { \
+	  echo "build failed; retrying once without the incremental cache" >&2; \
+	  rm -rf "$${CARGO_TARGET_DIR:-target}/release/incremental"; \
+	  $(CARGO) build --release --workspace --all-targets; }
 	$(CARGO) test --release --workspace
 	OM_TEST_MTLS=1 $(CARGO) test --release -p om-tests --test cluster --test linearizable
 
@@ -36,6 +42,11 @@ lint:
 # Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
 bench-cluster: build
 	bash scripts/bench-cluster.sh
+
+# CPU profile of the leader and a follower under writes (MODE=reads for reads).
+CLIENTS ?= 64
+bench-profile: build
+	bash scripts/bench-profile.sh $(CLIENTS)
 
 bench-tls: build
 	bash scripts/bench-tls.sh

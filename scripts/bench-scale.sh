@@ -8,7 +8,9 @@
 #    once with the old one-batch install (OM_SNAPSHOT_INSTALL=batch): time to
 #    ready (caught up) and the restarted process's peak RSS, side by side;
 # 3. kill -9 the leader and restarts it: time to ready.
-# Prints Markdown. Set BENCH_KEEP=1 to keep the data directories.
+# Prints Markdown. Set BENCH_KEEP=1 to keep the data directories, and
+# INSTALLS="ingest" to skip the one-batch install (whose memory grows with the
+# state) on large states.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -91,7 +93,7 @@ echo "### Catch-up of a wiped follower"
 echo "| install | ready after s | peak RSS MiB | snapshot bytes |"
 echo "|---|---:|---:|---:|"
 l=$(leader)
-for mode in ingest batch; do
+for mode in ${INSTALLS:-ingest batch}; do
   f=$(( l % 3 + 1 ))
   kill -9 "${pid[$f]}"; wait "${pid[$f]}" 2>/dev/null || true
   rm -rf "$work/om$f"

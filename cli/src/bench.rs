@@ -1,8 +1,9 @@
 //! `omctl bench`: write (CommitKey) and read (LookupKey) throughput of an om
 //! cluster at several client concurrencies, and, in the same run, the same
 //! load on an etcd cluster through etcd's KV API (Put and linearizable Range).
-//! Reports ops/s, p50, p99 and WAL fsyncs per second scraped from each
-//! server's Prometheus endpoint.
+//! Reports ops/s, p50, p99, and from each server's Prometheus endpoint WAL
+//! fsyncs per second and CPU-µs per operation on the leader and on a follower
+//! (`process_cpu_seconds_total`, which both om and etcd export).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,8 @@ pub struct BenchArgs {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
-    /// om HTTP addresses (for `om_raft_log_fsyncs_total`), comma-separated.
+    /// om HTTP addresses (for `om_raft_log_fsyncs_total` and CPU per
+    /// operation), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub om_metrics: Vec<String>,
     /// etcd client endpoints (host:port), comma-separated; omit to skip etcd.
@@ -46,6 +48,9 @@ pub struct Row {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub fsyncs_per_sec: Option<f64>,
+    /// CPU-µs per operation on the leader, and on a follower (their mean).
+    pub leader_cpu_us: Option<f64>,
+    pub follower_cpu_us: Option<f64>,
     pub errors: u64,
 }
 
@@ -57,25 +62,78 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-/// Sums a counter over Prometheus text from every address.
-async fn scrape(addrs: &[String], path: &str, metric: &str) -> Option<f64> {
-    if addrs.is_empty() {
-        return None;
-    }
-    let mut total = 0.0;
-    for a in addrs {
-        let body = http_get(a, path).await.ok()?;
-        for line in body.lines() {
-            if let Some(rest) = line.strip_prefix(metric)
-                && (rest.starts_with(' ') || rest.starts_with('{'))
-                && let Some(v) = rest.rsplit(' ').next()
-                && let Ok(v) = v.parse::<f64>()
-            {
-                total += v;
-            }
+/// The metrics of one system a cell reads before and after its load.
+struct Probe {
+    addrs: Vec<String>,
+    fsyncs: &'static str,
+    is_leader: &'static str,
+}
+
+/// Per node: (is leader, CPU seconds, WAL fsyncs).
+struct Sample(Vec<(bool, f64, f64)>);
+
+/// `metric`'s value in Prometheus text, summed over its label sets.
+fn metric_value(body: &str, metric: &str) -> Option<f64> {
+    let mut total = None;
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix(metric)
+            && (rest.starts_with(' ') || rest.starts_with('{'))
+            && let Some(v) = rest.rsplit(' ').next()
+            && let Ok(v) = v.parse::<f64>()
+        {
+            *total.get_or_insert(0.0) += v;
         }
     }
-    Some(total)
+    total
+}
+
+impl Probe {
+    async fn sample(&self) -> Option<Sample> {
+        if self.addrs.is_empty() {
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for a in &self.addrs {
+            let body = http_get(a, "/metrics").await.ok()?;
+            nodes.push((
+                metric_value(&body, self.is_leader) == Some(1.0),
+                metric_value(&body, "process_cpu_seconds_total")?,
+                metric_value(&body, self.fsyncs).unwrap_or(0.0),
+            ));
+        }
+        Some(Sample(nodes))
+    }
+}
+
+/// What the servers did between two samples: fsyncs in all, and CPU seconds
+/// of the leader (as it was at the end) and the mean over the followers.
+struct Usage {
+    fsyncs: f64,
+    leader_cpu: Option<f64>,
+    follower_cpu: Option<f64>,
+}
+
+fn usage(before: Option<Sample>, after: Option<Sample>) -> Option<Usage> {
+    let (Sample(b), Sample(a)) = (before?, after?);
+    if a.len() != b.len() {
+        return None;
+    }
+    let (mut leader, mut followers) = (None, Vec::new());
+    let mut fsyncs = 0.0;
+    for ((_, cb, fb), (lead, ca, fa)) in b.iter().zip(&a) {
+        fsyncs += fa - fb;
+        if *lead {
+            leader = Some(ca - cb);
+        } else {
+            followers.push(ca - cb);
+        }
+    }
+    Some(Usage {
+        fsyncs,
+        leader_cpu: leader,
+        follower_cpu: (!followers.is_empty())
+            .then(|| followers.iter().sum::<f64>() / followers.len() as f64),
+    })
 }
 
 async fn http_get(addr: &str, path: &str) -> Result<String> {
@@ -155,9 +213,11 @@ fn row(
     op: &'static str,
     concurrency: usize,
     (lat, errors, elapsed): (Vec<u64>, u64, Duration),
-    fsyncs: Option<f64>,
+    used: Option<Usage>,
+    count_fsyncs: bool,
 ) -> Row {
     let secs = elapsed.as_secs_f64();
+    let per_op = |cpu: f64| cpu * 1e6 / lat.len().max(1) as f64;
     Row {
         system,
         op,
@@ -165,7 +225,12 @@ fn row(
         ops_per_sec: lat.len() as f64 / secs,
         p50_ms: percentile(&lat, 0.50),
         p99_ms: percentile(&lat, 0.99),
-        fsyncs_per_sec: fsyncs.map(|f| f / secs),
+        fsyncs_per_sec: used
+            .as_ref()
+            .filter(|_| count_fsyncs)
+            .map(|u| u.fsyncs / secs),
+        leader_cpu_us: used.as_ref().and_then(|u| u.leader_cpu).map(per_op),
+        follower_cpu_us: used.as_ref().and_then(|u| u.follower_cpu).map(per_op),
         errors,
     }
 }
@@ -222,9 +287,20 @@ pub async fn run(
         Some(v)
     };
 
+    let om_probe = Probe {
+        addrs: args.om_metrics.clone(),
+        fsyncs: "om_raft_log_fsyncs_total",
+        is_leader: "om_raft_is_leader",
+    };
+    // etcd serves its metrics on the client port.
+    let etcd_probe = Probe {
+        addrs: args.etcd.clone(),
+        fsyncs: "etcd_disk_wal_fsync_duration_seconds_count",
+        is_leader: "etcd_server_is_leader",
+    };
     for &c in &args.concurrency {
         // om: CommitKey (create + commit of a new key) through Raft.
-        let before = scrape(&args.om_metrics, "/metrics", "om_raft_log_fsyncs_total").await;
+        let before = om_probe.sample().await;
         let (o, v) = (om.clone(), volume.clone());
         let r = drive(c, args.seconds, move |w, n| {
             let (o, v) = (o.clone(), v.clone());
@@ -241,17 +317,12 @@ pub async fn run(
             }
         })
         .await;
-        let after = scrape(&args.om_metrics, "/metrics", "om_raft_log_fsyncs_total").await;
-        rows.push(row(
-            "om",
-            "CommitKey",
-            c,
-            r,
-            before.zip(after).map(|(b, a)| a - b),
-        ));
+        let used = usage(before, om_probe.sample().await);
+        rows.push(row("om", "CommitKey", c, r, used, true));
 
         // om: linearizable LookupKey.
         if !args.writes_only {
+            let before = om_probe.sample().await;
             let (o, v) = (om.clone(), volume.clone());
             let r = drive(c, args.seconds, move |w, n| {
                 let (o, v) = (o.clone(), v.clone());
@@ -266,17 +337,12 @@ pub async fn run(
                 }
             })
             .await;
-            rows.push(row("om", "LookupKey", c, r, None));
+            let used = usage(before, om_probe.sample().await);
+            rows.push(row("om", "LookupKey", c, r, used, false));
         }
 
         if let Some(clients) = &etcd {
-            let metrics: Vec<String> = args.etcd.clone();
-            let before = scrape(
-                &metrics,
-                "/metrics",
-                "etcd_disk_wal_fsync_duration_seconds_count",
-            )
-            .await;
+            let before = etcd_probe.sample().await;
             let (cl, rid, value) = (
                 clients.clone(),
                 run_id.clone(),
@@ -298,23 +364,13 @@ pub async fn run(
                 }
             })
             .await;
-            let after = scrape(
-                &metrics,
-                "/metrics",
-                "etcd_disk_wal_fsync_duration_seconds_count",
-            )
-            .await;
-            rows.push(row(
-                "etcd",
-                "Put",
-                c,
-                r,
-                before.zip(after).map(|(b, a)| a - b),
-            ));
+            let used = usage(before, etcd_probe.sample().await);
+            rows.push(row("etcd", "Put", c, r, used, true));
 
             if args.writes_only {
                 continue;
             }
+            let before = etcd_probe.sample().await;
             let (cl, rid) = (clients.clone(), run_id.clone());
             let r = drive(c, args.seconds, move |w, n| {
                 let mut kv = cl[w % cl.len()].clone();
@@ -330,7 +386,8 @@ pub async fn run(
                 }
             })
             .await;
-            rows.push(row("etcd", "Range", c, r, None));
+            let used = usage(before, etcd_probe.sample().await);
+            rows.push(row("etcd", "Range", c, r, used, false));
         }
     }
     Ok(rows)
@@ -339,11 +396,11 @@ pub async fn run(
 /// Renders rows as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| system | operation | clients | ops/s | p50 ms | p99 ms | WAL fsyncs/s | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| system | operation | clients | ops/s | p50 ms | p99 ms | WAL fsyncs/s | leader CPU µs/op | follower CPU µs/op | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
             r.system,
             r.op,
             r.concurrency,
@@ -351,6 +408,10 @@ pub fn markdown(rows: &[Row]) -> String {
             r.p50_ms,
             r.p99_ms,
             r.fsyncs_per_sec
+                .map_or("-".to_string(), |f| format!("{f:.0}")),
+            r.leader_cpu_us
+                .map_or("-".to_string(), |f| format!("{f:.0}")),
+            r.follower_cpu_us
                 .map_or("-".to_string(), |f| format!("{f:.0}")),
             r.errors
         ));

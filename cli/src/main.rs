@@ -1032,7 +1032,8 @@ async fn run(cli: Cli) -> Result<()> {
                     .map(|r| {
                         json!({"system": r.system, "op": r.op, "clients": r.concurrency,
                         "ops_per_sec": r.ops_per_sec, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
-                        "fsyncs_per_sec": r.fsyncs_per_sec, "errors": r.errors})
+                        "fsyncs_per_sec": r.fsyncs_per_sec, "leader_cpu_us": r.leader_cpu_us,
+                        "follower_cpu_us": r.follower_cpu_us, "errors": r.errors})
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);

@@ -560,6 +560,26 @@ impl Ctx<'_> {
         require_layout(self.bucket(volume, bucket)?, LAYOUT_OBJECT_STORE)
     }
 
+    /// An OBJECT_STORE bucket that has never had versioning: operations that
+    /// would rewrite history (rename) or skip it (bulk creation) refuse the
+    /// others with BUCKET_VERSIONED, saying `why` and what to use instead.
+    fn unversioned_object_store_bucket(
+        &self,
+        volume: &str,
+        bucket: &str,
+        why: &str,
+    ) -> Result<BucketRecord, OmError> {
+        let b = self.object_store_bucket(volume, bucket)?;
+        if b.versioning != versions::UNVERSIONED {
+            return Err(OmError::precondition(
+                "BUCKET_VERSIONED",
+                "bucket",
+                format!("bucket {volume}/{bucket} is versioned; {why}"),
+            ));
+        }
+        Ok(b)
+    }
+
     /// How many keys hold block `id`: 1 unless `block_refs` says otherwise.
     fn block_holders(&self, id: u64) -> Result<u32, OmError> {
         if let Some(n) = self.holders.borrow().get(&id) {
@@ -964,17 +984,11 @@ impl Ctx<'_> {
         b: &mut WriteBatch,
         c: &om_proto::store::RenameKey,
     ) -> Result<CommandResult, OmError> {
-        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        if bucket.versioning != versions::UNVERSIONED {
-            return Err(OmError::precondition(
-                "BUCKET_VERSIONED",
-                "bucket",
-                format!(
-                    "bucket {}/{} is versioned; a rename would rewrite history (copy, then delete)",
-                    c.volume, c.bucket
-                ),
-            ));
-        }
+        let mut bucket = self.unversioned_object_store_bucket(
+            &c.volume,
+            &c.bucket,
+            "a rename would rewrite history (copy, then delete)",
+        )?;
         let from = keys::object_key(&c.volume, &c.bucket, &c.from);
         let to = keys::object_key(&c.volume, &c.bucket, &c.to);
         let mut rec = table::get::<KeyTable>(self.db, &from)?.ok_or_else(|| {

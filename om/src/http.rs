@@ -111,6 +111,7 @@ async fn metrics(State(s): State<HttpState>) -> String {
     let mut text = s.prom.render();
     let m = s.svc.raft().metrics().borrow_watched().clone();
     text.push_str(&crate::metrics::replication_lag_text(&m));
+    text.push_str(&crate::metrics::process_text());
     text
 }
 

@@ -59,6 +59,35 @@ pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
     }
 }
 
+/// Prometheus's standard process metrics, read when scraped: CPU seconds
+/// (user and system, all threads) and resident memory. Benchmarks divide the
+/// CPU counter's growth by the operations done to get CPU-µs per operation.
+pub fn process_text() -> String {
+    let mut out = String::new();
+    // SAFETY: getrusage only writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        out.push_str(&format!(
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {:.6}\n",
+            secs(ru.ru_utime) + secs(ru.ru_stime)
+        ));
+    }
+    // statm: size, resident, ... in pages.
+    let resident = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if let (Some(pages), true) = (resident, page > 0) {
+        out.push_str(&format!(
+            "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n",
+            pages * page as u64
+        ));
+    }
+    out
+}
+
 /// `om_raft_replication_lag_entries{peer}` in Prometheus text, rendered from
 /// this node's Raft state at scrape time: only a leader has per-peer series,
 /// and only for current members, so a node that stepped down (or a removed

@@ -65,3 +65,44 @@ async fn replication_lag_series_leave_with_leadership() {
         n.node.shutdown().await;
     }
 }
+
+fn value(metrics: &str, name: &str) -> f64 {
+    let line = metrics
+        .lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The process's CPU time and resident memory are exported as Prometheus's
+/// standard process metrics (benchmarks divide the CPU counter's growth by
+/// the operations done), with their types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_cpu_and_memory_are_exported() {
+    let addrs = cluster_addrs(1);
+    let node = TestNode::start_member(&addrs[0], &addrs).await;
+    let c = OmClient::new(&[addrs[0].grpc.clone()], ClientOptions::default()).unwrap();
+    wait_for(Duration::from_secs(20), "a leader", || {
+        let c = &c;
+        async move { c.cluster_status().await.ok().filter(|s| s.has_leader) }
+    })
+    .await;
+    let before = http_get(node.node.http_addr, "/metrics").await;
+    assert!(before.contains("# TYPE process_cpu_seconds_total counter\n"));
+    assert!(before.contains("# TYPE process_resident_memory_bytes gauge\n"));
+    assert!(value(&before, "process_resident_memory_bytes") > (1 << 20) as f64);
+    c.create_volume("vol1", "").await.unwrap();
+    // Burn a little CPU on this process for the counter to move.
+    let started = std::time::Instant::now();
+    let mut x = 0u64;
+    while started.elapsed() < Duration::from_millis(50) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    let after = http_get(node.node.http_addr, "/metrics").await;
+    let (b, a) = (
+        value(&before, "process_cpu_seconds_total"),
+        value(&after, "process_cpu_seconds_total"),
+    );
+    assert!(b > 0.0 && a >= b + 0.03, "CPU seconds {b} then {a}");
+    node.node.shutdown().await;
+}

@@ -3,7 +3,6 @@
 //! (Debian images ship `libclang-cpp.so.N` without `libclang`). Each case builds a fake
 //! file layout and asks the script what it would install.
 
-
 use std::process::Command;
 
 fn script() -> std::path::PathBuf {

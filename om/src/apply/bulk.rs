@@ -7,7 +7,7 @@ use om_proto::store::{self as st, CommandResult, CountResult, KeyRecord, command
 use rocksdb::WriteBatch;
 
 use super::quota::Usage;
-use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok, versions};
+use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
@@ -29,17 +29,11 @@ impl Ctx<'_> {
                 "PutKeys needs apply rules 6",
             ));
         }
-        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        if bucket.versioning != versions::UNVERSIONED {
-            return Err(OmError::precondition(
-                "BUCKET_VERSIONED",
-                "bucket",
-                format!(
-                    "bucket {}/{} is versioned; PutKeys creates keys in unversioned buckets only (use PutKey)",
-                    c.volume, c.bucket
-                ),
-            ));
-        }
+        let mut bucket = self.unversioned_object_store_bucket(
+            &c.volume,
+            &c.bucket,
+            "PutKeys creates keys in unversioned buckets only (use PutKey)",
+        )?;
         // Everything is checked before the first write is staged.
         let block_size = block_size_or_legacy(c.block_size);
         let mut seen = std::collections::HashSet::with_capacity(c.keys.len());
