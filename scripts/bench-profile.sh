@@ -96,11 +96,11 @@ for who in leader follower; do
   echo "| component | % |"
   echo "|---|---:|"
   perf report -q -i "$work/$who.data" --no-children --sort dso,sym --stdio 2>/dev/null \
-    | awk "$classify" | sort -t'|' -k3 -rn
+    | awk "$classify" | sort -t'|' -k3 -rn || true
   echo
   echo "### $who: hottest symbols"
   echo '```'
   perf report -q -i "$work/$who.data" --no-children --sort dso,sym --stdio 2>/dev/null \
-    | grep -v '^#' | grep -v '^$' | head -25 | cut -c1-160
+    | grep -v '^#' | grep -v '^$' | head -25 | cut -c1-160 || true   # head closes the pipe early
   echo '```'
 done

@@ -15,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 keys="${1:-1000000}"
+# Log entries between snapshots. A batched load writes 256 keys an entry, so
+# 2000 entries is a snapshot every ~512k keys; raise it for 10M+ states.
+snapshot_every="${SNAPSHOT_EVERY:-2000}"
 make -s build >/dev/null
 
 work="${BENCH_DIR:-$(mktemp -d)}"
@@ -37,7 +40,7 @@ start() { # node-id [env...]
   env OM_LOG=warn "$@" "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
     --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
     --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
-    --snapshot-every 100000 --snapshot-keep-logs 1000 \
+    --snapshot-every "$snapshot_every" --snapshot-keep-logs 500 \
     >>"$work/om$i.log" 2>&1 &
   pid[$i]=$!
 }
@@ -45,9 +48,15 @@ metric() { # node-id name
   curl -s "http://127.0.0.1:$((base + 20 + $1))/metrics" | awk -v m="$2" '$1 == m { print $2 }'
 }
 ready() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 20 + $1))/readyz" 2>/dev/null || true; }
-wait_ready() { # node-id -> seconds waited
+wait_ready() { # node-id -> seconds waited (gives up after 600 s)
   local t0; t0=$(date +%s.%N)
-  until [ "$(ready "$1")" = 200 ]; do sleep 0.05; done
+  until [ "$(ready "$1")" = 200 ]; do
+    if awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 600) }'; then
+      echo "not ready after 600 s: $(curl -s "http://127.0.0.1:$((base + 20 + $1))/readyz")"
+      return
+    fi
+    sleep 0.05
+  done
   awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
 }
 status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/${pid[$1]}/status"; }

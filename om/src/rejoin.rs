@@ -300,15 +300,6 @@ fn remove_marker(data_dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Whether the store holds nothing at all: no vote, no log, no snapshot.
-pub fn store_is_empty(raft: &Raft) -> bool {
-    let m = raft.metrics().borrow_watched().clone();
-    m.current_term == 0
-        && m.last_log_index.is_none()
-        && m.snapshot.is_none()
-        && m.last_applied.is_none()
-}
-
 /// Everything the admission task needs about this node.
 pub struct Member {
     pub raft: Raft,
@@ -320,13 +311,15 @@ pub struct Member {
     pub grpc_addr: String,
     /// The client side of mutual TLS to the other members, when on.
     pub tls: Option<std::sync::Arc<om_tls::ClientTls>>,
+    /// The store held nothing when opened (`OpenedStore::holds_nothing`).
+    pub empty_store: bool,
 }
 
 /// The admission state a configured member starts in, before its Raft port
 /// serves anything.
 pub async fn initial(m: &Member) -> std::io::Result<Admission> {
     let dir = m.data_dir.clone();
-    let empty = store_is_empty(&m.raft);
+    let empty = m.empty_store;
     let marker = blocking(move || {
         Ok(match read_marker(&dir)? {
             Some(t) => Some(t),

@@ -244,6 +244,7 @@ impl Node {
         let db = store.db.clone();
         let db_options = store.options.clone();
         crate::store::tune_tables(&db)?;
+        let empty_store = store.holds_nothing()?;
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
@@ -315,6 +316,7 @@ impl Node {
             members: cfg.initial_cluster.clone(),
             grpc_addr: grpc_addr.to_string(),
             tls: tls.as_ref().map(|t| t.peer.clone()),
+            empty_store,
         });
         let admission = match &member {
             Some(m) => crate::rejoin::initial(m).await?,

@@ -97,6 +97,39 @@ pub struct OpenedStore {
     pub options: Arc<Options>,
 }
 
+impl OpenedStore {
+    /// Whether the store holds nothing at all: no vote, no log entry, no
+    /// applied state and no snapshot (a first boot, or a wiped data
+    /// directory). Read from storage before Raft starts: Raft's metrics
+    /// report an empty node until its core has loaded the store, so they
+    /// cannot tell a restarted node from a wiped one.
+    pub fn holds_nothing(&self) -> std::io::Result<bool> {
+        let cf = |name: &str| {
+            self.db
+                .cf_handle(name)
+                .ok_or_else(|| io_err(format!("column family {name} missing")))
+        };
+        if self
+            .db
+            .get_pinned_cf(cf(keys::RAFT_META_CF)?, keys::VOTE_KEY)
+            .map_err(io_err)?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let mut it = self.db.raw_iterator_cf(cf(keys::LOG_CF)?);
+        it.seek_to_first();
+        if it.valid() {
+            return Ok(false);
+        }
+        it.status().map_err(io_err)?;
+        if self.state_machine.read_applied()?.0.is_some() {
+            return Ok(false);
+        }
+        Ok(!self.state_machine.has_snapshot())
+    }
+}
+
 /// Opens (or creates) the database in `dir/db`, with snapshots in `dir/snapshots`.
 /// `tables` are the application's column families; together with `sm_meta` they
 /// are the replicated state that snapshots carry.

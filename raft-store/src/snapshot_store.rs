@@ -306,7 +306,7 @@ impl SnapshotStore {
         })
     }
 
-    fn current_path(&self) -> PathBuf {
+    pub(crate) fn current_path(&self) -> PathBuf {
         self.dir.join(CURRENT)
     }
 

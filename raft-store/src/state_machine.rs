@@ -113,6 +113,11 @@ impl StateMachine {
         &self.snapshots.db
     }
 
+    /// Whether a published snapshot (`current.snap`) exists.
+    pub fn has_snapshot(&self) -> bool {
+        self.snapshots.current_path().exists()
+    }
+
     /// The last applied log id and membership, as stored.
     pub fn read_applied(&self) -> std::io::Result<(Option<LogId>, StoredMembership)> {
         read_applied(&self.snapshots.db, None)

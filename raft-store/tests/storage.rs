@@ -294,3 +294,46 @@ async fn snapshot_is_a_consistent_point_in_time() {
     assert_eq!(kv(&db2, "k").as_deref(), Some("v1"));
     assert_eq!(sm2.applied_state().await.unwrap().0, Some(log_id(1, 1)));
 }
+
+/// A restarted node tells itself apart from a wiped one by what its store
+/// holds (a vote, a log entry, applied state, a snapshot), read before Raft
+/// starts.
+#[tokio::test]
+async fn holds_nothing_is_true_only_for_an_empty_store() {
+    let kv = || vec![ColumnFamilyDescriptor::new(KV, Options::default())];
+    let fresh = tempfile::tempdir().unwrap();
+    assert!(
+        open(fresh.path(), kv(), Arc::new(KvApplier))
+            .unwrap()
+            .holds_nothing()
+            .unwrap()
+    );
+
+    let voted = tempfile::tempdir().unwrap();
+    {
+        let (mut ls, _, _) = open_store(voted.path()).unwrap();
+        ls.save_vote(&Vote {
+            leader_id: LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            committed: false,
+        })
+        .await
+        .unwrap();
+    }
+    let s = open(voted.path(), kv(), Arc::new(KvApplier)).unwrap();
+    assert!(!s.holds_nothing().unwrap());
+
+    let logged = tempfile::tempdir().unwrap();
+    {
+        let (mut ls, _, _) = open_store(logged.path()).unwrap();
+        let (tx, rx) = TypeConfig::oneshot();
+        ls.append(vec![blank(1)], IOFlushed::signal(tx))
+            .await
+            .unwrap();
+        rx.await.unwrap().unwrap();
+    }
+    let s = open(logged.path(), kv(), Arc::new(KvApplier)).unwrap();
+    assert!(!s.holds_nothing().unwrap());
+}
