@@ -87,6 +87,12 @@ for i in 1 2 3; do
   echo "| om$i | $b | $((b / keys)) | $(( $(status_kb "$i" VmRSS) / 1024 )) |"
 done
 echo
+echo "### LookupKey (1 client)"
+omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 1 --seconds 10 --warmup 2
+echo
+echo "### ListKeys continuation pages of 1000 from random keys (1 client)"
+omctl bench mix scale/keys --keys "$keys" --mix list=100 --concurrency 1 --seconds 10 --warmup 2
+echo
 echo "### LookupKey (64 clients)"
 omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 64 --seconds 10 --warmup 2
 echo

@@ -557,9 +557,9 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
     nodes[victim] = Some(n);
     faults.heal();
     wait_for(Duration::from_secs(30), "the install to fail", || {
-        let failed = !metrics_of(nodes[victim].as_ref().unwrap())
+        let failed = metrics_of(nodes[victim].as_ref().unwrap())
             .running_state
-            .is_ok();
+            .is_err();
         async move { failed.then_some(()) }
     })
     .await;
