@@ -65,7 +65,8 @@ bench-lifecycle: build
 	$(CARGO) run --release -p om-tests --bin lifecycle_bench
 
 # 1M-key state on 3 nodes: load, latency, obrwk mix, catch-up (SST vs one-batch
-# install), restart to ready (see BENCHMARKS.md, "Scale"). KEYS=10000000 for 10M.
+# install), restart to ready (see BENCHMARKS.md, "Scale"). For 10M:
+# make bench-scale KEYS=10000000 SNAPSHOT_EVERY=10000 INSTALLS=ingest
 KEYS ?= 1000000
 bench-scale: build
 	bash scripts/bench-scale.sh $(KEYS)
