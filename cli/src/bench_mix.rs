@@ -257,7 +257,11 @@ impl Bar {
         };
         if self.on {
             eprint!("\r{line}\x1b[K");
-        } else if now.duration_since(self.started).as_secs().is_multiple_of(10) {
+        } else if now
+            .duration_since(self.started)
+            .as_secs()
+            .is_multiple_of(10)
+        {
             // Not a terminal: a line every ten seconds keeps logs short.
             eprintln!("{line}");
         }
