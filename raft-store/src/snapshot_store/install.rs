@@ -15,6 +15,16 @@ use super::{SnapshotStats, SnapshotStore, TMP_PREFIX, cf};
 use crate::snapshot::{SnapshotError, SnapshotReader};
 use crate::{SnapshotMeta, codec, io_err, keys};
 
+/// The encoded applied state an installed snapshot leaves: its last log id
+/// and membership.
+fn applied_state(meta: &SnapshotMeta) -> Vec<u8> {
+    pb::AppliedState {
+        last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
+        membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
+    }
+    .encode_to_vec()
+}
+
 impl SnapshotStore {
     /// Replaces every state column family and the applied state with the
     /// snapshot at `path` (order and crash behaviour in the module docs).
@@ -66,14 +76,10 @@ impl SnapshotStore {
         drop(run);
         drop(dir);
 
-        let applied = pb::AppliedState {
-            last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
-            membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
-        };
         db.put_cf_opt(
             cf(db, keys::SM_META_CF)?,
             keys::APPLIED_KEY,
-            applied.encode_to_vec(),
+            applied_state(meta),
             &wo,
         )?;
         self.stats.installed.fetch_add(1, Ordering::Relaxed);
@@ -96,14 +102,10 @@ impl SnapshotStore {
         while let Some((i, k, v)) = reader.next_record()? {
             batch.put_cf(targets[i as usize], k, v);
         }
-        let applied = pb::AppliedState {
-            last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
-            membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
-        };
         batch.put_cf(
             cf(db, keys::SM_META_CF)?,
             keys::APPLIED_KEY,
-            applied.encode_to_vec(),
+            applied_state(meta),
         );
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
