@@ -10,7 +10,7 @@
 # 3. kill -9 the leader and restarts it: time to ready.
 # Prints Markdown. Set BENCH_KEEP=1 to keep the data directories, and
 # INSTALLS="ingest" to skip the one-batch install (whose memory grows with the
-# state) on large states.
+# state) on large states, INSTALLS=none to skip both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -109,6 +109,7 @@ echo "| install | ready after s | peak RSS MiB | snapshot bytes |"
 echo "|---|---:|---:|---:|"
 l=$(leader)
 for mode in ${INSTALLS:-ingest batch}; do
+  [ "$mode" = none ] && continue
   f=$(( l % 3 + 1 ))
   kill -9 "${pid[$f]}"; wait "${pid[$f]}" 2>/dev/null || true
   rm -rf "$work/om$f"
@@ -125,3 +126,15 @@ l=$(leader)
 kill -9 "${pid[$l]}"; wait "${pid[$l]}" 2>/dev/null || true
 start "$l"
 echo "ready after $(wait_ready "$l") s"
+echo
+echo "Start-up phases of the restarted node (seconds since its start, om_startup_seconds):"
+echo
+echo "| store open (RocksDB open, WAL replay) | Raft start (log, vote, re-apply) | leader known | ready |"
+echo "|---:|---:|---:|---:|"
+phases=$(curl -s "http://127.0.0.1:$((base + 20 + l))/metrics" | awk '
+  $1 ~ /^om_startup_seconds\{/ { match($1, /phase="[a-z_]+"/); p[substr($1, RSTART + 7, RLENGTH - 8)] = $2 }
+  END { printf "| %.2f | %.2f | %.2f | %.2f |", p["store_open"], p["raft_start"], p["leader_known"], p["ready"] }')
+echo "$phases"
+echo
+echo "RocksDB's recovery (from its LOG):"
+grep -E "Recovering log|Recovered|DB pointer" "$work/om$l/db/LOG" 2>/dev/null | tail -5 || true

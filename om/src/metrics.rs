@@ -28,35 +28,83 @@ pub fn recorder() -> PrometheusHandle {
         .clone()
 }
 
-/// Publishes Raft state as gauges; counts leader changes.
-pub fn raft(m: &RaftMetrics<TypeConfig>, previous_leader: &mut Option<u64>) {
-    metrics::gauge!("om_raft_term").set(m.current_term as f64);
-    metrics::gauge!("om_raft_leader_id").set(m.current_leader.unwrap_or(0) as f64);
-    metrics::gauge!("om_raft_is_leader").set(if m.state == openraft::ServerState::Leader {
-        1.0
-    } else {
-        0.0
-    });
-    metrics::gauge!("om_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-    metrics::gauge!("om_raft_committed_index")
-        .set(m.local_committed.as_ref().map_or(0, |l| l.index) as f64);
-    metrics::gauge!("om_raft_applied_index")
-        .set(m.last_applied.as_ref().map_or(0, |l| l.index) as f64);
-    metrics::gauge!("om_raft_snapshot_index")
-        .set(m.snapshot.as_ref().map_or(0, |l| l.index) as f64);
-    if m.current_leader != *previous_leader {
-        if m.current_leader.is_some() {
-            metrics::counter!("om_raft_leader_changes_total").increment(1);
+/// Raft state as gauges, registered once: openraft publishes new metrics on
+/// every commit and apply, so this runs thousands of times a second under
+/// load and keeps its handles instead of looking names up each time.
+pub struct RaftGauges {
+    term: metrics::Gauge,
+    leader_id: metrics::Gauge,
+    is_leader: metrics::Gauge,
+    last_log_index: metrics::Gauge,
+    committed_index: metrics::Gauge,
+    applied_index: metrics::Gauge,
+    snapshot_index: metrics::Gauge,
+    leader_changes: metrics::Counter,
+    previous_leader: Option<u64>,
+}
+
+impl RaftGauges {
+    pub fn new() -> RaftGauges {
+        RaftGauges {
+            term: metrics::gauge!("om_raft_term"),
+            leader_id: metrics::gauge!("om_raft_leader_id"),
+            is_leader: metrics::gauge!("om_raft_is_leader"),
+            last_log_index: metrics::gauge!("om_raft_last_log_index"),
+            committed_index: metrics::gauge!("om_raft_committed_index"),
+            applied_index: metrics::gauge!("om_raft_applied_index"),
+            snapshot_index: metrics::gauge!("om_raft_snapshot_index"),
+            leader_changes: metrics::counter!("om_raft_leader_changes_total"),
+            previous_leader: None,
         }
-        // openraft's own state logs are kept at WARN by default: this is
-        // the one line an operator reads when leadership moves.
-        match m.current_leader {
-            Some(l) if l == m.id => tracing::info!(term = m.current_term, "this node leads"),
-            Some(l) => tracing::info!(term = m.current_term, leader = l, "leader changed"),
-            None => tracing::info!(term = m.current_term, "no leader"),
-        }
-        *previous_leader = m.current_leader;
     }
+
+    /// Publishes `m`; counts and logs leader changes.
+    pub fn publish(&mut self, m: &RaftMetrics<TypeConfig>) {
+        let index = |l: Option<u64>| l.unwrap_or(0) as f64;
+        self.term.set(m.current_term as f64);
+        self.leader_id.set(index(m.current_leader));
+        self.is_leader
+            .set(if m.state == openraft::ServerState::Leader {
+                1.0
+            } else {
+                0.0
+            });
+        self.last_log_index.set(index(m.last_log_index));
+        self.committed_index
+            .set(index(m.local_committed.as_ref().map(|l| l.index)));
+        self.applied_index
+            .set(index(m.last_applied.as_ref().map(|l| l.index)));
+        self.snapshot_index
+            .set(index(m.snapshot.as_ref().map(|l| l.index)));
+        if m.current_leader != self.previous_leader {
+            if m.current_leader.is_some() {
+                self.leader_changes.increment(1);
+            }
+            // openraft's own state logs are kept at WARN by default: this is
+            // the one line an operator reads when leadership moves.
+            match m.current_leader {
+                Some(l) if l == m.id => tracing::info!(term = m.current_term, "this node leads"),
+                Some(l) => tracing::info!(term = m.current_term, leader = l, "leader changed"),
+                None => tracing::info!(term = m.current_term, "no leader"),
+            }
+            self.previous_leader = m.current_leader;
+        }
+    }
+}
+
+impl Default for RaftGauges {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Seconds from the start of the process's node to the end of a start-up
+/// `phase`: `store_open` (RocksDB open with its WAL replay, and the checks on
+/// the store), `raft_start` (openraft reading the log and vote, re-applying
+/// committed entries), `leader_known` and `ready` (caught up with the leader;
+/// what `/readyz` reports).
+pub fn startup_phase(phase: &'static str, since_start: std::time::Duration) {
+    metrics::gauge!("om_startup_seconds", "phase" => phase).set(since_start.as_secs_f64());
 }
 
 /// Prometheus's standard process metrics, read when scraped: CPU seconds

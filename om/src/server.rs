@@ -180,6 +180,7 @@ impl Node {
 
     /// `start` with test hooks.
     pub async fn start_with(cfg: Config, opts: NodeOptions) -> Result<Node, BoxError> {
+        let started = std::time::Instant::now();
         let prom = crate::metrics::recorder();
         let (limit, _) = crate::limits::nofile_limit()?;
         let budget = crate::limits::budget(limit, &cfg.fd_overrides)?;
@@ -245,6 +246,7 @@ impl Node {
         let db_options = store.options.clone();
         crate::store::tune_tables(&db)?;
         let empty_store = store.holds_nothing()?;
+        crate::metrics::startup_phase("store_open", started.elapsed());
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
@@ -254,6 +256,7 @@ impl Node {
             store.state_machine,
         )
         .await?;
+        crate::metrics::startup_phase("raft_start", started.elapsed());
 
         // Bind everything before announcing ourselves, so a port conflict fails fast.
         let grpc_listener = tokio::net::TcpListener::bind(cfg.grpc_addr).await?;
@@ -384,6 +387,13 @@ impl Node {
             service.clone(),
             tls.as_ref().map(|t| t.peer.clone()),
             Duration::from_millis(500),
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(report_startup(
+            started,
+            service.clone(),
+            admission.clone(),
+            catch_up.clone(),
             stop_rx.clone(),
         )));
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -621,6 +631,47 @@ async fn report_health(
     }
 }
 
+/// Records when this node first knew a leader and first was ready (both
+/// since `started`, like the earlier phases), as `om_startup_seconds` and one
+/// log line, so a slow start says which phase took the time.
+async fn report_startup(
+    started: std::time::Instant,
+    svc: Arc<OmService>,
+    admission: Admission,
+    catch_up: crate::http::CatchUp,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader_known = None;
+    loop {
+        if leader_known.is_none()
+            && svc
+                .raft()
+                .metrics()
+                .borrow_watched()
+                .current_leader
+                .is_some()
+        {
+            let t = started.elapsed();
+            crate::metrics::startup_phase("leader_known", t);
+            leader_known = Some(t);
+        }
+        if crate::http::readiness(&svc, &admission, &catch_up).is_ok() {
+            let ready = started.elapsed();
+            crate::metrics::startup_phase("ready", ready);
+            tracing::info!(
+                ready_s = ready.as_secs_f64(),
+                leader_known_s = leader_known.unwrap_or(ready).as_secs_f64(),
+                "ready"
+            );
+            return;
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
 /// Initializes a single-node cluster (no `--initial-cluster`, no `--join`)
 /// on first start.
 async fn initialize_single(
@@ -651,10 +702,11 @@ async fn initialize_single(
 
 async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
     let mut rx = raft.metrics();
-    let mut leader = None;
+    let mut gauges = crate::metrics::RaftGauges::new();
     loop {
-        let m = rx.borrow_watched().clone();
-        crate::metrics::raft(&m, &mut leader);
+        // Read in place: cloning the metrics (membership maps, replication
+        // progress) on every commit showed in the leader's profile.
+        gauges.publish(&rx.borrow_watched());
         tokio::select! {
             r = rx.changed() => if r.is_err() { return },
             _ = stop.wait_for(|s| *s) => return,

@@ -182,6 +182,15 @@ pub fn open_with(
     // bound is 4x the memtable budget of all 19 column families (~10 GiB):
     // a node killed after 500k writes replayed 2.1 s of WAL at start.
     opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
+    // Writes append their WAL records to an in-memory buffer instead of a
+    // write(2) each; the log store's flusher writes and fsyncs the buffer in
+    // one go (`FlushWAL(sync)`) before any append is acknowledged, sync
+    // writes flush it first, and RocksDB writes it out before switching WAL
+    // files and on close. The WAL stays one ordered stream, so a crash keeps
+    // a prefix of it: what it can lose is only unacknowledged appends and
+    // applied state that is re-applied from the log, as before. At 64
+    // clients the per-write write(2) calls were ~3% of the leader's CPU.
+    opts.set_manual_wal_flush(true);
     // Ticker counts (block-cache hits and misses) for /metrics, read by
     // name from the statistics dump; timers stay off (RocksDB's default
     // level for `enable_statistics`).

@@ -8,12 +8,22 @@
 //! callbacks. Many appends share one fsync; none is acknowledged early.
 //! `save_vote` and `truncate_after` write with `sync = true` and return after
 //! the disk has them.
+//!
+//! The newest appended entries are also kept in memory (`EntryCache`, at most
+//! `CACHE_MAX_ENTRIES` entries and `CACHE_MAX_BYTES` encoded bytes): openraft
+//! reads every entry back soon after appending it, to replicate it and to
+//! apply it, and those reads are served without an iterator, a seek and a
+//! decode. The cache always holds a contiguous run ending at the last entry
+//! of the log; appends fill it after the database has the entries, and
+//! truncation and purging empty it before the database drops them, so it
+//! never holds an entry the log does not.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use om_proto::raft as pb;
 use openraft::OptionalSend;
@@ -35,6 +45,98 @@ struct Shared {
     /// Highest RocksDB sequence number known to be fsynced.
     durable_seq: AtomicU64,
     fsyncs: AtomicU64,
+    cache: Mutex<EntryCache>,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+/// Most entries the in-memory tail of the log holds.
+pub const CACHE_MAX_ENTRIES: usize = 4096;
+/// Most encoded bytes the in-memory tail of the log holds (one entry larger
+/// than this is not cached).
+pub const CACHE_MAX_BYTES: usize = 16 << 20;
+
+/// A contiguous run of the newest log entries with their encoded sizes.
+#[derive(Default)]
+struct EntryCache {
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl EntryCache {
+    fn first_index(&self) -> Option<u64> {
+        self.entries.front().map(|(e, _)| e.log_id.index)
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Adds an entry just written to the log. An entry that does not follow
+    /// the cached run (the first append after a restart, a snapshot or a
+    /// truncation) starts a new run.
+    fn push(&mut self, entry: Entry, size: usize) {
+        let follows = self
+            .entries
+            .back()
+            .is_some_and(|(e, _)| e.log_id.index.checked_add(1) == Some(entry.log_id.index));
+        if !follows {
+            self.clear();
+        }
+        if size > CACHE_MAX_BYTES {
+            return;
+        }
+        self.bytes += size;
+        self.entries.push_back((entry, size));
+        while self.entries.len() > CACHE_MAX_ENTRIES || self.bytes > CACHE_MAX_BYTES {
+            if let Some((_, s)) = self.entries.pop_front() {
+                self.bytes -= s;
+            }
+        }
+    }
+
+    /// Drops every entry at or after `from`.
+    fn truncate_from(&mut self, from: u64) {
+        while let Some((e, s)) = self.entries.back() {
+            if e.log_id.index < from {
+                break;
+            }
+            self.bytes -= *s;
+            self.entries.pop_back();
+        }
+    }
+
+    /// Drops every entry at or before `upto`.
+    fn purge_upto(&mut self, upto: u64) {
+        while let Some((e, s)) = self.entries.front() {
+            if e.log_id.index > upto {
+                break;
+            }
+            self.bytes -= *s;
+            self.entries.pop_front();
+        }
+    }
+
+    /// The entries `[start, end)` (`end` None: to the end of the log), if
+    /// the run holds all of them. The run always ends at the log's last
+    /// entry, so an unbounded range is covered once its start is.
+    fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
+        let first = self.first_index()?;
+        let last = self.entries.back()?.0.log_id.index;
+        if start < first || end.is_some_and(|e| e > last + 1) {
+            return None;
+        }
+        let end = end.unwrap_or(last + 1).max(start);
+        let from = usize::try_from(start - first).ok()?;
+        let to = usize::try_from(end - first).ok()?.min(self.entries.len());
+        Some(
+            self.entries
+                .range(from.min(to)..to)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The flusher thread's handle; dropping the last one stops and joins the
@@ -64,6 +166,9 @@ impl LogStore {
         let shared = Arc::new(Shared {
             durable_seq: AtomicU64::new(db.latest_sequence_number()),
             fsyncs: AtomicU64::new(0),
+            cache: Mutex::new(EntryCache::default()),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
             db,
         });
         let (tx, rx) = mpsc::channel::<Pending>();
@@ -92,6 +197,25 @@ impl LogStore {
     /// WAL fsyncs performed for log appends so far.
     pub fn fsync_count(&self) -> u64 {
         self.shared.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Reads of log entries served from the in-memory tail, and reads that
+    /// went to RocksDB.
+    pub fn cache_reads(&self) -> (u64, u64) {
+        (
+            self.shared.cache_hits.load(Ordering::Relaxed),
+            self.shared.cache_misses.load(Ordering::Relaxed),
+        )
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, EntryCache> {
+        // The cache holds no invariant a panicking holder could break
+        // half-way that a reader would trust: recover it, emptied.
+        self.shared.cache.lock().unwrap_or_else(|poisoned| {
+            let mut c = poisoned.into_inner();
+            c.clear();
+            c
+        })
     }
 
     fn cf(&self, name: &str) -> std::io::Result<&rocksdb::ColumnFamily> {
@@ -124,6 +248,11 @@ impl LogStore {
     }
 
     fn read_range(&self, start: u64, end: Option<u64>) -> std::io::Result<Vec<Entry>> {
+        if let Some(entries) = self.cache().get(start, end) {
+            self.shared.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(entries);
+        }
+        self.shared.cache_misses.fetch_add(1, Ordering::Relaxed);
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(keys::log_key(start).to_vec());
         if let Some(e) = end {
@@ -268,10 +397,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let cf = self.cf(LOG_CF)?;
         let mut b = WriteBatch::default();
+        let mut written = Vec::new();
         for e in entries {
-            b.put_cf(cf, keys::log_key(e.log_id.index), codec::encode_entry(&e));
+            let bytes = codec::encode_entry(&e);
+            b.put_cf(cf, keys::log_key(e.log_id.index), &bytes);
+            written.push((e, bytes.len()));
         }
-        self.db().write(b).map_err(io_err)?;
+        if let Err(e) = self.db().write(b) {
+            // What the failed batch replaced is unknown: forget the tail.
+            self.cache().clear();
+            return Err(io_err(e));
+        }
+        {
+            let mut cache = self.cache();
+            for (e, size) in written {
+                cache.push(e, size);
+            }
+        }
         let written_seq = self.db().latest_sequence_number();
         self.flusher
             .tx
@@ -287,6 +429,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), std::io::Error> {
         let from = last_log_id.map_or(0, |l| l.index + 1);
+        self.cache().truncate_from(from);
         let mut b = WriteBatch::default();
         b.delete_range_cf(
             self.cf(LOG_CF)?,
@@ -297,6 +440,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), std::io::Error> {
+        self.cache().purge_upto(log_id.index);
         let mut b = WriteBatch::default();
         b.put_cf(
             self.cf(RAFT_META_CF)?,
@@ -310,5 +454,75 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         // One batch: the purge mark and the deletion land together or not at all.
         self.db().write(b).map_err(io_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::EntryPayload;
+    use openraft::vote::leader_id_adv::LeaderId;
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(v: Option<Vec<Entry>>) -> Option<Vec<u64>> {
+        v.map(|v| v.iter().map(|e| e.log_id.index).collect())
+    }
+
+    #[test]
+    fn the_tail_is_bounded_by_entries_and_bytes() {
+        let mut c = EntryCache::default();
+        for i in 1..=(CACHE_MAX_ENTRIES as u64 + 10) {
+            c.push(entry(i), 100);
+        }
+        assert_eq!(c.entries.len(), CACHE_MAX_ENTRIES);
+        assert_eq!(c.first_index(), Some(11));
+        assert_eq!(c.bytes, 100 * CACHE_MAX_ENTRIES);
+        assert_eq!(indexes(c.get(10, Some(12))), None, "evicted");
+        assert_eq!(indexes(c.get(11, Some(13))), Some(vec![11, 12]));
+
+        // Bytes: a few large entries push the old ones out.
+        c.push(entry(CACHE_MAX_ENTRIES as u64 + 11), CACHE_MAX_BYTES / 2);
+        c.push(entry(CACHE_MAX_ENTRIES as u64 + 12), CACHE_MAX_BYTES / 2);
+        assert!(c.bytes <= CACHE_MAX_BYTES);
+        assert_eq!(c.entries.len(), 2);
+        // One entry over the limit is not kept, and ends the run.
+        c.push(entry(CACHE_MAX_ENTRIES as u64 + 13), CACHE_MAX_BYTES + 1);
+        assert!(c.entries.is_empty());
+        assert_eq!(c.bytes, 0);
+        assert_eq!(indexes(c.get(1, None)), None);
+    }
+
+    #[test]
+    fn ranges_are_served_only_when_wholly_held() {
+        let mut c = EntryCache::default();
+        for i in 5..=9 {
+            c.push(entry(i), 10);
+        }
+        assert_eq!(indexes(c.get(5, None)), Some(vec![5, 6, 7, 8, 9]));
+        assert_eq!(indexes(c.get(7, Some(10))), Some(vec![7, 8, 9]));
+        assert_eq!(indexes(c.get(9, Some(9))), Some(vec![]));
+        assert_eq!(indexes(c.get(4, Some(6))), None, "starts before the run");
+        assert_eq!(indexes(c.get(8, Some(11))), None, "ends past the log");
+        c.truncate_from(8);
+        assert_eq!(indexes(c.get(5, None)), Some(vec![5, 6, 7]));
+        c.purge_upto(6);
+        assert_eq!(indexes(c.get(7, None)), Some(vec![7]));
+        assert_eq!(c.bytes, 10);
+        // A gap starts a new run.
+        c.push(entry(20), 10);
+        assert_eq!(indexes(c.get(20, None)), Some(vec![20]));
+        assert_eq!(indexes(c.get(7, None)), None);
     }
 }

@@ -1,11 +1,31 @@
 //! Metrics owned by the Raft store.
+//!
+//! Metrics recorded on every log fsync or applied entry keep their handles
+//! (registered on first use, after the server installed its recorder), so
+//! the hot paths do not look their names up each time.
+
+use std::sync::OnceLock;
+
+use metrics::{Counter, Histogram};
+
+struct FsyncMetrics {
+    fsyncs: Counter,
+    seconds: Histogram,
+    appends: Counter,
+}
 
 /// Counts one WAL fsync, which took `seconds`, that made `appends` log
 /// appends durable.
 pub fn log_fsync(appends: usize, seconds: f64) {
-    metrics::counter!("om_raft_log_fsyncs_total").increment(1);
-    metrics::histogram!("om_raft_fsync_seconds").record(seconds);
-    metrics::counter!("om_raft_log_appends_total").increment(appends as u64);
+    static M: OnceLock<FsyncMetrics> = OnceLock::new();
+    let m = M.get_or_init(|| FsyncMetrics {
+        fsyncs: metrics::counter!("om_raft_log_fsyncs_total"),
+        seconds: metrics::histogram!("om_raft_fsync_seconds"),
+        appends: metrics::counter!("om_raft_log_appends_total"),
+    });
+    m.fsyncs.increment(1);
+    m.seconds.record(seconds);
+    m.appends.increment(appends as u64);
 }
 
 pub fn snapshot_built(seconds: f64, bytes: u64) {
@@ -58,5 +78,7 @@ pub fn peer_up(peer: u64, addr: &str, up: bool) {
 
 /// One committed entry applied (its batch written) in `seconds`.
 pub fn applied(seconds: f64) {
-    metrics::histogram!("om_raft_apply_seconds").record(seconds);
+    static H: OnceLock<Histogram> = OnceLock::new();
+    H.get_or_init(|| metrics::histogram!("om_raft_apply_seconds"))
+        .record(seconds);
 }

@@ -229,6 +229,70 @@ async fn purge_persists_last_purged_and_leaves_no_gap() {
     assert!(ls.try_get_log_entries(0..100).await.unwrap().is_empty());
 }
 
+fn entry(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+async fn ids(ls: &mut LogStore, range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+    ls.try_get_log_entries(range)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+        .collect()
+}
+
+/// Reads served from the in-memory tail of the log agree with the log on
+/// disk through appends, a truncation that replaces entries with another
+/// term's, a purge, and a restart (which starts with an empty tail).
+#[tokio::test]
+async fn the_in_memory_tail_agrees_with_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected: Vec<(u64, u64)> = (1..=10).map(|i| (1, i)).collect();
+    {
+        let (mut ls, _, _) = open_store(dir.path()).unwrap();
+        append_and_wait(&mut ls, (1..=10).map(|i| entry(1, i)).collect()).await;
+        let (hits, _) = ls.cache_reads();
+        assert_eq!(ids(&mut ls, 1..11).await, expected);
+        assert_eq!(ids(&mut ls, 4..7).await, expected[3..6]);
+        assert_eq!(ids(&mut ls, 9..20).await, expected[8..]);
+        assert_eq!(ls.cache_reads().0, hits + 2, "served from memory");
+
+        // A new leader's entries replace 7..: nothing of term 1 past 6 is read back.
+        ls.truncate_after(Some(log_id(1, 6))).await.unwrap();
+        assert_eq!(ids(&mut ls, 1..20).await, expected[..6]);
+        append_and_wait(&mut ls, (7..=9).map(|i| entry(2, i)).collect()).await;
+        expected.truncate(6);
+        expected.extend((7..=9).map(|i| (2, i)));
+        assert_eq!(ids(&mut ls, 1..20).await, expected);
+        assert_eq!(ids(&mut ls, 7..10).await, expected[6..]);
+
+        // Purged entries are gone from memory too.
+        ls.purge(log_id(1, 4)).await.unwrap();
+        expected.drain(..4);
+        assert_eq!(ids(&mut ls, 0..20).await, expected);
+        assert_eq!(ids(&mut ls, 5..8).await, expected[..3]);
+
+        // A gap (as after a snapshot) starts a new run.
+        ls.purge(log_id(2, 9)).await.unwrap();
+        append_and_wait(&mut ls, (20..=22).map(|i| entry(3, i)).collect()).await;
+        expected = (20..=22).map(|i| (3, i)).collect();
+        assert_eq!(ids(&mut ls, 0..100).await, expected);
+        assert_eq!(ids(&mut ls, 21..22).await, expected[1..2]);
+    }
+    let (mut ls, _, _) = open_store(dir.path()).unwrap();
+    let (_, misses) = ls.cache_reads();
+    assert_eq!(ids(&mut ls, 0..100).await, expected);
+    assert_eq!(
+        ls.cache_reads().1,
+        misses + 1,
+        "read from RocksDB after a restart"
+    );
+}
+
 #[tokio::test]
 async fn snapshot_install_is_all_or_nothing() {
     let a = tempfile::tempdir().unwrap();

@@ -91,6 +91,20 @@ async fn process_cpu_and_memory_are_exported() {
     assert!(before.contains("# TYPE process_cpu_seconds_total counter\n"));
     assert!(before.contains("# TYPE process_resident_memory_bytes gauge\n"));
     assert!(value(&before, "process_resident_memory_bytes") > (1 << 20) as f64);
+    // Start-up phases, in seconds since the node's start (the recorder is
+    // shared by the nodes of this process, so only their presence and range
+    // are checked here).
+    let http = node.node.http_addr;
+    let ready = wait_for(Duration::from_secs(20), "the ready phase", || async move {
+        let m = http_get(http, "/metrics").await;
+        m.contains("om_startup_seconds{phase=\"ready\"}")
+            .then_some(m)
+    })
+    .await;
+    for phase in ["store_open", "raft_start", "leader_known", "ready"] {
+        let v = value(&ready, &format!("om_startup_seconds{{phase=\"{phase}\"}}"));
+        assert!(v > 0.0 && v < 120.0, "{phase}: {v}");
+    }
     c.create_volume("vol1", "").await.unwrap();
     // Burn a little CPU on this process for the counter to move.
     let started = std::time::Instant::now();
