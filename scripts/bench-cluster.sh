@@ -3,6 +3,9 @@
 # cluster on this machine (loopback, fsync on for both), with `omctl bench`.
 # Installs etcd-server (Debian) when missing. Prints a Markdown table.
 #   scripts/bench-cluster.sh [extra omctl bench flags, e.g. --seconds 5]
+# With OM_BASELINE=/path/to/an/older/om, a second om cluster runs that binary
+# and each client count is measured on it, then on this build and etcd, one
+# after the other (rows "om (baseline)"), so a change is compared in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -35,6 +38,27 @@ for i in 1 2 3; do
   pids+=($!)
 done
 
+baseline_http=""
+if [ -n "${OM_BASELINE:-}" ]; then
+  bcluster=""
+  for i in 1 2 3; do
+    bcluster+="${bcluster:+,}$i=127.0.0.1:$((base + 60 + i))/127.0.0.1:$((base + 50 + i))"
+  done
+  for i in 1 2 3; do
+    OM_LOG=warn "$OM_BASELINE" --node-id "$i" --data-dir "$work/base$i" \
+      --grpc-addr "127.0.0.1:$((base + 50 + i))" --raft-addr "127.0.0.1:$((base + 60 + i))" \
+      --http-addr "127.0.0.1:$((base + 70 + i))" --initial-cluster "$bcluster" \
+      >"$work/base$i.log" 2>&1 &
+    pids+=($!)
+  done
+  baseline_eps="127.0.0.1:$((base + 51)),127.0.0.1:$((base + 52)),127.0.0.1:$((base + 53))"
+  baseline_http="127.0.0.1:$((base + 71)),127.0.0.1:$((base + 72)),127.0.0.1:$((base + 73))"
+  for _ in $(seq 1 100); do
+    "$target/release/omctl" --endpoint "$baseline_eps" --timeout 1 volume list >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+fi
+
 ecluster=""
 for i in 1 2 3; do
   ecluster+="${ecluster:+,}e$i=http://127.0.0.1:$((base + 40 + i))"
@@ -65,5 +89,20 @@ for _ in $(seq 1 100); do
 done
 
 echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(etcd --version | head -1), $(nproc) cores, $(date -u +%Y-%m-%d)"
-"$target/release/omctl" --endpoint "$om_eps" --timeout 60 bench \
-  --om-metrics "$om_http" --etcd "$etcd_eps" "$@"
+if [ -z "$baseline_http" ]; then
+  "$target/release/omctl" --endpoint "$om_eps" --timeout 60 bench \
+    --om-metrics "$om_http" --etcd "$etcd_eps" "$@"
+  exit 0
+fi
+echo "baseline: $OM_BASELINE"
+# One table; per client count: the baseline, then this build and etcd.
+first=1
+for c in ${CONCURRENCY:-1 16 64 256}; do
+  b=$("$target/release/omctl" --endpoint "$baseline_eps" --timeout 60 bench \
+    --om-metrics "$baseline_http" --concurrency "$c" "$@")
+  n=$("$target/release/omctl" --endpoint "$om_eps" --timeout 60 bench \
+    --om-metrics "$om_http" --etcd "$etcd_eps" --concurrency "$c" "$@")
+  if [ "$first" = 1 ]; then echo "$n" | grep -v '^| om \|^| etcd '; first=0; fi
+  echo "$b" | grep '^| om ' | sed 's/^| om /| om (baseline) /'
+  echo "$n" | grep '^| om \|^| etcd '
+done

@@ -97,7 +97,8 @@ pub struct Args {
     /// Minimum election timeout in milliseconds; the maximum is twice it [default: 500].
     #[arg(long, env = "OM_ELECTION_TIMEOUT_MS")]
     pub election_timeout_ms: Option<u64>,
-    /// Build a snapshot every this many applied entries [default: 10000].
+    /// Build a snapshot every this many applied entries [default: 10000];
+    /// past 64 MiB of snapshot, also wait for as many bytes of log.
     #[arg(long, env = "OM_SNAPSHOT_EVERY")]
     pub snapshot_every: Option<u64>,
     /// How long a write's result stays in the retry cache, in seconds [default: 600].

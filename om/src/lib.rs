@@ -22,5 +22,6 @@ pub mod net;
 pub mod rejoin;
 pub mod server;
 pub mod service;
+pub mod snapshot_policy;
 pub mod store;
 pub mod validate;

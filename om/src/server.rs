@@ -157,7 +157,9 @@ fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
         election_timeout_min: election,
         election_timeout_max: election * 2,
         install_snapshot_timeout: 30_000,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+        // Snapshots are triggered by `snapshot_policy`, which also weighs
+        // the snapshot's size against the log written since.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: cfg.snapshot_keep_logs,
         // Purge in steps no larger than the snapshot interval, so a purge
         // follows every snapshot once enough log lies behind it.
@@ -247,6 +249,7 @@ impl Node {
         crate::store::tune_tables(&db)?;
         let empty_store = store.holds_nothing()?;
         crate::metrics::startup_phase("store_open", started.elapsed());
+        let (log_store, state_machine) = (store.log_store.clone(), store.state_machine.clone());
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
@@ -450,6 +453,13 @@ impl Node {
             }
         }));
 
+        tasks.push(tokio::spawn(crate::snapshot_policy::run(
+            raft.clone(),
+            log_store,
+            state_machine,
+            cfg.snapshot_every,
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(publish_raft_metrics(
             raft.clone(),
             stop_rx.clone(),

@@ -48,6 +48,8 @@ struct Shared {
     cache: Mutex<EntryCache>,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    /// Encoded bytes of every entry appended since the store was opened.
+    appended_bytes: AtomicU64,
 }
 
 /// Most entries the in-memory tail of the log holds.
@@ -81,7 +83,9 @@ impl EntryCache {
             .entries
             .back()
             .is_some_and(|(e, _)| e.log_id.index.checked_add(1) == Some(entry.log_id.index));
-        if !follows {
+        // An entry too large to keep ends the run: the run must always end
+        // at the log's last entry.
+        if !follows || size > CACHE_MAX_BYTES {
             self.clear();
         }
         if size > CACHE_MAX_BYTES {
@@ -169,6 +173,7 @@ impl LogStore {
             cache: Mutex::new(EntryCache::default()),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
+            appended_bytes: AtomicU64::new(0),
             db,
         });
         let (tx, rx) = mpsc::channel::<Pending>();
@@ -206,6 +211,12 @@ impl LogStore {
             self.shared.cache_hits.load(Ordering::Relaxed),
             self.shared.cache_misses.load(Ordering::Relaxed),
         )
+    }
+
+    /// Encoded bytes of the entries appended since the store was opened
+    /// (the snapshot policy weighs the log written since a snapshot).
+    pub fn appended_bytes(&self) -> u64 {
+        self.shared.appended_bytes.load(Ordering::Relaxed)
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, EntryCache> {
@@ -408,6 +419,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             self.cache().clear();
             return Err(io_err(e));
         }
+        let bytes: usize = written.iter().map(|(_, size)| size).sum();
+        self.shared
+            .appended_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
         {
             let mut cache = self.cache();
             for (e, size) in written {

@@ -118,6 +118,13 @@ impl StateMachine {
         self.snapshots.current_path().exists()
     }
 
+    /// The size of the published snapshot file, if there is one.
+    pub fn snapshot_bytes(&self) -> Option<u64> {
+        std::fs::metadata(self.snapshots.current_path())
+            .ok()
+            .map(|m| m.len())
+    }
+
     /// The last applied log id and membership, as stored.
     pub fn read_applied(&self) -> std::io::Result<(Option<LogId>, StoredMembership)> {
         read_applied(&self.snapshots.db, None)
