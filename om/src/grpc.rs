@@ -288,6 +288,34 @@ impl OmGrpc {
 
 /// Runs one RPC: records `om_grpc_requests_total{method,code}` and its latency,
 /// and maps the error.
+/// The latency histogram and request counter of (`method`, `code`; None is
+/// OK), registered once per pair: looking them up by their labels on every
+/// request allocated the label strings and hashed them each time.
+fn request_metrics(
+    method: &'static str,
+    code: Option<tonic::Code>,
+) -> (metrics::Histogram, metrics::Counter) {
+    type Handles = std::collections::HashMap<
+        (&'static str, Option<tonic::Code>),
+        (metrics::Histogram, metrics::Counter),
+    >;
+    static HANDLES: std::sync::OnceLock<std::sync::Mutex<Handles>> = std::sync::OnceLock::new();
+    let mut handles = HANDLES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    handles
+        .entry((method, code))
+        .or_insert_with(|| {
+            let code = code.map_or_else(|| "OK".to_string(), |c| format!("{c:?}"));
+            (
+                metrics::histogram!("om_grpc_request_seconds", "method" => method, "code" => code.clone()),
+                metrics::counter!("om_grpc_requests_total", "method" => method, "code" => code),
+            )
+        })
+        .clone()
+}
+
 async fn observe<T>(
     method: &'static str,
     f: impl Future<Output = Result<T, OmError>>,
@@ -295,12 +323,12 @@ async fn observe<T>(
     let started = Instant::now();
     let r = f.await;
     let code = match &r {
-        Ok(_) => "OK".to_string(),
-        Err(e) => format!("{:?}", to_status(e).code()),
+        Ok(_) => None,
+        Err(e) => Some(to_status(e).code()),
     };
-    metrics::histogram!("om_grpc_request_seconds", "method" => method, "code" => code.clone())
-        .record(started.elapsed().as_secs_f64());
-    metrics::counter!("om_grpc_requests_total", "method" => method, "code" => code).increment(1);
+    let (seconds, total) = request_metrics(method, code);
+    seconds.record(started.elapsed().as_secs_f64());
+    total.increment(1);
     match r {
         Ok(v) => Ok(Response::new(v)),
         Err(e) => {
