@@ -80,11 +80,12 @@ omctl bench load scale/keys --keys "$keys" --batch 256 --concurrency 16
 sleep 5
 echo
 echo "### State"
-echo "| node | data dir bytes | bytes/key | RSS MiB |"
-echo "|---|---:|---:|---:|"
+echo "| node | data dir bytes | bytes/key | RSS MiB | snapshots built | snapshot build s (total) |"
+echo "|---|---:|---:|---:|---:|---:|"
 for i in 1 2 3; do
   b=$(du -sb "$work/om$i" | cut -f1)
-  echo "| om$i | $b | $((b / keys)) | $(( $(status_kb "$i" VmRSS) / 1024 )) |"
+  echo "| om$i | $b | $((b / keys)) | $(( $(status_kb "$i" VmRSS) / 1024 )) |" \
+    "$(metric "$i" om_raft_snapshots_built_total) | $(metric "$i" om_raft_snapshot_build_seconds_sum) |"
 done
 echo
 echo "### LookupKey (1 client)"

@@ -223,13 +223,17 @@ async fn a_wiped_follower_catches_up_from_a_snapshot() {
             .await
             .unwrap();
     }
-    // The leader has purged the log the wiped node would need.
-    let lm = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
-    assert!(
-        lm.purged.is_some_and(|p| p.index > 10),
-        "log not purged: {:?}",
-        lm.purged
-    );
+    // The leader has purged the log the wiped node would need (its snapshot
+    // policy builds in the background, then openraft purges).
+    wait_for(
+        Duration::from_secs(30),
+        "the leader to snapshot and purge its log",
+        || {
+            let m = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+            async move { m.purged.is_some_and(|p| p.index > 10).then_some(()) }
+        },
+    )
+    .await;
 
     // Same id and addresses, empty data directory.
     nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
