@@ -4,10 +4,10 @@
 # CPU time on these shared cores):
 #   scripts/bench-instructions.sh NAME BINDIR [PORTBASE]
 # BINDIR holds `om` and `omctl` (e.g. target/release, or a copy of an older
-# build to compare with). Counting starts once the cluster is ready and covers
-# `omctl bench --writes-only` (its 1000 sequential seed writes, then CLIENTS
-# clients, default 64, for SECS seconds, default 20); the PutKey count comes
-# from the leader's om_grpc_requests_total. Prints one line:
+# build to compare with). Counting starts once the cluster is ready and its
+# bucket exists, and covers `omctl bench mix --mix put=100` (CLIENTS clients,
+# default 64, for SECS seconds, default 20, no warm-up); the PutKey count
+# comes from the leader's om_grpc_requests_total. Prints one line:
 #   NAME puts=N leader=L node1(L|f)=instructions per PutKey ...
 set -u
 name=$1 bin=$2 base=${3:-27200}
@@ -33,9 +33,12 @@ done
 sleep 5
 puts() { m $leader | awk '/^om_grpc_requests_total/ && /PutKey"/ && !/PutKeys/ { s += $2 } END { print s + 0 }'; }
 eps="127.0.0.1:$((base+1)),127.0.0.1:$((base+2)),127.0.0.1:$((base+3))"
+"$bin/omctl" --endpoint "$eps" --timeout 120 volume create ibench >/dev/null
+"$bin/omctl" --endpoint "$eps" --timeout 120 bucket create ibench/keys >/dev/null
 before=$(puts)
 for i in 1 2 3; do callgrind_control -i on "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done
-"$bin/omctl" --endpoint "$eps" --timeout 120 bench --writes-only --concurrency ${CLIENTS:-64} --seconds ${SECS:-20} > "$work/bench.md"
+"$bin/omctl" --endpoint "$eps" bench mix ibench/keys --keys 1000 --mix put=100 \
+  --concurrency ${CLIENTS:-64} --seconds ${SECS:-20} --warmup 0 --timeout 120 > "$work/bench.md"
 for i in 1 2 3; do callgrind_control -i off "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done
 after=$(puts)
 for i in 1 2 3; do callgrind_control -d "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done
