@@ -210,15 +210,24 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
             .await
             .unwrap();
     }
+    // Also wait until no snapshot is due (the snapshot policy builds in the
+    // background): a build after the damage below would replace the damaged
+    // file before anything read it.
     let lm = wait_for(
         Duration::from_secs(10),
-        "the leader to purge the log a wiped node would need",
+        "the leader to purge the log a wiped node would need, with no snapshot due",
         || {
             let m = metrics_of(nodes[li].as_ref().unwrap());
-            async move { m.purged.is_some_and(|p| p.index > 10).then_some(m) }
+            let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
+            let snapshot = m.snapshot.as_ref().map_or(0, |l| l.index);
+            async move {
+                (m.purged.is_some_and(|p| p.index > 10) && applied < snapshot + 20).then_some(m)
+            }
         },
     )
     .await;
+    // A build triggered just before the check may still be publishing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let current = nodes[li]
         .as_ref()
         .unwrap()
