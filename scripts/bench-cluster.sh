@@ -26,31 +26,26 @@ cleanup() {
 trap cleanup EXIT
 
 base=${BENCH_PORT_BASE:-21000}
-cluster=""
-for i in 1 2 3; do
-  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
-done
-for i in 1 2 3; do
-  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
-    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
-    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
-    >"$work/om$i.log" 2>&1 &
-  pids+=($!)
-done
+# start_om BINARY NAME OFFSET: a 3-node om cluster of BINARY with data in
+# $work/NAME1..3, gRPC on base+OFFSET+1..3, Raft +10, HTTP +20.
+start_om() {
+  local bin=$1 name=$2 off=$(( base + $3 )) members="" i
+  for i in 1 2 3; do
+    members+="${members:+,}$i=127.0.0.1:$((off + 10 + i))/127.0.0.1:$((off + i))"
+  done
+  for i in 1 2 3; do
+    OM_LOG=warn "$bin" --node-id "$i" --data-dir "$work/$name$i" \
+      --grpc-addr "127.0.0.1:$((off + i))" --raft-addr "127.0.0.1:$((off + 10 + i))" \
+      --http-addr "127.0.0.1:$((off + 20 + i))" --initial-cluster "$members" \
+      >"$work/$name$i.log" 2>&1 &
+    pids+=($!)
+  done
+}
+start_om "$target/release/om" om 0
 
 baseline_http=""
 if [ -n "${OM_BASELINE:-}" ]; then
-  bcluster=""
-  for i in 1 2 3; do
-    bcluster+="${bcluster:+,}$i=127.0.0.1:$((base + 60 + i))/127.0.0.1:$((base + 50 + i))"
-  done
-  for i in 1 2 3; do
-    OM_LOG=warn "$OM_BASELINE" --node-id "$i" --data-dir "$work/base$i" \
-      --grpc-addr "127.0.0.1:$((base + 50 + i))" --raft-addr "127.0.0.1:$((base + 60 + i))" \
-      --http-addr "127.0.0.1:$((base + 70 + i))" --initial-cluster "$bcluster" \
-      >"$work/base$i.log" 2>&1 &
-    pids+=($!)
-  done
+  start_om "$OM_BASELINE" base 50
   baseline_eps="127.0.0.1:$((base + 51)),127.0.0.1:$((base + 52)),127.0.0.1:$((base + 53))"
   baseline_http="127.0.0.1:$((base + 71)),127.0.0.1:$((base + 72)),127.0.0.1:$((base + 73))"
   for _ in $(seq 1 100); do
