@@ -176,8 +176,13 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
     }
 }
 
-/// A `current.snap` damaged on the leader's disk is never sent: the leader
-/// quarantines it, builds a new one, and the wiped follower installs that.
+/// A `current.snap` damaged on disk is never sent: the sender quarantines
+/// it, builds a new one, and the wiped follower installs that.
+///
+/// The file is damaged on both remaining members: when the wiped node comes
+/// back, the leader may hand leadership to the other member (a member that
+/// lost acknowledged entries is caught up from scratch after a transfer; see
+/// `om::rejoin`), and whichever of them sends must find the damage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it() {
     let addrs = cluster_addrs(3);
@@ -210,35 +215,51 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
             .await
             .unwrap();
     }
-    // Also wait until no snapshot is due (the snapshot policy builds in the
-    // background): a build after the damage below would replace the damaged
-    // file before anything read it.
-    let lm = wait_for(
-        Duration::from_secs(10),
-        "the leader to purge the log a wiped node would need, with no snapshot due",
-        || {
-            let m = metrics_of(nodes[li].as_ref().unwrap());
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    // The snapshot policy builds in the background every 20 entries: a build
+    // after the damage below would replace the damaged file before anything
+    // read it. Write until both remaining members have purged the log a
+    // wiped node would need and are at least 4 entries short of their next
+    // build, so the entries still to come (a follower a write behind, a
+    // leadership change appending one) cannot make another due.
+    let mut keys = 60;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let settled = survivors.iter().all(|&i| {
+            let m = metrics_of(nodes[i].as_ref().unwrap());
             let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
             let snapshot = m.snapshot.as_ref().map_or(0, |l| l.index);
-            async move {
-                (m.purged.is_some_and(|p| p.index > 10) && applied < snapshot + 20).then_some(m)
-            }
-        },
-    )
-    .await;
-    // A build triggered just before the check may still be publishing.
+            m.purged.is_some_and(|p| p.index > 10) && applied + 4 <= snapshot + 20
+        });
+        if settled {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the remaining members to build a snapshot"
+        );
+        c.put_key("vol1", "bkt1", &format!("k{keys:03}"), keys)
+            .await
+            .unwrap();
+        keys += 1;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let mut damaged = Vec::new();
+    // A build triggered just before the checks may still be publishing.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let current = nodes[li]
-        .as_ref()
-        .unwrap()
-        .dir
-        .path()
-        .join("snapshots/current.snap");
-    let mut bytes = std::fs::read(&current).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0xff;
-    std::fs::write(&current, &bytes).unwrap();
-    let term = lm.current_term;
+    for &i in &survivors {
+        let current = nodes[i]
+            .as_ref()
+            .unwrap()
+            .dir
+            .path()
+            .join("snapshots/current.snap");
+        let mut bytes = std::fs::read(&current).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&current, &bytes).unwrap();
+        damaged.push((i, current));
+    }
 
     // Same id and addresses, empty data directory: it needs a snapshot.
     nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
@@ -248,11 +269,12 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
         "the wiped node to catch up",
         || {
             let lc = &lc;
-            async move { lc.lookup_key("vol1", "bkt1", "k059").await.ok() }
+            let last = format!("k{:03}", keys - 1);
+            async move { lc.lookup_key("vol1", "bkt1", &last).await.ok() }
         },
     )
     .await;
-    assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 60);
+    assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, keys);
     // The data is readable as soon as the state machine holds it; Raft's
     // metrics report the installed snapshot a moment later.
     wait_for(
@@ -264,15 +286,36 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
         },
     )
     .await;
-    let (_, stats) = hooks(nodes[li].as_ref().unwrap()).await;
-    assert_eq!(stat(&stats.quarantined), 1);
-    assert!(
-        current.with_file_name("quarantined.snap").exists(),
-        "the damaged file is kept aside"
-    );
-    let lm = metrics_of(nodes[li].as_ref().unwrap());
-    assert_eq!(lm.state, openraft::ServerState::Leader);
-    assert_eq!(lm.current_term, term);
+    // The wiped node verifies what it receives before installing it (see
+    // `bad_incoming_snapshots_are_refused_before_raft_sees_them`).
+    let (_, vstats) = hooks(nodes[victim].as_ref().unwrap()).await;
+    assert!(stat(&vstats.installed) >= 1);
+    let mut quarantined = 0;
+    for (i, current) in &damaged {
+        let (_, stats) = hooks(nodes[*i].as_ref().unwrap()).await;
+        let q = stat(&stats.quarantined);
+        assert!(q <= 1, "node {} quarantined {q} files", i + 1);
+        if q == 1 {
+            assert!(
+                current.with_file_name("quarantined.snap").exists(),
+                "node {}: the damaged file is kept aside",
+                i + 1
+            );
+        }
+        quarantined += q;
+    }
+    assert!(quarantined >= 1, "the sender found the damaged file");
+    // The cluster keeps serving writes, on every member.
+    c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the wiped node to apply a later write",
+        || {
+            let lc = &lc;
+            async move { lc.lookup_key("vol1", "bkt1", "after").await.ok() }
+        },
+    )
+    .await;
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;
     }
