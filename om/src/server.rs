@@ -250,6 +250,7 @@ impl Node {
         let empty_store = store.holds_nothing()?;
         crate::metrics::startup_phase("store_open", started.elapsed());
         let (log_store, state_machine) = (store.log_store.clone(), store.state_machine.clone());
+        state_machine.set_starting(true);
         let raft = Raft::new(
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
@@ -258,7 +259,9 @@ impl Node {
             store.log_store,
             store.state_machine,
         )
-        .await?;
+        .await;
+        state_machine.set_starting(false);
+        let raft = raft?;
         crate::metrics::startup_phase("raft_start", started.elapsed());
 
         // Bind everything before announcing ourselves, so a port conflict fails fast.

@@ -6,6 +6,7 @@
 //! | `raft_meta`   | `vote`                  | `om.raft.v1.Vote`             |
 //! |               | `last_purged`           | `om.raft.v1.LogId`            |
 //! |               | `committed`             | `om.raft.v1.LogId`            |
+//! |               | `published_snapshot`    | `om.raft.v1.PublishedSnapshot`|
 //! | `sm_meta`     | `applied`               | `om.raft.v1.AppliedState`     |
 //!
 //! `sm_meta` belongs to the replicated state: it is written in the same batch
@@ -19,6 +20,7 @@ pub const VOTE_KEY: &[u8] = b"vote";
 pub const LAST_PURGED_KEY: &[u8] = b"last_purged";
 pub const COMMITTED_KEY: &[u8] = b"committed";
 pub const APPLIED_KEY: &[u8] = b"applied";
+pub const PUBLISHED_SNAPSHOT_KEY: &[u8] = b"published_snapshot";
 
 pub fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()

@@ -3,11 +3,17 @@
 //!
 //! - `current.snap` is the one snapshot openraft knows. It is replaced only by
 //!   renaming a complete, fsynced file over it, followed by a directory fsync.
-//! - Before it is handed to openraft (to send it to a follower, or at
-//!   start-up), `current.snap` is verified end to end. A corrupt file is moved
-//!   to `quarantined.snap` (one kept for diagnosis) and a new snapshot is built
-//!   from the current state, so no follower is ever sent a bad file and a
-//!   restart does not find it again.
+//! - Before it is handed to openraft to send to a follower, `current.snap` is
+//!   verified end to end. A corrupt file is moved to `quarantined.snap` (one
+//!   kept for diagnosis) and a new snapshot is built from the current state,
+//!   so no follower is ever sent a bad file.
+//! - At start-up (`StateMachine::set_starting`) openraft only needs the
+//!   file's meta. Each publish records the file's meta, length and trailing
+//!   CRC in `raft_meta` (`PublishedSnapshot`); a file that matches its record
+//!   is trusted without reading it whole, so start-up does not grow with the
+//!   state. A file that does not match (or has no record) is verified end to
+//!   end, and quarantined if corrupt, as above. Damage inside a matching file
+//!   is found when it is first handed out or installed, both of which verify.
 //! - Installing first stages a verified copy of the received file, then
 //!   publishes it as `current.snap`, and only then replaces the state, with
 //!   memory bounded whatever the state's size: one synced batch of range
@@ -146,6 +152,10 @@ pub struct SnapshotStats {
     pub retries: AtomicU64,
     /// Corrupt `current.snap` files moved aside.
     pub quarantined: AtomicU64,
+    /// Reads of `current.snap` that verified it end to end, and reads at
+    /// start-up that trusted it by its `PublishedSnapshot` record.
+    pub verified_reads: AtomicU64,
+    pub trusted_reads: AtomicU64,
     /// Snapshots built.
     pub built: AtomicU64,
     /// Snapshots installed, and the SST files they were ingested as.
@@ -267,6 +277,9 @@ pub(crate) struct SnapshotStore {
     pub(crate) ingest_file_bytes: AtomicU64,
     /// Install in one write batch instead (`StoreOptions::batch_snapshot_install`).
     pub(crate) batch_install: AtomicBool,
+    /// Set while openraft starts: reads of `current.snap` may trust its
+    /// `PublishedSnapshot` record.
+    pub(crate) starting: AtomicBool,
     pub(crate) faults: Arc<SnapshotFaults>,
     pub(crate) stats: Arc<SnapshotStats>,
 }
@@ -301,6 +314,7 @@ impl SnapshotStore {
             max_incoming_bytes: AtomicU64::new(MAX_SNAPSHOT_BYTES),
             ingest_file_bytes: AtomicU64::new(INGEST_FILE_BYTES),
             batch_install: AtomicBool::new(false),
+            starting: AtomicBool::new(false),
             faults: Arc::default(),
             stats: Arc::default(),
         })
@@ -444,7 +458,61 @@ impl SnapshotStore {
         .await?;
         tmp.disarm();
         *cur = Some(last);
+        let s = self.clone();
+        if let Err(e) = blocking(move || s.record_published()).await {
+            // Only start-up uses the record; without it the file is verified.
+            tracing::warn!(error = %e, "cannot record the published snapshot");
+        }
         Ok(None)
+    }
+
+    /// The meta, length and trailing CRC of `f` (`len` bytes): what a
+    /// `PublishedSnapshot` record holds. Reads the header (from the start,
+    /// leaving the file position after it) and the last 4 bytes.
+    fn identify(&self, mut f: &File, len: u64) -> Result<pb::PublishedSnapshot, SnapshotError> {
+        use std::os::unix::fs::FileExt;
+        f.seek(SeekFrom::Start(0))?;
+        let meta = SnapshotReader::open(f, len)?.meta;
+        let mut crc = [0u8; 4];
+        let at = len.checked_sub(4).ok_or(SnapshotError::Truncated {
+            what: "trailer",
+            need: 4,
+            left: len,
+        })?;
+        f.read_exact_at(&mut crc, at)?;
+        Ok(pb::PublishedSnapshot {
+            meta: Some(meta),
+            length: len,
+            crc: u32::from_le_bytes(crc),
+        })
+    }
+
+    /// Records the file just published as `current.snap` (it was built here
+    /// or verified when staged). Not synced: a lost record only means a
+    /// verification at the next start.
+    fn record_published(&self) -> Result<(), SnapshotError> {
+        let f = File::open(self.current_path())?;
+        let len = f.metadata()?.len();
+        let rec = self.identify(&f, len)?;
+        self.db.put_cf(
+            cf(&self.db, keys::RAFT_META_CF)?,
+            keys::PUBLISHED_SNAPSHOT_KEY,
+            rec.encode_to_vec(),
+        )?;
+        Ok(())
+    }
+
+    /// The meta of `f` (`len` bytes) if it is the file last recorded as
+    /// published.
+    fn recorded_meta(&self, f: &File, len: u64) -> Option<pb::SnapshotMeta> {
+        let c = cf(&self.db, keys::RAFT_META_CF).ok()?;
+        let bytes = self
+            .db
+            .get_pinned_cf(c, keys::PUBLISHED_SNAPSHOT_KEY)
+            .ok()??;
+        let rec = pb::PublishedSnapshot::decode(&bytes[..]).ok()?;
+        let found = self.identify(f, len).ok()?;
+        (found == rec).then_some(found.meta).flatten()
     }
 
     /// The last log id in `current.snap`'s meta (`None` if absent or unreadable:
@@ -475,9 +543,24 @@ impl SnapshotStore {
                         Err(e) => return Err(e.into()),
                     };
                     let len = f.metadata()?.len();
-                    let v = crate::snapshot::verify(&f, len, &s.tables, None)?;
+                    let trusted = s
+                        .starting
+                        .load(Ordering::Relaxed)
+                        .then(|| s.recorded_meta(&f, len))
+                        .flatten();
+                    let meta = match trusted {
+                        Some(meta) => {
+                            s.stats.trusted_reads.fetch_add(1, Ordering::Relaxed);
+                            meta
+                        }
+                        None => {
+                            s.stats.verified_reads.fetch_add(1, Ordering::Relaxed);
+                            f.seek(SeekFrom::Start(0))?;
+                            crate::snapshot::verify(&f, len, &s.tables, None)?.meta
+                        }
+                    };
                     f.seek(SeekFrom::Start(0))?;
-                    let meta = codec::snapshot_meta_from_pb(&v.meta)
+                    let meta = codec::snapshot_meta_from_pb(&meta)
                         .map_err(|e| SnapshotError::BadMeta(e.to_string()))?;
                     Ok(Some((meta, f)))
                 })

@@ -102,6 +102,17 @@ impl StateMachine {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Marks openraft's start-up (`Raft::new`): while set, reading the
+    /// current snapshot trusts a file that matches its `PublishedSnapshot`
+    /// record instead of verifying it whole (openraft reads it twice at start
+    /// for its meta; a full read would make start-up grow with the state).
+    /// Reads to send a snapshot come later and always verify.
+    pub fn set_starting(&self, starting: bool) {
+        self.snapshots
+            .starting
+            .store(starting, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The receiving side of snapshot transfers for this state machine.
     pub fn snapshot_inbox(&self) -> SnapshotInbox {
         SnapshotInbox {

@@ -72,7 +72,8 @@ async fn a_corrupt_current_snapshot_does_not_prevent_start_up() {
     let path = dir.path().join("snapshots/current.snap");
     std::fs::write(&path, b"garbage").unwrap();
     let (mut ls, mut sm, db) = open_store(dir.path()).unwrap();
-    // What openraft runs when a node starts.
+    // What openraft runs when a node starts, as a node runs it.
+    sm.set_starting(true);
     let state = StorageHelper::new(&mut ls, &mut sm)
         .with_id(1)
         .get_initial_state()
@@ -81,6 +82,114 @@ async fn a_corrupt_current_snapshot_does_not_prevent_start_up() {
     assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 1)));
     assert_eq!(kv(&db, "a").as_deref(), Some("1"));
     assert_eq!(stat(&sm, |s| &s.quarantined), 1);
+}
+
+/// At start-up openraft reads the current snapshot only for its meta: a file
+/// that matches what was recorded when it was published is trusted without
+/// reading it whole (start-up does not grow with the state). Damage the
+/// record cannot see (inside the records) is found when the file is first
+/// handed out, which verifies it end to end.
+#[tokio::test]
+async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_, mut sm, _) = open_store(dir.path()).unwrap();
+        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
+            .await
+            .unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        apply(&mut sm, vec![put(3, "c", "3")]).await.unwrap();
+    }
+    let path = dir.path().join("snapshots/current.snap");
+    flip_middle_byte(&path);
+    let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
+    sm.set_starting(true);
+    let state = StorageHelper::new(&mut ls, &mut sm)
+        .with_id(1)
+        .get_initial_state()
+        .await
+        .unwrap();
+    sm.set_starting(false);
+    assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 2)));
+    assert!(stat(&sm, |s| &s.trusted_reads) >= 1);
+    assert_eq!(stat(&sm, |s| &s.verified_reads), 0);
+    assert_eq!(stat(&sm, |s| &s.quarantined), 0);
+
+    // Handing it out (to send it) verifies it: quarantined and rebuilt.
+    let cur = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(cur.meta.last_log_id, Some(log_id(1, 3)));
+    assert_eq!(stat(&sm, |s| &s.verified_reads), 1);
+    assert_eq!(stat(&sm, |s| &s.quarantined), 1);
+    let tables = vec![common::KV.to_string()];
+    verify_file(&path, &tables, Some(&cur.meta)).unwrap();
+
+    // The rebuilt file was recorded in turn: the next start trusts it.
+    drop((ls, sm, _db));
+    let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
+    sm.set_starting(true);
+    let state = StorageHelper::new(&mut ls, &mut sm)
+        .with_id(1)
+        .get_initial_state()
+        .await
+        .unwrap();
+    assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 3)));
+    assert!(stat(&sm, |s| &s.trusted_reads) >= 1);
+    assert_eq!(stat(&sm, |s| &s.verified_reads), 0);
+}
+
+/// A file that is not the one recorded (its meta, length or trailing CRC
+/// differ, or there is no record) is verified whole at start-up, and a
+/// corrupt one is quarantined there.
+#[tokio::test]
+async fn start_up_verifies_a_snapshot_that_does_not_match_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_, mut sm, _) = open_store(dir.path()).unwrap();
+        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
+            .await
+            .unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    }
+    let path = dir.path().join("snapshots/current.snap");
+    let good = std::fs::read(&path).unwrap();
+    // Each damage changes what the record describes: the trailing CRC, the
+    // length, the meta (which starts after the magic and its length).
+    let damages: [fn(&mut Vec<u8>); 3] = [
+        |b| *b.last_mut().unwrap() ^= 1,
+        |b| b.push(0),
+        |b| b[14] ^= 1,
+    ];
+    for (i, damage) in damages.iter().enumerate() {
+        let mut bytes = good.clone();
+        damage(&mut bytes);
+        assert_ne!(bytes, good);
+        std::fs::write(&path, &bytes).unwrap();
+        let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
+        sm.set_starting(true);
+        StorageHelper::new(&mut ls, &mut sm)
+            .with_id(1)
+            .get_initial_state()
+            .await
+            .unwrap();
+        // Verified, found corrupt, quarantined (the rebuilt file may then
+        // be trusted by its new record).
+        assert_eq!(stat(&sm, |s| &s.verified_reads), 1, "damage {i}");
+        assert_eq!(stat(&sm, |s| &s.quarantined), 1, "damage {i}");
+        // The rebuilt snapshot describes the state.
+        let tables = vec![common::KV.to_string()];
+        let v = verify_file(&path, &tables, None).unwrap();
+        assert_eq!(v.records, 2, "damage {i}");
+        std::fs::write(&path, &good).unwrap();
+        std::fs::remove_file(path.with_file_name("quarantined.snap")).unwrap();
+    }
 }
 
 #[tokio::test]
