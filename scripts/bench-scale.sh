@@ -7,7 +7,9 @@
 # 2. wipes a follower and restarts it, once with the SST-ingesting install and
 #    once with the old one-batch install (OM_SNAPSHOT_INSTALL=batch): time to
 #    ready (caught up) and the restarted process's peak RSS, side by side;
-# 3. kill -9 the leader and restarts it: time to ready.
+# 3. kill -9 the leader and restarts it: time to ready and start-up phases;
+#    with OM_BASELINE=DIR, restarts it again with DIR/om and this build,
+#    alternately, for the phases side by side.
 # Prints Markdown. Set BENCH_KEEP=1 to keep the data directories, and
 # INSTALLS="ingest" to skip the one-batch install (whose memory grows with the
 # state) on large states, INSTALLS=none to skip both.
@@ -37,7 +39,7 @@ for i in 1 2 3; do
 done
 start() { # node-id [env...]
   local i=$1; shift
-  env OM_LOG=warn "$@" "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
+  env OM_LOG=warn "$@" "${om_bin:-$target/release/om}" --node-id "$i" --data-dir "$work/om$i" \
     --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
     --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
     --snapshot-every "$snapshot_every" --snapshot-keep-logs 500 \
@@ -132,10 +134,32 @@ echo "Start-up phases of the restarted node (seconds since its start, om_startup
 echo
 echo "| store open (RocksDB open, WAL replay) | Raft start (log, vote, re-apply) | leader known | ready |"
 echo "|---:|---:|---:|---:|"
-phases=$(curl -s "http://127.0.0.1:$((base + 20 + l))/metrics" | awk '
-  $1 ~ /^om_startup_seconds\{/ { match($1, /phase="[a-z_]+"/); p[substr($1, RSTART + 7, RLENGTH - 8)] = $2 }
-  END { printf "| %.2f | %.2f | %.2f | %.2f |", p["store_open"], p["raft_start"], p["leader_known"], p["ready"] }')
-echo "$phases"
+phases() { # node-id -> one Markdown row of its start-up phases
+  curl -s "http://127.0.0.1:$((base + 20 + $1))/metrics" | awk '
+    $1 ~ /^om_startup_seconds\{/ { match($1, /phase="[a-z_]+"/); p[substr($1, RSTART + 7, RLENGTH - 8)] = $2 }
+    END { printf "| %.2f | %.2f | %.2f | %.2f |", p["store_open"], p["raft_start"], p["leader_known"], p["ready"] }'
+}
+phases "$l"
+echo
 echo
 echo "RocksDB's recovery (from its LOG):"
 grep -E "Recovering log|Recovered|DB pointer" "$work/om$l/db/LOG" 2>/dev/null | tail -5 || true
+
+# OM_BASELINE=DIR (a directory holding an older `om`): restart the same node
+# after kill -9 with that build and with this one, alternately, on the same
+# data directory, so the start-up phases compare side by side.
+if [ -n "${OM_BASELINE:-}" ]; then
+  echo
+  echo "### Restart after kill -9, $OM_BASELINE/om and this build alternately"
+  echo
+  echo "| build | ready after, s | store open | Raft start | leader known | ready |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for round in 1 2; do
+    for b in baseline this; do
+      kill -9 "${pid[$l]}"; wait "${pid[$l]}" 2>/dev/null || true
+      if [ "$b" = baseline ]; then om_bin="$OM_BASELINE/om" start "$l"; else start "$l"; fi
+      secs=$(wait_ready "$l")
+      echo "| $b (round $round) | $secs $(phases "$l")"
+    done
+  done
+fi
