@@ -2,8 +2,8 @@
 # Scale benchmark on a local 3-node om cluster (processes, loopback, fsync on):
 #   scripts/bench-scale.sh [KEYS]            (default 1000000)
 # 1. loads KEYS keys through Raft (`omctl bench load`), then reports disk bytes
-#    and RSS per node, LookupKey and ListKeys (continuation page) latency, and
-#    freon's obrwk mix (90% list, 10% create, 100 clients);
+#    and RSS per node, LookupKey and ListKeys (first and continuation page)
+#    latency, and freon's obrwk mix (90% list, 10% create, 100 clients);
 # 2. wipes a follower and restarts it, once with the SST-ingesting install and
 #    once with the old one-batch install (OM_SNAPSHOT_INSTALL=batch): time to
 #    ready (caught up) and the restarted process's peak RSS, side by side;
@@ -95,6 +95,12 @@ omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 1 --second
 echo
 echo "### ListKeys continuation pages of 1000 from random keys (1 client)"
 omctl bench mix scale/keys --keys "$keys" --mix list=100 --concurrency 1 --seconds 10 --warmup 2
+echo
+# A first page: the bench lists from `--prefix` + a 10-digit index, and
+# "0000000000" sorts before every loaded key ("k/..."), so each page is the
+# bucket's first 1000 keys.
+echo "### ListKeys first page of 1000 (1 client)"
+omctl bench mix scale/keys --keys 1 --prefix "" --mix list=100 --concurrency 1 --seconds 10 --warmup 2
 echo
 echo "### LookupKey (64 clients)"
 omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 64 --seconds 10 --warmup 2
