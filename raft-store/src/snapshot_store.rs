@@ -12,8 +12,9 @@
 //!   CRC in `raft_meta` (`PublishedSnapshot`); a file that matches its record
 //!   is trusted without reading it whole, so start-up does not grow with the
 //!   state. A file that does not match (or has no record) is verified end to
-//!   end, and quarantined if corrupt, as above. Damage inside a matching file
-//!   is found when it is first handed out or installed, both of which verify.
+//!   end, and quarantined if corrupt, as above; so is a file ahead of the
+//!   applied state (start-up is about to install it). Damage inside a
+//!   matching file is found when it is first handed out, which verifies.
 //! - Installing first stages a verified copy of the received file, then
 //!   publishes it as `current.snap`, and only then replaces the state, with
 //!   memory bounded whatever the state's size: one synced batch of range
@@ -543,11 +544,18 @@ impl SnapshotStore {
                         Err(e) => return Err(e.into()),
                     };
                     let len = f.metadata()?.len();
+                    // A snapshot ahead of the applied state is about to be
+                    // installed (a crash cut its install short): verify it
+                    // here, where a corrupt one can still be quarantined.
                     let trusted = s
                         .starting
                         .load(Ordering::Relaxed)
                         .then(|| s.recorded_meta(&f, len))
-                        .flatten();
+                        .flatten()
+                        .filter(|m| {
+                            let last = codec::opt_log_id_from_pb(&m.last_log_id);
+                            read_applied(&s.db, None).is_ok_and(|(applied, _)| last <= applied)
+                        });
                     let meta = match trusted {
                         Some(meta) => {
                             s.stats.trusted_reads.fetch_add(1, Ordering::Relaxed);

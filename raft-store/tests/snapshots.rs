@@ -141,6 +141,54 @@ async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_veri
     assert_eq!(stat(&sm, |s| &s.verified_reads), 0);
 }
 
+/// A published snapshot ahead of the applied state (a crash cut its install
+/// short) is about to be installed at start-up: it is verified even when it
+/// matches its record, so a corrupt one is quarantined and the node starts on
+/// its old state (the leader sends the snapshot again) instead of failing.
+#[tokio::test]
+async fn start_up_verifies_a_matching_snapshot_it_is_about_to_install() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (_, mut sm_a, _) = open_store(a.path()).unwrap();
+    apply(
+        &mut sm_a,
+        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
+    )
+    .await
+    .unwrap();
+    let snap = sm_a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    {
+        let (_, mut sm_b, _) = open_store(b.path()).unwrap();
+        apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
+        sm_b.snapshot_faults().fail_next_install_commit();
+        let path = a.path().join("snapshots/current.snap");
+        let r = sm_b
+            .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
+            .await;
+        assert!(r.is_err(), "the injected failure must surface");
+    }
+    // The published file matches its record, and is damaged inside.
+    flip_middle_byte(&b.path().join("snapshots/current.snap"));
+    let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
+    sm_b.set_starting(true);
+    let state = StorageHelper::new(&mut ls, &mut sm_b)
+        .with_id(2)
+        .get_initial_state()
+        .await
+        .unwrap();
+    assert_eq!(stat(&sm_b, |s| &s.quarantined), 1);
+    assert!(stat(&sm_b, |s| &s.verified_reads) >= 1);
+    // The old state, and a snapshot of it.
+    assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 1)));
+    assert_eq!(kv(&db_b, "only-b").as_deref(), Some("b"));
+    assert_eq!(kv(&db_b, "x"), None);
+}
+
 /// A file that is not the one recorded (its meta, length or trailing CRC
 /// differ, or there is no record) is verified whole at start-up, and a
 /// corrupt one is quarantined there.
