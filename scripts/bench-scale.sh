@@ -90,24 +90,22 @@ for i in 1 2 3; do
     "$(metric "$i" om_raft_snapshots_built_total) | $(metric "$i" om_raft_snapshot_build_seconds_sum) |"
 done
 echo
-echo "### LookupKey (1 client)"
-omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 1 --seconds 10 --warmup 2
-echo
-echo "### ListKeys continuation pages of 1000 from random keys (1 client)"
-omctl bench mix scale/keys --keys "$keys" --mix list=100 --concurrency 1 --seconds 10 --warmup 2
-echo
-# A first page: the bench lists from `--prefix` + a 10-digit index, and
-# "0000000000" sorts before every loaded key ("k/..."), so each page is the
+# Reads, 10 s each: title | clients | bench mix arguments. A first page: the
+# bench lists from `--prefix` + a 10-digit index, and with `--keys 1 --prefix ""`
+# that is "0000000000", before every loaded key ("k/..."), so each page is the
 # bucket's first 1000 keys.
-echo "### ListKeys first page of 1000 (1 client)"
-omctl bench mix scale/keys --keys 1 --prefix "" --mix list=100 --concurrency 1 --seconds 10 --warmup 2
-echo
-echo "### LookupKey (64 clients)"
-omctl bench mix scale/keys --keys "$keys" --mix get=100 --concurrency 64 --seconds 10 --warmup 2
-echo
-echo "### ListKeys continuation pages of 1000 from random keys (16 clients)"
-omctl bench mix scale/keys --keys "$keys" --mix list=100 --concurrency 16 --seconds 10 --warmup 2
-echo
+while IFS='|' read -r title clients args; do
+  echo "### $title ($clients client$([ "$clients" = 1 ] || echo s))"
+  # shellcheck disable=SC2086 # the arguments are split on purpose
+  omctl bench mix scale/keys $args --concurrency "$clients" --seconds 10 --warmup 2 </dev/null
+  echo
+done <<READS
+LookupKey|1|--keys $keys --mix get=100
+ListKeys continuation pages of 1000 from random keys|1|--keys $keys --mix list=100
+ListKeys first page of 1000|1|--keys 1 --prefix= --mix list=100
+LookupKey|64|--keys $keys --mix get=100
+ListKeys continuation pages of 1000 from random keys|16|--keys $keys --mix list=100
+READS
 echo "### obrwk: 90% list, 10% create (100 clients)"
 omctl bench mix scale/keys --keys "$keys" --mix list=90,put=10 --concurrency 100 --seconds 20 --warmup 3
 
