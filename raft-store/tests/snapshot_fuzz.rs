@@ -13,10 +13,9 @@ use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{apply, dump, open_store, put};
+use common::{apply, build, dump, open_store, put};
 use om_raft_store::snapshot::{MAX_KEY_BYTES, MAX_VALUE_BYTES, verify};
 use om_raft_store::{SnapshotMeta, StateMachine};
-use openraft::RaftSnapshotBuilder;
 use openraft::storage::RaftStateMachine;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -215,12 +214,7 @@ async fn fixture() -> Fixture {
         .map(|i| put(i, &format!("key-{i:03}"), &"v".repeat(i as usize * 7)))
         .collect();
     apply(&mut sm_src, entries).await.unwrap();
-    let snap = sm_src
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = build(&mut sm_src).await;
     let valid = std::fs::read(src.path().join("snapshots/current.snap")).unwrap();
 
     let dst = tempfile::tempdir().unwrap();
@@ -228,11 +222,7 @@ async fn fixture() -> Fixture {
     apply(&mut sm, vec![put(1, "mine", "x"), put(2, "also-mine", "y")])
         .await
         .unwrap();
-    sm.get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    build(&mut sm).await;
     let scratch = dst.path().join("incoming.snap");
     let snaps = dst.path().join("snapshots");
     Fixture {

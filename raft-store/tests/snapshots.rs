@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{apply, dump, files_in, kv, log_id, open_store, put};
+use common::{apply, build, dump, files_in, kv, log_id, open_store, put, start_up};
 use om_raft_store::snapshot::verify_file;
 use openraft::RaftSnapshotBuilder;
 use openraft::storage::{RaftStateMachine, StorageHelper};
@@ -34,11 +34,7 @@ async fn a_corrupt_current_snapshot_is_quarantined_and_rebuilt_before_it_is_hand
     apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
         .await
         .unwrap();
-    sm.get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    build(&mut sm).await;
     apply(&mut sm, vec![put(3, "c", "3")]).await.unwrap();
     let snaps = dir.path().join("snapshots");
     flip_middle_byte(&snaps.join("current.snap"));
@@ -62,23 +58,13 @@ async fn a_corrupt_current_snapshot_does_not_prevent_start_up() {
     {
         let (_, mut sm, _) = open_store(dir.path()).unwrap();
         apply(&mut sm, vec![put(1, "a", "1")]).await.unwrap();
-        sm.get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut sm).await;
     }
     // Even the header is gone.
     let path = dir.path().join("snapshots/current.snap");
     std::fs::write(&path, b"garbage").unwrap();
     let (mut ls, mut sm, db) = open_store(dir.path()).unwrap();
-    // What openraft runs when a node starts, as a node runs it.
-    sm.set_starting(true);
-    let state = StorageHelper::new(&mut ls, &mut sm)
-        .with_id(1)
-        .get_initial_state()
-        .await
-        .unwrap();
+    let state = start_up(&mut ls, &mut sm, 1).await;
     assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 1)));
     assert_eq!(kv(&db, "a").as_deref(), Some("1"));
     assert_eq!(stat(&sm, |s| &s.quarantined), 1);
@@ -97,23 +83,13 @@ async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_veri
         apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
             .await
             .unwrap();
-        sm.get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut sm).await;
         apply(&mut sm, vec![put(3, "c", "3")]).await.unwrap();
     }
     let path = dir.path().join("snapshots/current.snap");
     flip_middle_byte(&path);
     let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
-    sm.set_starting(true);
-    let state = StorageHelper::new(&mut ls, &mut sm)
-        .with_id(1)
-        .get_initial_state()
-        .await
-        .unwrap();
-    sm.set_starting(false);
+    let state = start_up(&mut ls, &mut sm, 1).await;
     assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 2)));
     assert!(stat(&sm, |s| &s.trusted_reads) >= 1);
     assert_eq!(stat(&sm, |s| &s.verified_reads), 0);
@@ -130,15 +106,38 @@ async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_veri
     // The rebuilt file was recorded in turn: the next start trusts it.
     drop((ls, sm, _db));
     let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
-    sm.set_starting(true);
-    let state = StorageHelper::new(&mut ls, &mut sm)
-        .with_id(1)
-        .get_initial_state()
-        .await
-        .unwrap();
+    let state = start_up(&mut ls, &mut sm, 1).await;
     assert_eq!(state.snapshot_meta.last_log_id, Some(log_id(1, 3)));
     assert!(stat(&sm, |s| &s.trusted_reads) >= 1);
     assert_eq!(stat(&sm, |s| &s.verified_reads), 0);
+}
+
+/// Node `a` snapshots `x` and `y`; node `b`, holding only `only-b`, installs
+/// that snapshot and fails after publishing it, before committing its state:
+/// what a crash there leaves.
+async fn interrupted_install(a: &std::path::Path, b: &std::path::Path) {
+    let (_, mut sm_a, _) = open_store(a).unwrap();
+    apply(
+        &mut sm_a,
+        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
+    )
+    .await
+    .unwrap();
+    let snap = build(&mut sm_a).await;
+    let (_, mut sm_b, db_b) = open_store(b).unwrap();
+    apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
+    let before = dump(&db_b);
+    sm_b.snapshot_faults().fail_next_install_commit();
+    let path = a.join("snapshots/current.snap");
+    let r = sm_b
+        .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
+        .await;
+    assert!(r.is_err(), "the injected failure must surface");
+    // The state is the old one, the published snapshot the new one: the
+    // order that lets start-up finish the install.
+    assert_eq!(dump(&db_b), before);
+    let cur = sm_b.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(cur.meta.last_log_id, Some(log_id(1, 2)));
 }
 
 /// A published snapshot ahead of the applied state (a crash cut its install
@@ -149,38 +148,11 @@ async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_veri
 async fn start_up_verifies_a_matching_snapshot_it_is_about_to_install() {
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
-    let (_, mut sm_a, _) = open_store(a.path()).unwrap();
-    apply(
-        &mut sm_a,
-        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
-    )
-    .await
-    .unwrap();
-    let snap = sm_a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
-    {
-        let (_, mut sm_b, _) = open_store(b.path()).unwrap();
-        apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
-        sm_b.snapshot_faults().fail_next_install_commit();
-        let path = a.path().join("snapshots/current.snap");
-        let r = sm_b
-            .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
-            .await;
-        assert!(r.is_err(), "the injected failure must surface");
-    }
+    interrupted_install(a.path(), b.path()).await;
     // The published file matches its record, and is damaged inside.
     flip_middle_byte(&b.path().join("snapshots/current.snap"));
     let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
-    sm_b.set_starting(true);
-    let state = StorageHelper::new(&mut ls, &mut sm_b)
-        .with_id(2)
-        .get_initial_state()
-        .await
-        .unwrap();
+    let state = start_up(&mut ls, &mut sm_b, 2).await;
     assert_eq!(stat(&sm_b, |s| &s.quarantined), 1);
     assert!(stat(&sm_b, |s| &s.verified_reads) >= 1);
     // The old state, and a snapshot of it.
@@ -200,11 +172,7 @@ async fn start_up_verifies_a_snapshot_that_does_not_match_its_record() {
         apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
             .await
             .unwrap();
-        sm.get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut sm).await;
     }
     let path = dir.path().join("snapshots/current.snap");
     let good = std::fs::read(&path).unwrap();
@@ -221,12 +189,7 @@ async fn start_up_verifies_a_snapshot_that_does_not_match_its_record() {
         assert_ne!(bytes, good);
         std::fs::write(&path, &bytes).unwrap();
         let (mut ls, mut sm, _db) = open_store(dir.path()).unwrap();
-        sm.set_starting(true);
-        StorageHelper::new(&mut ls, &mut sm)
-            .with_id(1)
-            .get_initial_state()
-            .await
-            .unwrap();
+        start_up(&mut ls, &mut sm, 1).await;
         // Verified, found corrupt, quarantined (the rebuilt file may then
         // be trusted by its new record).
         assert_eq!(stat(&sm, |s| &s.verified_reads), 1, "damage {i}");
@@ -244,35 +207,7 @@ async fn start_up_verifies_a_snapshot_that_does_not_match_its_record() {
 async fn a_crash_between_publishing_a_snapshot_and_committing_its_state_is_completed_at_start_up() {
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
-    let (_, mut sm_a, _) = open_store(a.path()).unwrap();
-    apply(
-        &mut sm_a,
-        vec![put(1, "x", "from-a"), put(2, "y", "from-a")],
-    )
-    .await
-    .unwrap();
-    let snap = sm_a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
-    {
-        let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
-        apply(&mut sm_b, vec![put(1, "only-b", "b")]).await.unwrap();
-        let before = dump(&db_b);
-        sm_b.snapshot_faults().fail_next_install_commit();
-        let path = a.path().join("snapshots/current.snap");
-        let r = sm_b
-            .install_snapshot(&snap.meta, std::fs::File::open(&path).unwrap())
-            .await;
-        assert!(r.is_err(), "the injected failure must surface");
-        // The state is the old one, the published snapshot the new one: the
-        // order that lets start-up finish the install.
-        assert_eq!(dump(&db_b), before);
-        let cur = sm_b.get_current_snapshot().await.unwrap().unwrap();
-        assert_eq!(cur.meta.last_log_id, Some(log_id(1, 2)));
-    }
+    interrupted_install(a.path(), b.path()).await;
     let (mut ls, mut sm_b, db_b) = open_store(b.path()).unwrap();
     let state = StorageHelper::new(&mut ls, &mut sm_b)
         .with_id(2)
@@ -300,12 +235,7 @@ async fn a_crash_in_the_middle_of_ingesting_a_snapshot_is_completed_at_start_up(
         .map(|i| put(i, &format!("k{i:04}"), &"v".repeat(100)))
         .collect();
     apply(&mut sm_a, puts).await.unwrap();
-    let snap = sm_a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = build(&mut sm_a).await;
     let path = a.path().join("snapshots/current.snap");
     {
         let (_, mut sm_b, db_b) = open_store(b.path()).unwrap();
@@ -352,12 +282,7 @@ async fn transient_errors_while_building_or_installing_are_retried() {
     let (_, mut sm, _) = open_store(a.path()).unwrap();
     apply(&mut sm, vec![put(1, "k", "v")]).await.unwrap();
     sm.snapshot_faults().fail_next_creates(3, libc::EMFILE);
-    let snap = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = build(&mut sm).await;
     assert_eq!(snap.meta.last_log_id, Some(log_id(1, 1)));
     assert_eq!(stat(&sm, |s| &s.retries), 3);
     assert_eq!(stat(&sm, |s| &s.built), 1);

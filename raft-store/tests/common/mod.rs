@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use futures::stream;
 use om_proto::store::{Command, CommandResult, PutKey, command::Op};
-use om_raft_store::{Applier, ApplyError, Entry, LogId, LogStore, StateMachine, open};
-use openraft::EntryPayload;
-use openraft::storage::RaftStateMachine;
+use om_raft_store::{Applier, ApplyError, Entry, LogId, LogStore, StateMachine, TypeConfig, open};
+use openraft::storage::{RaftStateMachine, StorageHelper};
+use openraft::type_config::alias::SnapshotOf;
 use openraft::vote::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, RaftSnapshotBuilder, RaftState};
 use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch};
 
 pub const KV: &str = "kv";
@@ -75,6 +76,28 @@ pub fn kv(db: &DB, k: &str) -> Option<String> {
     db.get_cf(db.cf_handle(KV).unwrap(), k)
         .unwrap()
         .map(|v| String::from_utf8(v).unwrap())
+}
+
+/// Builds and publishes a snapshot of `sm`'s state.
+pub async fn build(sm: &mut StateMachine) -> SnapshotOf<TypeConfig, std::fs::File> {
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
+/// What openraft runs when node `id` starts, as a node runs it (with
+/// `set_starting` around it).
+pub async fn start_up(ls: &mut LogStore, sm: &mut StateMachine, id: u64) -> RaftState<TypeConfig> {
+    sm.set_starting(true);
+    let state = StorageHelper::new(ls, sm)
+        .with_id(id)
+        .get_initial_state()
+        .await
+        .unwrap();
+    sm.set_starting(false);
+    state
 }
 
 /// Every entry of every column family, for before/after comparisons (but
