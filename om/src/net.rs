@@ -16,18 +16,26 @@
 //!   the loop backs off exponentially (`accept_backoff`) and tries again, and
 //!   logs once per episode. Errors that belong to one aborted connection are
 //!   skipped.
+//! - **Closing.** Servers spawn a task per connection that outlives the
+//!   server's own future and, when stopped gracefully, waits for the streams
+//!   in flight, which a peer may keep open indefinitely (a Raft peer's
+//!   append stream). A stopping node closes them with its ports' `Closer`s:
+//!   every read and write of their connections fails from then on, so the
+//!   connection tasks end and release what their services hold (the Raft
+//!   handle, the database).
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// How one listening port treats its connections.
@@ -100,12 +108,40 @@ impl Acceptor for TcpListener {
     }
 }
 
+/// Closes every connection of one port at once (see the module's "Closing").
+#[derive(Clone, Default)]
+pub struct Closer(Arc<CloserState>);
+
+#[derive(Default)]
+struct CloserState {
+    closed: AtomicBool,
+    notify: Arc<Notify>,
+}
+
+impl Closer {
+    /// Fails every read and write of the port's connections from now on,
+    /// including those waiting for the peer.
+    pub fn close(&self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::SeqCst)
+    }
+
+    fn closed_error() -> io::Error {
+        io::Error::new(io::ErrorKind::ConnectionAborted, "the node is stopping")
+    }
+}
+
 /// A listener that enforces a `PortPolicy`.
 pub struct LimitedListener<A = TcpListener> {
     acceptor: A,
     policy: PortPolicy,
     permits: Arc<Semaphore>,
     stats: Arc<PortStats>,
+    closer: Closer,
     failures: u32,
 }
 
@@ -116,12 +152,19 @@ impl<A: Acceptor> LimitedListener<A> {
             policy,
             permits: Arc::new(Semaphore::new(policy.max_connections)),
             stats: Arc::default(),
+            closer: Closer::default(),
             failures: 0,
         }
     }
 
     pub fn stats(&self) -> Arc<PortStats> {
         self.stats.clone()
+    }
+
+    /// Closes every connection this listener accepted, and those it accepts
+    /// later.
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
     }
 
     /// The next connection within the cap. Never fails: errors are retried
@@ -175,6 +218,8 @@ impl<A: Acceptor> LimitedListener<A> {
                 idle: self.policy.idle_timeout,
                 last_activity: Instant::now(),
                 timer: Box::pin(tokio::time::sleep(self.policy.idle_timeout)),
+                closing: Box::pin(self.closer.0.notify.clone().notified_owned()),
+                closer: self.closer.clone(),
                 stats: self.stats.clone(),
                 port,
                 _permit: permit,
@@ -252,19 +297,50 @@ impl<A: Acceptor> axum::serve::Listener for LimitedListener<A> {
     }
 }
 
-/// An accepted connection: holds its port's permit and closes itself after
-/// the idle timeout without traffic.
+/// An accepted connection: holds its port's permit, closes itself after
+/// the idle timeout without traffic, and fails once its port is closed.
 pub struct LimitedStream {
     inner: TcpStream,
     idle: Duration,
     last_activity: Instant,
     timer: Pin<Box<Sleep>>,
+    /// Completes when the port's `Closer` closes (created with the stream,
+    /// so a close between creation and the first poll is not missed).
+    closing: Pin<Box<OwnedNotified>>,
+    closer: Closer,
     stats: Arc<PortStats>,
     port: &'static str,
     _permit: OwnedSemaphorePermit,
 }
 
 impl LimitedStream {
+    /// Errors once the port is closed (a flag read: every read and write
+    /// checks it).
+    fn check_closed(&self) -> io::Result<()> {
+        if self.closer.is_closed() {
+            return Err(Closer::closed_error());
+        }
+        Ok(())
+    }
+
+    /// For an operation about to wait: errors if the port is closed,
+    /// otherwise registers `cx` to be woken when it closes.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.closer.is_closed() || self.closing.as_mut().poll(cx).is_ready() {
+            return Err(Closer::closed_error());
+        }
+        Ok(())
+    }
+
+    /// What a waiting write or flush returns: still pending, unless the
+    /// port closed meanwhile.
+    fn pending_unless_closed<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match self.poll_closed(cx) {
+            Ok(()) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
     /// Arms the idle timer for the current deadline; errors once it passed.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         loop {
@@ -302,6 +378,9 @@ impl AsyncRead for LimitedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Err(e) = this.check_closed() {
+            return Poll::Ready(Err(e));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
@@ -310,7 +389,7 @@ impl AsyncRead for LimitedStream {
                 }
                 Poll::Ready(r)
             }
-            Poll::Pending => match this.poll_idle(cx) {
+            Poll::Pending => match this.poll_closed(cx).and_then(|()| this.poll_idle(cx)) {
                 Ok(()) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),
             },
@@ -325,7 +404,13 @@ impl AsyncWrite for LimitedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Err(e) = this.check_closed() {
+            return Poll::Ready(Err(e));
+        }
         let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if r.is_pending() {
+            return this.pending_unless_closed(cx);
+        }
         if let Poll::Ready(Ok(n)) = &r
             && *n > 0
         {
@@ -340,7 +425,13 @@ impl AsyncWrite for LimitedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Err(e) = this.check_closed() {
+            return Poll::Ready(Err(e));
+        }
         let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if r.is_pending() {
+            return this.pending_unless_closed(cx);
+        }
         if let Poll::Ready(Ok(n)) = &r
             && *n > 0
         {
@@ -354,7 +445,14 @@ impl AsyncWrite for LimitedStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        if let Err(e) = this.check_closed() {
+            return Poll::Ready(Err(e));
+        }
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Pending => this.pending_unless_closed(cx),
+            r => r,
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -523,5 +621,42 @@ mod tests {
         let r = idle.await.unwrap();
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
         assert_eq!(stats.idle_closed.load(Ordering::Relaxed), 1);
+    }
+
+    /// Closing a port fails a read waiting on one of its connections, any
+    /// later read or write on another, and the connections accepted after.
+    #[tokio::test]
+    async fn closing_a_port_fails_its_connections_reads_and_writes() {
+        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = inner.local_addr().unwrap();
+        let mut l = LimitedListener::new(inner, policy(4, Duration::from_secs(60)));
+        let closer = l.closer();
+        let mut a = TcpStream::connect(addr).await.unwrap();
+        let (mut served_a, _) = l.accept_limited().await;
+        let _b = TcpStream::connect(addr).await.unwrap();
+        let (mut served_b, _) = l.accept_limited().await;
+        // Still open: a byte goes through.
+        a.write_all(b"x").await.unwrap();
+        let mut buf = [0u8; 1];
+        served_a.read_exact(&mut buf).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let mut buf = [0u8; 1];
+            served_a.read(&mut buf).await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the read waits for the peer");
+        closer.close();
+        let r = waiting.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+        assert_eq!(
+            served_b.write_all(b"y").await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionAborted
+        );
+        let _c = TcpStream::connect(addr).await.unwrap();
+        let (mut served_c, _) = l.accept_limited().await;
+        assert_eq!(
+            served_c.read(&mut buf).await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionAborted
+        );
     }
 }

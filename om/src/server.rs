@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::grpc::auth::Authenticate;
 use crate::grpc::peer::{MemberCheck, MembersOnly, PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, OmGrpc};
-use crate::net::{LimitedListener, PortPolicy, PortStats};
+use crate::net::{Closer, LimitedListener, PortPolicy, PortStats};
 use crate::rejoin::{Admission, Member, Phase};
 use crate::service::{OmService, WriteId};
 use crate::store::keys;
@@ -91,6 +91,10 @@ pub struct Node {
     /// streams never end on their own.
     raft_server: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
+    /// Close the connections of the Raft port and of the public ports (gRPC,
+    /// HTTP) on shutdown: their tasks outlive the servers (see `net`).
+    raft_closer: Closer,
+    public_closers: [Closer; 2],
 }
 
 /// Options of the metadata tables' column families.
@@ -287,6 +291,8 @@ impl Node {
             raft_listener.stats(),
             http_listener.stats(),
         ];
+        let raft_closer = raft_listener.closer();
+        let public_closers = [grpc_listener.closer(), http_listener.closer()];
 
         let mut service = OmService::new(
             raft.clone(),
@@ -530,6 +536,8 @@ impl Node {
             stop,
             raft_server,
             tasks,
+            raft_closer,
+            public_closers,
         })
     }
 
@@ -551,6 +559,8 @@ impl Node {
             stop,
             raft_server,
             tasks,
+            raft_closer,
+            public_closers,
             ..
         } = self;
         let db = Arc::downgrade(service.db());
@@ -558,6 +568,9 @@ impl Node {
         let _ = stop.send(true);
         raft_server.abort();
         let _ = raft_server.await;
+        // Peers' streams (appends, a snapshot transfer) would keep their
+        // connections, and the database, until the peer hangs up.
+        raft_closer.close();
         // The public servers finish in-flight requests, within a grace period.
         for mut t in tasks {
             if tokio::time::timeout(Duration::from_secs(2), &mut t)
@@ -567,6 +580,10 @@ impl Node {
                 t.abort();
                 let _ = t.await;
             }
+        }
+        // Past the grace period, what clients still hold open is closed.
+        for c in &public_closers {
+            c.close();
         }
         if let Err(e) = raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");

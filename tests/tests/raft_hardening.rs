@@ -3,8 +3,9 @@
 //! on the leader is rebuilt before a follower gets it, bad incoming snapshots
 //! are refused before openraft sees them, a snapshot transfer cut short
 //! continues where it stopped, a crash in the middle of installing a snapshot
-//! is completed at restart, and transient storage errors while building a
-//! snapshot are retried without stopping Raft.
+//! is completed at restart, transient storage errors while building a
+//! snapshot are retried without stopping Raft, and a stream a peer keeps open
+//! does not keep a stopped node's database.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -513,6 +514,61 @@ async fn bad_incoming_snapshots_are_refused_before_raft_sees_them() {
     assert_eq!(before, n.dump(), "a refused snapshot changed the tables");
     assert_eq!(std::fs::read(snaps.join("current.snap")).unwrap(), valid);
     c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
+    n.node.shutdown().await;
+}
+
+/// A node stops without waiting for its peers to hang up. A snapshot
+/// transfer that sent one chunk and went silent holds the receiving side's
+/// staging (and so the database) for as long as its connection lives; the
+/// stopping node closes the connection, so the same process can open the
+/// data directory again at once (RocksDB's lock would refuse it otherwise),
+/// and the node starts with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_a_peer_keeps_open_does_not_hold_a_stopped_node() {
+    let n = TestNode::start().await;
+    let c = n.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.put_key("vol1", "bkt1", "before", 3).await.unwrap();
+    let snaps = n.dir.path().join("snapshots");
+    let term = metrics_of(&n).current_term;
+    let vote = pb::Vote {
+        leader_id: Some(pb::LeaderId {
+            term: term + 5,
+            node_id: 9,
+        }),
+        committed: true,
+    };
+    let meta = pb::SnapshotMeta::default();
+    let first = chunks(&[7u8; 4096], 1024, vote, &meta).remove(0);
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+    tx.send(first).await.unwrap();
+    let raft = n.node.raft_addr.to_string();
+    let transfer = tokio::spawn(async move {
+        let mut c = RaftServiceClient::connect(format!("http://{raft}"))
+            .await
+            .unwrap();
+        c.install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    wait_for(Duration::from_secs(10), "a staged transfer", || {
+        let staged = !staged_files(&snaps).is_empty();
+        async move { staged.then_some(()) }
+    })
+    .await;
+
+    // The peer never hangs up: `tx` lives to the end of the test.
+    let dir = n.stop().await;
+    let n = TestNode::start_in(dir, |_| {}).await;
+    let c = n.client();
+    assert!(c.lookup_key("vol1", "bkt1", "before").await.is_ok());
+    c.put_key("vol1", "bkt1", "after", 3).await.unwrap();
+    // The transfer failed with its connection; the peer would send again.
+    let status = transfer.await.unwrap().expect_err("the transfer was cut");
+    assert_ne!(status.code(), tonic::Code::Ok);
+    drop(tx);
     n.node.shutdown().await;
 }
 
