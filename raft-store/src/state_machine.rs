@@ -5,7 +5,10 @@
 //! the data and the applied index can never disagree after a crash. Apply
 //! batches are not fsynced: every entry applied was first fsynced in the log,
 //! and the database has one WAL, so a crash loses at most applied state that
-//! is re-applied from the log on restart.
+//! is re-applied from the log on restart. The membership half of the applied
+//! state changes only with a membership entry or a snapshot, so it is kept
+//! decoded and encoded between entries (`AppliedMembership`) instead of being
+//! read back and re-encoded for each one.
 //!
 //! Snapshots are files in `snapshots/`, owned by `snapshot_store` (format in
 //! `snapshot`). Building reads a RocksDB snapshot on a blocking thread, so
@@ -40,6 +43,48 @@ pub struct StateMachine {
     /// Held by every clone; a snapshot build retrying a transient error stops
     /// once the last clone (openraft's) is gone.
     alive: Arc<()>,
+    /// The stored membership as of the last entry applied through this
+    /// value (openraft's, which alone applies and installs); `None` until the
+    /// first apply and after an install, which replaces it on disk.
+    membership: Option<AppliedMembership>,
+}
+
+/// The membership of the applied state, with its encoding.
+#[derive(Clone)]
+struct AppliedMembership {
+    membership: StoredMembership,
+    /// `AppliedState { membership, .. }` encoded without `last_applied`:
+    /// field 2 of the record alone. Protobuf fields concatenate and prost
+    /// writes them in field-number order, so the encoded `last_applied`
+    /// followed by these bytes is exactly the whole record's encoding
+    /// (`applied_state_bytes`; replicas store identical bytes).
+    encoded: Vec<u8>,
+}
+
+impl AppliedMembership {
+    fn new(membership: StoredMembership) -> AppliedMembership {
+        let encoded = pb::AppliedState {
+            last_applied: None,
+            membership: Some(codec::stored_membership_to_pb(&membership)),
+        }
+        .encode_to_vec();
+        AppliedMembership {
+            membership,
+            encoded,
+        }
+    }
+
+    /// The `AppliedState` record of `last` with this membership.
+    fn applied_state_bytes(&self, last: &LogId) -> std::io::Result<Vec<u8>> {
+        let head = pb::AppliedState {
+            last_applied: Some(codec::log_id_to_pb(last)),
+            membership: None,
+        };
+        let mut out = Vec::with_capacity(head.encoded_len() + self.encoded.len());
+        head.encode(&mut out).map_err(io_err)?;
+        out.extend_from_slice(&self.encoded);
+        Ok(out)
+    }
 }
 
 pub struct SnapshotBuilder {
@@ -65,6 +110,7 @@ impl StateMachine {
             snapshots: Arc::new(SnapshotStore::open(db, snap_dir, tables)?),
             applier,
             alive: Arc::new(()),
+            membership: None,
         })
     }
 
@@ -144,7 +190,7 @@ impl StateMachine {
     fn apply_one(
         &self,
         entry: &crate::Entry,
-        membership: &mut StoredMembership,
+        membership: &mut AppliedMembership,
     ) -> std::io::Result<CommandResult> {
         let db = &self.snapshots.db;
         let mut batch = WriteBatch::default();
@@ -155,18 +201,15 @@ impl StateMachine {
                 .apply(db, &mut batch, entry.log_id.index, cmd)
                 .map_err(io_err)?,
             EntryPayload::Membership(m) => {
-                *membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                *membership =
+                    AppliedMembership::new(StoredMembership::new(Some(entry.log_id), m.clone()));
                 CommandResult::default()
             }
-        };
-        let applied = pb::AppliedState {
-            last_applied: Some(codec::log_id_to_pb(&entry.log_id)),
-            membership: Some(codec::stored_membership_to_pb(membership)),
         };
         batch.put_cf(
             cf(db, keys::SM_META_CF)?,
             keys::APPLIED_KEY,
-            applied.encode_to_vec(),
+            membership.applied_state_bytes(&entry.log_id)?,
         );
         db.write(batch).map_err(io_err)?;
         Ok(result)
@@ -202,7 +245,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             + Unpin
             + OptionalSend,
     {
-        let (_, mut membership) = self.read_applied()?;
+        // Taken for the call: an error leaves `None`, so the next call
+        // reads the membership back from the store.
+        let mut membership = match self.membership.take() {
+            Some(m) => m,
+            None => AppliedMembership::new(self.read_applied()?.1),
+        };
         while let Some((entry, responder)) = entries.try_next().await? {
             let started = Instant::now();
             let result = self.apply_one(&entry, &mut membership)?;
@@ -211,6 +259,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 r.send(result);
             }
         }
+        self.membership = Some(membership);
         Ok(())
     }
 
@@ -230,6 +279,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: File,
     ) -> Result<(), std::io::Error> {
         let started = Instant::now();
+        // The install writes the snapshot's membership.
+        self.membership = None;
         self.snapshots.install(meta, snapshot).await?;
         crate::metrics::snapshot_installed(started.elapsed().as_secs_f64());
         tracing::info!(last = ?meta.last_log_id, "snapshot installed");
@@ -247,5 +298,54 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .current(&alive)
             .await?
             .map(|(meta, snapshot)| Snapshot { meta, snapshot }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use openraft::vote::leader_id_adv::LeaderId;
+
+    use super::*;
+    use crate::{Membership, OmNode};
+
+    /// The record written for each entry is byte for byte the encoding of
+    /// the whole `AppliedState`, for an empty and a three-voter membership
+    /// and log ids from the first to the largest.
+    #[test]
+    fn applied_state_bytes_are_the_whole_records_encoding() {
+        let nodes: BTreeMap<u64, OmNode> = (1..=3)
+            .map(|id| {
+                (
+                    id,
+                    OmNode {
+                        raft_addr: format!("raft-{id}:9872"),
+                        grpc_addr: format!("om-{id}:9862"),
+                    },
+                )
+            })
+            .collect();
+        let three = Membership::new(vec![(1..=3).collect()], nodes).unwrap();
+        let log_id = |term, index| LogId::new(LeaderId { term, node_id: 2 }, index);
+        for m in [
+            StoredMembership::default(),
+            StoredMembership::new(Some(log_id(3, 17)), three),
+        ] {
+            let cached = AppliedMembership::new(m.clone());
+            for last in [log_id(0, 0), log_id(3, 300), log_id(u64::MAX, u64::MAX)] {
+                let whole = pb::AppliedState {
+                    last_applied: Some(codec::log_id_to_pb(&last)),
+                    membership: Some(codec::stored_membership_to_pb(&m)),
+                };
+                assert_eq!(
+                    cached.applied_state_bytes(&last).unwrap(),
+                    whole.encode_to_vec()
+                );
+                let back =
+                    pb::AppliedState::decode(&*cached.applied_state_bytes(&last).unwrap()).unwrap();
+                assert_eq!(back, whole);
+            }
+        }
     }
 }

@@ -176,29 +176,100 @@ async fn apply_writes_data_and_applied_index_in_one_batch() {
     assert_eq!(kv(&db, "a").as_deref(), Some("1"));
 }
 
+fn membership_of(ids: &[u64]) -> Membership<u64, OmNode> {
+    let nodes: BTreeMap<u64, OmNode> = ids
+        .iter()
+        .map(|&id| {
+            (
+                id,
+                OmNode {
+                    raft_addr: format!("r:{id}"),
+                    grpc_addr: format!("g:{id}"),
+                },
+            )
+        })
+        .collect();
+    Membership::new(vec![ids.iter().copied().collect()], nodes).unwrap()
+}
+
+fn membership_entry(index: u64, m: &Membership<u64, OmNode>) -> Entry {
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Membership(m.clone()),
+    }
+}
+
+/// Every entry stores the membership with its applied index: the membership
+/// the state machine keeps between entries and apply calls follows a
+/// membership entry, and an installed snapshot replaces it (entries applied
+/// after the install store the snapshot's, not the one before).
 #[tokio::test]
 async fn membership_is_stored_with_the_applied_index() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = BTreeMap::from([(
-        1u64,
-        OmNode {
-            raft_addr: "r:1".into(),
-            grpc_addr: "g:1".into(),
-        },
-    )]);
-    let m = Membership::new(vec![[1u64].into()], nodes).unwrap();
+    let one = membership_of(&[1]);
+    let three = membership_of(&[1, 2, 3]);
     {
         let (_, mut sm, _) = open_store(dir.path()).unwrap();
-        let e = Entry {
-            log_id: log_id(1, 1),
-            payload: EntryPayload::Membership(m.clone()),
-        };
-        apply(&mut sm, vec![e]).await.unwrap();
+        apply(&mut sm, vec![membership_entry(1, &one)])
+            .await
+            .unwrap();
+        apply(&mut sm, vec![put(2, "a", "1")]).await.unwrap();
+        assert_eq!(
+            sm.applied_state().await.unwrap(),
+            (
+                Some(log_id(1, 2)),
+                StoredMembership::new(Some(log_id(1, 1)), one.clone())
+            )
+        );
+        apply(
+            &mut sm,
+            vec![
+                put(3, "b", "2"),
+                membership_entry(4, &three),
+                put(5, "c", "3"),
+            ],
+        )
+        .await
+        .unwrap();
+        apply(&mut sm, vec![put(6, "d", "4")]).await.unwrap();
     }
     let (_, mut sm, _) = open_store(dir.path()).unwrap();
     let (applied, stored) = sm.applied_state().await.unwrap();
-    assert_eq!(applied, Some(log_id(1, 1)));
-    assert_eq!(stored, StoredMembership::new(Some(log_id(1, 1)), m));
+    assert_eq!(applied, Some(log_id(1, 6)));
+    assert_eq!(stored, StoredMembership::new(Some(log_id(1, 4)), three));
+
+    // A snapshot from a node that never saw the change to three voters.
+    let other = tempfile::tempdir().unwrap();
+    let (_, mut sm_other, _) = open_store(other.path()).unwrap();
+    apply(
+        &mut sm_other,
+        (1..=9)
+            .map(|i| match i {
+                1 => membership_entry(1, &one),
+                i => put(i, "x", "y"),
+            })
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let snap = sm_other
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    sm.install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
+    apply(&mut sm, vec![put(10, "e", "5")]).await.unwrap();
+    let expected = (
+        Some(log_id(1, 10)),
+        StoredMembership::new(Some(log_id(1, 1)), one),
+    );
+    assert_eq!(sm.applied_state().await.unwrap(), expected);
+    drop(sm);
+    let (_, mut sm, _) = open_store(dir.path()).unwrap();
+    assert_eq!(sm.applied_state().await.unwrap(), expected);
 }
 
 #[tokio::test]
