@@ -44,15 +44,14 @@ pub struct StateMachine {
     /// once the last clone (openraft's) is gone.
     alive: Arc<()>,
     /// The stored membership as of the last entry applied through this
-    /// value (openraft's, which alone applies and installs); `None` until the
-    /// first apply and after an install, which replaces it on disk.
+    /// value (openraft's, which alone applies and installs), encoded; `None`
+    /// until the first apply and after an install, which replaces it on disk.
     membership: Option<AppliedMembership>,
 }
 
-/// The membership of the applied state, with its encoding.
+/// The membership of the applied state, encoded.
 #[derive(Clone)]
 struct AppliedMembership {
-    membership: StoredMembership,
     /// `AppliedState { membership, .. }` encoded without `last_applied`:
     /// field 2 of the record alone. Protobuf fields concatenate and prost
     /// writes them in field-number order, so the encoded `last_applied`
@@ -62,16 +61,13 @@ struct AppliedMembership {
 }
 
 impl AppliedMembership {
-    fn new(membership: StoredMembership) -> AppliedMembership {
+    fn new(membership: &StoredMembership) -> AppliedMembership {
         let encoded = pb::AppliedState {
             last_applied: None,
-            membership: Some(codec::stored_membership_to_pb(&membership)),
+            membership: Some(codec::stored_membership_to_pb(membership)),
         }
         .encode_to_vec();
-        AppliedMembership {
-            membership,
-            encoded,
-        }
+        AppliedMembership { encoded }
     }
 
     /// The `AppliedState` record of `last` with this membership.
@@ -202,7 +198,7 @@ impl StateMachine {
                 .map_err(io_err)?,
             EntryPayload::Membership(m) => {
                 *membership =
-                    AppliedMembership::new(StoredMembership::new(Some(entry.log_id), m.clone()));
+                    AppliedMembership::new(&StoredMembership::new(Some(entry.log_id), m.clone()));
                 CommandResult::default()
             }
         };
@@ -249,7 +245,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // reads the membership back from the store.
         let mut membership = match self.membership.take() {
             Some(m) => m,
-            None => AppliedMembership::new(self.read_applied()?.1),
+            None => AppliedMembership::new(&self.read_applied()?.1),
         };
         while let Some((entry, responder)) = entries.try_next().await? {
             let started = Instant::now();
@@ -332,7 +328,7 @@ mod tests {
             StoredMembership::default(),
             StoredMembership::new(Some(log_id(3, 17)), three),
         ] {
-            let cached = AppliedMembership::new(m.clone());
+            let cached = AppliedMembership::new(&m);
             for last in [log_id(0, 0), log_id(3, 300), log_id(u64::MAX, u64::MAX)] {
                 let whole = pb::AppliedState {
                     last_applied: Some(codec::log_id_to_pb(&last)),

@@ -272,6 +272,38 @@ async fn membership_is_stored_with_the_applied_index() {
     assert_eq!(sm.applied_state().await.unwrap(), expected);
 }
 
+/// The database counts tickers (what /metrics reads) but does not time
+/// reads and writes: a timed Get or write costs two clock reads and a
+/// histogram update, and nothing reads those histograms.
+#[tokio::test]
+async fn statistics_count_tickers_without_timing_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(
+        dir.path(),
+        vec![ColumnFamilyDescriptor::new(KV, Options::default())],
+        Arc::new(KvApplier),
+    )
+    .unwrap();
+    let mut sm = s.state_machine;
+    apply(&mut sm, vec![put(1, "a", "1")]).await.unwrap();
+    for _ in 0..10 {
+        assert_eq!(kv(&s.db, "a").as_deref(), Some("1"));
+    }
+    let dump = s.options.get_statistics().expect("statistics enabled");
+    let count = |name: &str| -> u64 {
+        let line = dump
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing from the statistics dump"));
+        let (_, rest) = line.split_once("COUNT : ").expect("a count");
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(count("rocksdb.number.keys.read") >= 10, "tickers count");
+    assert!(count("rocksdb.number.keys.written") >= 1, "tickers count");
+    assert_eq!(count("rocksdb.db.get.micros"), 0, "gets are not timed");
+    assert_eq!(count("rocksdb.db.write.micros"), 0, "writes are not timed");
+}
+
 #[tokio::test]
 async fn purge_persists_last_purged_and_leaves_no_gap() {
     let dir = tempfile::tempdir().unwrap();
