@@ -568,10 +568,10 @@ impl Node {
         let _ = stop.send(true);
         raft_server.abort();
         let _ = raft_server.await;
-        // Peers' streams (appends, a snapshot transfer) would keep their
-        // connections, and the database, until the peer hangs up.
-        raft_closer.close();
-        // The public servers finish in-flight requests, within a grace period.
+        // The public servers finish in-flight requests, within a grace
+        // period. The Raft port's connections stay open meanwhile: after a
+        // handover, a write still waiting here learns its commit from the new
+        // leader's appends.
         for mut t in tasks {
             if tokio::time::timeout(Duration::from_secs(2), &mut t)
                 .await
@@ -581,8 +581,10 @@ impl Node {
                 let _ = t.await;
             }
         }
-        // Past the grace period, what clients still hold open is closed.
-        for c in &public_closers {
+        // Past the grace period, what clients still hold open is closed, and
+        // so are peers' streams (appends, a snapshot transfer), which would
+        // keep their connections, and the database, until the peer hung up.
+        for c in public_closers.iter().chain([&raft_closer]) {
             c.close();
         }
         if let Err(e) = raft.shutdown().await {
