@@ -7,8 +7,8 @@
 //! and the database has one WAL, so a crash loses at most applied state that
 //! is re-applied from the log on restart. The membership half of the applied
 //! state changes only with a membership entry or a snapshot, so it is kept
-//! decoded and encoded between entries (`AppliedMembership`) instead of being
-//! read back and re-encoded for each one.
+//! encoded between entries (`AppliedMembership`) instead of being read back
+//! and re-encoded for each one.
 //!
 //! Snapshots are files in `snapshots/`, owned by `snapshot_store` (format in
 //! `snapshot`). Building reads a RocksDB snapshot on a blocking thread, so
