@@ -364,6 +364,35 @@ async fn send(
         .map(|r| r.into_inner())
 }
 
+type Transfer =
+    tokio::task::JoinHandle<Result<tonic::Response<pb::SnapshotResponse>, tonic::Status>>;
+
+/// A snapshot transfer to `raft` that has sent `first` and stays open (until
+/// the returned sender is dropped), once the receiver has staged it in
+/// `snaps`.
+async fn open_transfer(
+    raft: &str,
+    first: pb::SnapshotChunk,
+    snaps: &std::path::Path,
+) -> (tokio::sync::mpsc::Sender<pb::SnapshotChunk>, Transfer) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+    tx.send(first).await.unwrap();
+    let raft = raft.to_string();
+    let transfer = tokio::spawn(async move {
+        let mut c = RaftServiceClient::connect(format!("http://{raft}"))
+            .await
+            .unwrap();
+        c.install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    wait_for(Duration::from_secs(10), "a staged transfer", || {
+        let staged = !staged_files(snaps).is_empty();
+        async move { staged.then_some(()) }
+    })
+    .await;
+    (tx, transfer)
+}
+
 fn staged_files(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -475,22 +504,8 @@ async fn bad_incoming_snapshots_are_refused_before_raft_sees_them() {
 
     // One transfer at a time; a transfer whose client goes away mid-stream
     // leaves nothing behind.
-    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
-    let open = chunks(&valid, 256, vote, &file_meta);
-    tx.send(open[0].clone()).await.unwrap();
-    let raft2 = raft.clone();
-    let pending = tokio::spawn(async move {
-        let mut c = RaftServiceClient::connect(format!("http://{raft2}"))
-            .await
-            .unwrap();
-        c.install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
-    wait_for(Duration::from_secs(10), "a staged transfer", || {
-        let staged = !staged_files(&snaps).is_empty();
-        async move { staged.then_some(()) }
-    })
-    .await;
+    let first = chunks(&valid, 256, vote, &file_meta).remove(0);
+    let (tx, pending) = open_transfer(&raft, first, &snaps).await;
     expect(
         send(&raft, chunks(&valid, 1024, vote, &file_meta)).await,
         tonic::Code::ResourceExhausted,
@@ -543,21 +558,8 @@ async fn a_transfer_a_peer_keeps_open_does_not_hold_a_stopped_node() {
     };
     let meta = pb::SnapshotMeta::default();
     let first = chunks(&[7u8; 4096], 1024, vote, &meta).remove(0);
-    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
-    tx.send(first).await.unwrap();
     let raft = n.node.raft_addr.to_string();
-    let transfer = tokio::spawn(async move {
-        let mut c = RaftServiceClient::connect(format!("http://{raft}"))
-            .await
-            .unwrap();
-        c.install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
-    wait_for(Duration::from_secs(10), "a staged transfer", || {
-        let staged = !staged_files(&snaps).is_empty();
-        async move { staged.then_some(()) }
-    })
-    .await;
+    let (tx, transfer) = open_transfer(&raft, first, &snaps).await;
 
     // The peer never hangs up: `tx` lives to the end of the test.
     let dir = n.stop().await;
