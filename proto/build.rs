@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .btree_map(".")
+        // A log entry's command as `Bytes`: shared with the decoded command,
+        // not copied, when a leader sends it to each follower.
+        .bytes(".om.raft.v1.Entry.normal")
         .file_descriptor_set_path(out.join("om_descriptor.bin"))
         .build_client(true)
         .build_server(true)

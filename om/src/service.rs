@@ -279,7 +279,7 @@ impl OmService {
         // awaits it (this one, the gRPC handler's, tonic's) would otherwise
         // hold it inline and be copied whole each time it is moved (memcpy
         // was ~20 % of the leader's instructions per PutKey).
-        let write = Box::pin(self.raft.client_write(cmd));
+        let write = Box::pin(self.raft.client_write(cmd.into()));
         let outcome = match tokio::time::timeout(self.request_timeout, write).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
             Ok(Err(e)) => Err(write_err(e)),

@@ -6,8 +6,9 @@ use om_proto::raft as pb;
 use openraft::EntryPayload;
 use openraft::vote::leader_id_adv::LeaderId;
 use prost::Message;
+use prost::bytes::Bytes;
 
-use crate::{Entry, LogId, Membership, OmNode, StoredMembership, Vote, io_err};
+use crate::{Entry, LogId, Membership, OmNode, SharedCommand, StoredMembership, Vote, io_err};
 
 pub fn log_id_to_pb(id: &LogId) -> pb::LogId {
     pb::LogId {
@@ -126,7 +127,7 @@ pub fn stored_membership_from_pb(m: &pb::StoredMembership) -> std::io::Result<St
 pub fn entry_to_pb(e: &Entry) -> pb::Entry {
     let payload = match &e.payload {
         EntryPayload::Blank => pb::entry::Payload::Blank(pb::Blank {}),
-        EntryPayload::Normal(cmd) => pb::entry::Payload::Normal(cmd.encode_to_vec()),
+        EntryPayload::Normal(cmd) => pb::entry::Payload::Normal(cmd.encoded().clone()),
         EntryPayload::Membership(m) => pb::entry::Payload::Membership(membership_to_pb(m)),
     };
     pb::Entry {
@@ -135,7 +136,20 @@ pub fn entry_to_pb(e: &Entry) -> pb::Entry {
     }
 }
 
+/// An entry read back from the log.
 pub fn entry_from_pb(e: &pb::Entry) -> std::io::Result<Entry> {
+    decode_entry_with(e, Bytes::clone)
+}
+
+/// An entry received from a peer. Its command's bytes are copied out of the
+/// received message: shared, they would keep the receive buffer they were
+/// decoded from allocated for as long as the log's tail cache holds the entry,
+/// memory the cache's byte bound does not count.
+pub fn entry_from_peer_pb(e: &pb::Entry) -> std::io::Result<Entry> {
+    decode_entry_with(e, |b| Bytes::copy_from_slice(b))
+}
+
+fn decode_entry_with(e: &pb::Entry, own: impl Fn(&Bytes) -> Bytes) -> std::io::Result<Entry> {
     let log_id = log_id_from_pb(
         e.log_id
             .as_ref()
@@ -143,9 +157,9 @@ pub fn entry_from_pb(e: &pb::Entry) -> std::io::Result<Entry> {
     );
     let payload = match &e.payload {
         Some(pb::entry::Payload::Blank(_)) | None => EntryPayload::Blank,
-        Some(pb::entry::Payload::Normal(bytes)) => EntryPayload::Normal(
-            om_proto::store::Command::decode(bytes.as_slice()).map_err(io_err)?,
-        ),
+        Some(pb::entry::Payload::Normal(bytes)) => {
+            EntryPayload::Normal(SharedCommand::decode(own(bytes))?)
+        }
         Some(pb::entry::Payload::Membership(m)) => EntryPayload::Membership(membership_from_pb(m)?),
     };
     Ok(Entry { log_id, payload })

@@ -14,6 +14,7 @@
 //! an error (openraft ends its core on any storage error).
 
 pub mod codec;
+pub mod command;
 pub mod keys;
 pub mod log_store;
 pub mod metrics;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use om_proto::store::{Command, CommandResult};
 use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
 
+pub use command::SharedCommand;
 pub use log_store::LogStore;
 pub use state_machine::{SnapshotInbox, StateMachine};
 
@@ -51,9 +53,10 @@ impl fmt::Display for OmNode {
 }
 
 openraft::declare_raft_types!(
-    /// om's Raft types: commands and results are protobuf messages.
+    /// om's Raft types: commands and results are protobuf messages; a
+    /// command travels with its encoding ([`SharedCommand`]).
     pub TypeConfig:
-        D = Command,
+        D = SharedCommand,
         R = CommandResult,
         NodeId = NodeId,
         Node = OmNode,

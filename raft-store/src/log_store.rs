@@ -55,8 +55,8 @@ struct Shared {
 /// Most entries the in-memory tail of the log holds.
 pub const CACHE_MAX_ENTRIES: usize = 4096;
 /// Most encoded bytes the in-memory tail of the log holds (one entry larger
-/// than this is not cached). Decoded entries take a few times their encoded
-/// size (PutKeys' many small strings): at 16 MiB a 1M-key bulk load left each
+/// than this is not cached). A cached entry holds its command decoded and
+/// encoded, a few times its encoded size (PutKeys' many small strings): at 16 MiB a 1M-key bulk load left each
 /// node ~90 MiB larger. Openraft reads entries back within milliseconds of
 /// appending them, so a small tail serves nearly every read.
 pub const CACHE_MAX_BYTES: usize = 2 << 20;

@@ -537,7 +537,7 @@ pub fn append_from_pb(
         entries: r
             .entries
             .iter()
-            .map(codec::entry_from_pb)
+            .map(codec::entry_from_peer_pb)
             .collect::<Result<_, _>>()?,
         leader_commit: codec::opt_log_id_from_pb(&r.leader_commit),
     })

@@ -194,7 +194,7 @@ impl StateMachine {
             EntryPayload::Blank => CommandResult::default(),
             EntryPayload::Normal(cmd) => self
                 .applier
-                .apply(db, &mut batch, entry.log_id.index, cmd)
+                .apply(db, &mut batch, entry.log_id.index, cmd.command())
                 .map_err(io_err)?,
             EntryPayload::Membership(m) => {
                 *membership =

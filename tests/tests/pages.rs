@@ -872,7 +872,7 @@ async fn a_tree_nested_past_the_limits_is_refused_with_a_clear_reason() {
             op: Some(om_proto::store::command::Op::RenamePath(rename(k))),
             ..Default::default()
         };
-        let r = node.node.raft.client_write(cmd).await.unwrap();
+        let r = node.node.raft.client_write(cmd.into()).await.unwrap();
         om::apply::into_outcome(r.data).unwrap();
     }
     let mut token = String::new();

@@ -275,7 +275,7 @@ async fn the_raft_port_serves_only_members() {
             }),
             index: before[0].2.unwrap_or(0) + 1,
         }),
-        payload: Some(pb::entry::Payload::Normal(vec![1, 2, 3])),
+        payload: Some(pb::entry::Payload::Normal(vec![1, 2, 3].into())),
     };
     let a = raft
         .append_entries(pb::AppendEntriesRequest {

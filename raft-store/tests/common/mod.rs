@@ -56,14 +56,17 @@ pub fn log_id(term: u64, index: u64) -> LogId {
 pub fn put(index: u64, key: &str, value: &str) -> Entry {
     Entry {
         log_id: log_id(1, index),
-        payload: EntryPayload::Normal(Command {
-            op: Some(Op::PutKey(PutKey {
-                key: key.into(),
-                volume: value.into(),
+        payload: EntryPayload::Normal(
+            Command {
+                op: Some(Op::PutKey(PutKey {
+                    key: key.into(),
+                    volume: value.into(),
+                    ..Default::default()
+                })),
                 ..Default::default()
-            })),
-            ..Default::default()
-        }),
+            }
+            .into(),
+        ),
     }
 }
 
