@@ -399,6 +399,53 @@ async fn the_in_memory_tail_agrees_with_the_log() {
     );
 }
 
+/// A command is encoded once and its bytes shared; the entry a log or a peer
+/// carries is the same protobuf as before sharing (a `bytes` field), and one
+/// received from a peer is copied out of the message it came in.
+#[tokio::test]
+async fn entries_store_and_send_the_commands_own_encoding() {
+    use om_proto::raft as pb;
+    use om_raft_store::codec;
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ls, _sm, db) = open_store(dir.path()).unwrap();
+    let e = put(1, "key", "value");
+    let EntryPayload::Normal(cmd) = &e.payload else {
+        unreachable!()
+    };
+    let plain = pb::Entry {
+        log_id: Some(codec::log_id_to_pb(&e.log_id)),
+        payload: Some(pb::entry::Payload::Normal(
+            cmd.command().encode_to_vec().into(),
+        )),
+    }
+    .encode_to_vec();
+    assert_eq!(codec::encode_entry(&e), plain);
+    append_and_wait(&mut ls, vec![e.clone()]).await;
+    let stored = db
+        .get_cf(
+            db.cf_handle(om_raft_store::keys::LOG_CF).unwrap(),
+            om_raft_store::keys::log_key(1),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, plain);
+
+    let message = pb::Entry::decode(plain.as_slice()).unwrap();
+    let Some(pb::entry::Payload::Normal(sent)) = &message.payload else {
+        unreachable!()
+    };
+    let shares = |e: &Entry| match &e.payload {
+        EntryPayload::Normal(c) => {
+            assert_eq!(c.command(), cmd.command());
+            c.encoded().as_ptr() == sent.as_ptr()
+        }
+        _ => unreachable!(),
+    };
+    assert!(shares(&codec::entry_from_pb(&message).unwrap()));
+    assert!(!shares(&codec::entry_from_peer_pb(&message).unwrap()));
+}
+
 #[tokio::test]
 async fn snapshot_install_is_all_or_nothing() {
     let a = tempfile::tempdir().unwrap();
