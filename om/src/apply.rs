@@ -334,15 +334,21 @@ impl Ctx<'_> {
         })
     }
 
+    /// The bucket, or why there is none: its volume is missing
+    /// (VOLUME_NOT_FOUND) or it is (BUCKET_NOT_FOUND). The volume is read only
+    /// when the bucket is missing: a bucket never outlives its volume (a
+    /// volume with buckets cannot be deleted), so a found bucket's volume
+    /// exists, and every write to a bucket saves a point read.
     fn bucket(&self, volume: &str, name: &str) -> Result<BucketRecord, OmError> {
+        if let Some(b) = table::get::<BucketTable>(self.db, &keys::bucket_key(volume, name))? {
+            return Ok(b);
+        }
         self.volume(volume, "volume")?;
-        table::get::<BucketTable>(self.db, &keys::bucket_key(volume, name))?.ok_or_else(|| {
-            OmError::not_found(
-                "BUCKET_NOT_FOUND",
-                "bucket",
-                format!("bucket {volume}/{name} does not exist"),
-            )
-        })
+        Err(OmError::not_found(
+            "BUCKET_NOT_FOUND",
+            "bucket",
+            format!("bucket {volume}/{name} does not exist"),
+        ))
     }
 
     fn create_volume(
@@ -1213,6 +1219,8 @@ mod tests {
     pub(super) struct Sm {
         _dir: tempfile::TempDir,
         pub db: DB,
+        /// The database's options, which hold its statistics.
+        opts: rocksdb::Options,
         index: u64,
         /// Added to every command's time: tests move the clock with it.
         pub clock_ms: u64,
@@ -1224,10 +1232,12 @@ mod tests {
             let mut o = rocksdb::Options::default();
             o.create_if_missing(true);
             o.create_missing_column_families(true);
+            o.enable_statistics();
             let db = DB::open_cf(&o, dir.path(), keys::TABLE_CFS).unwrap();
             Sm {
                 _dir: dir,
                 db,
+                opts: o,
                 index: 0,
                 clock_ms: 0,
             }
@@ -1279,6 +1289,12 @@ mod tests {
             (r, n)
         }
 
+        /// Point reads (`Get`s) of the database so far.
+        pub fn keys_read(&self) -> u64 {
+            self.opts
+                .get_ticker_count(rocksdb::statistics::Ticker::NumberKeysRead)
+        }
+
         /// The time the next command will carry.
         pub fn next_now(&self) -> u64 {
             1000 + self.index + 1 + self.clock_ms
@@ -1315,6 +1331,33 @@ mod tests {
             layout,
             ..Default::default()
         }));
+    }
+
+    /// A write to an existing bucket reads the bucket but not its volume to
+    /// learn that the volume exists (a bucket never outlives its volume); the
+    /// volume is read once, for its usage. A missing bucket still names what
+    /// is missing.
+    #[test]
+    fn a_put_reads_its_volume_once() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let put = |volume: &str, bucket: &str, key: &str| {
+            Op::PutKey(st::PutKey {
+                volume: volume.into(),
+                bucket: bucket.into(),
+                key: key.into(),
+                size: 10,
+                ..Default::default()
+            })
+        };
+        sm.ok(put("vol", "bkt", "a"));
+        let before = sm.keys_read();
+        sm.ok(put("vol", "bkt", "b"));
+        // The bucket, the key's current version, the block id counter and
+        // the volume (its used bytes).
+        assert_eq!(sm.keys_read() - before, 4);
+        assert_eq!(sm.rejected(put("nope", "bkt", "c")), "VOLUME_NOT_FOUND");
+        assert_eq!(sm.rejected(put("vol", "nope", "c")), "BUCKET_NOT_FOUND");
     }
 
     /// Apply decides rights from the state as of the entry: a grant lets a
