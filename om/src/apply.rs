@@ -592,7 +592,7 @@ impl Ctx<'_> {
             return Ok(*n);
         }
         let cf = table::cf(self.db, keys::BLOCK_REFS_CF)?;
-        match self.db.get_pinned_cf(cf, keys::block_ref_key(id))? {
+        match table::get_pinned(self.db, cf, &keys::block_ref_key(id))? {
             Some(v) => Ok(u32::from_be_bytes(v.as_ref().try_into().map_err(|_| {
                 OmError::Internal(format!("corrupt holder count of block {id}"))
             })?)),
