@@ -1,57 +1,20 @@
 //! The Raft storage contract, tested on the real RocksDB store: openraft's
 //! conformance suite plus om's durability points.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::stream;
-use om_proto::store::{Command, CommandResult, PutKey, command::Op};
-use om_raft_store::{
-    Applier, ApplyError, Entry, LogId, LogStore, OmNode, StateMachine, TypeConfig, Vote, open,
-};
+use om_raft_store::{Entry, LogStore, OmNode, StateMachine, TypeConfig, Vote, open};
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage, RaftStateMachine};
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::vote::leader_id_adv::LeaderId;
 use openraft::{EntryPayload, Membership, RaftSnapshotBuilder, StorageError, StoredMembership};
-use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
+use rocksdb::{ColumnFamilyDescriptor, Options};
 
-const KV: &str = "kv";
-
-/// Test applier: `PutKey { key, volume }` writes `key -> volume` into `kv`;
-/// a key named "fail" is a storage failure.
-struct KvApplier;
-
-impl Applier for KvApplier {
-    fn apply(
-        &self,
-        db: &DB,
-        batch: &mut WriteBatch,
-        _index: u64,
-        cmd: &Command,
-    ) -> Result<CommandResult, ApplyError> {
-        if let Some(Op::PutKey(p)) = &cmd.op {
-            if p.key == "fail" {
-                return Err(ApplyError("injected".into()));
-            }
-            batch.put_cf(
-                db.cf_handle(KV).unwrap(),
-                p.key.as_bytes(),
-                p.volume.as_bytes(),
-            );
-        }
-        Ok(CommandResult::default())
-    }
-}
-
-fn open_store(dir: &std::path::Path) -> std::io::Result<(LogStore, StateMachine, Arc<DB>)> {
-    let s = open(
-        dir,
-        vec![ColumnFamilyDescriptor::new(KV, Options::default())],
-        Arc::new(KvApplier),
-    )?;
-    Ok((s.log_store, s.state_machine, s.db))
-}
+use common::{KV, KvApplier, apply, kv, log_id, open_store, put};
 
 struct Builder;
 
@@ -72,27 +35,6 @@ async fn openraft_conformance_suite() {
     Suite::test_all(Builder).await.unwrap();
 }
 
-fn log_id(term: u64, index: u64) -> LogId {
-    LogId::new(LeaderId { term, node_id: 1 }, index)
-}
-
-fn put(index: u64, key: &str, value: &str) -> Entry {
-    Entry {
-        log_id: log_id(1, index),
-        payload: EntryPayload::Normal(
-            Command {
-                op: Some(Op::PutKey(PutKey {
-                    key: key.into(),
-                    volume: value.into(),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }
-            .into(),
-        ),
-    }
-}
-
 fn blank(index: u64) -> Entry {
     Entry {
         log_id: log_id(1, index),
@@ -104,17 +46,6 @@ async fn append_and_wait(ls: &mut LogStore, entries: Vec<Entry>) {
     let (tx, rx) = TypeConfig::oneshot();
     ls.append(entries, IOFlushed::signal(tx)).await.unwrap();
     rx.await.unwrap().unwrap();
-}
-
-async fn apply(sm: &mut StateMachine, entries: Vec<Entry>) -> std::io::Result<()> {
-    sm.apply(stream::iter(entries.into_iter().map(|e| Ok((e, None)))))
-        .await
-}
-
-fn kv(db: &DB, k: &str) -> Option<String> {
-    db.get_cf(db.cf_handle(KV).unwrap(), k)
-        .unwrap()
-        .map(|v| String::from_utf8(v).unwrap())
 }
 
 #[tokio::test]

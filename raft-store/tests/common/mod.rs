@@ -1,4 +1,4 @@
-//! Helpers shared by the store's snapshot tests: a key-value applier, a store
+//! Helpers shared by the store's tests: a key-value applier, a store
 //! on a temporary directory, and a dump of every column family.
 
 #![allow(dead_code)]
@@ -18,7 +18,8 @@ pub const KV: &str = "kv";
 /// Every column family of a test store.
 pub const ALL_CFS: [&str; 4] = ["raft_log", "raft_meta", "sm_meta", KV];
 
-/// `PutKey { key, volume }` writes `key -> volume` into `kv`.
+/// `PutKey { key, volume }` writes `key -> volume` into `kv`; a key named
+/// "fail" is a storage failure.
 pub struct KvApplier;
 
 impl Applier for KvApplier {
@@ -30,6 +31,9 @@ impl Applier for KvApplier {
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError> {
         if let Some(Op::PutKey(p)) = &cmd.op {
+            if p.key == "fail" {
+                return Err(ApplyError("injected".into()));
+            }
             batch.put_cf(
                 db.cf_handle(KV).unwrap(),
                 p.key.as_bytes(),
