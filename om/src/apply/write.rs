@@ -195,7 +195,7 @@ impl Ctx<'_> {
                 }
                 let old = fs::get_file(self.db, *parent, name)?;
                 if let Some(cond) = &c.conditions {
-                    super::check_conditions(cond, old.as_ref(), &c.key)?;
+                    super::conditions::check_conditions(cond, old.as_ref(), &c.key)?;
                 }
                 if s.rec.no_overwrite && old.is_some() {
                     return Err(OmError::exists(
