@@ -750,6 +750,16 @@ impl OmClient {
             .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
     }
 
+    /// Compares the members' state digests at one index (`VerifyReplicas`).
+    pub async fn verify_replicas(&self) -> Result<VerifyReplicasResponse, ClientError> {
+        self.call(|ch| async move {
+            ClusterClient::new(ch)
+                .verify_replicas(VerifyReplicasRequest {})
+                .await
+        })
+        .await
+    }
+
     /// The status of the contacted node and of every member it knows, each
     /// asked directly; members that do not answer are reported as errors.
     pub async fn cluster_status_all(

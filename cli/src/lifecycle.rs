@@ -5,7 +5,10 @@
 //! The JSON is read strictly: an unknown field is an error, a filter names
 //! exactly one predicate, and actions om does not run (`Transitions`,
 //! `NoncurrentVersionTransitions`) travel to the server by name, which
-//! refuses the rule; nothing is silently dropped.
+//! refuses the rule; nothing is silently dropped. What S3 decides about a
+//! rule the server decides too: a rule without `ID` travels without one
+//! (the server assigns it), one without `Filter` or `Prefix` travels without
+//! a filter (the server refuses it).
 
 use anyhow::{Context, Result, bail};
 use om_client::OmClient;
@@ -209,12 +212,14 @@ fn rule(v: &Value, i: usize) -> Result<LifecycleRule> {
                     .get("Date")
                     .map(|d| date_ms(&string(d, &format!("{w}.Date"))?, &format!("{w}.Date")))
                     .transpose()?,
-                expired_object_delete_marker: match e.get("ExpiredObjectDeleteMarker") {
-                    None => false,
-                    Some(b) => b.as_bool().with_context(|| {
-                        format!("{w}.ExpiredObjectDeleteMarker must be true or false")
-                    })?,
-                },
+                expired_object_delete_marker: e
+                    .get("ExpiredObjectDeleteMarker")
+                    .map(|b| {
+                        b.as_bool().with_context(|| {
+                            format!("{w}.ExpiredObjectDeleteMarker must be true or false")
+                        })
+                    })
+                    .transpose()?,
             })
         }
     };
@@ -336,8 +341,8 @@ pub fn to_json(rules: &[LifecycleRule]) -> Value {
                 if let Some(d) = e.date_ms {
                     x.insert("Date".into(), json!(iso_date(d)));
                 }
-                if e.expired_object_delete_marker {
-                    x.insert("ExpiredObjectDeleteMarker".into(), json!(true));
+                if let Some(m) = e.expired_object_delete_marker {
+                    x.insert("ExpiredObjectDeleteMarker".into(), json!(m));
                 }
                 m.insert("Expiration".into(), Value::Object(x));
             }
@@ -621,6 +626,33 @@ mod tests {
             old[0].filter.as_ref().unwrap().predicate,
             Some(Predicate::Prefix("x/".into()))
         );
+    }
+
+    /// What S3 decides about a rule reaches the server as given: no `ID`
+    /// (the server assigns one), `ExpiredObjectDeleteMarker: false` (kept,
+    /// and printed back), no `Filter` nor `Prefix` (the server refuses it).
+    #[test]
+    fn what_s3_decides_travels_to_the_server() {
+        let src = json!({"Rules": [{"Status": "Enabled", "Filter": {},
+            "Expiration": {"ExpiredObjectDeleteMarker": false}}]});
+        let rules = parse(&src).unwrap();
+        assert_eq!(rules[0].id, "");
+        assert_eq!(
+            rules[0]
+                .expiration
+                .as_ref()
+                .unwrap()
+                .expired_object_delete_marker,
+            Some(false)
+        );
+        assert_eq!(
+            to_json(&rules)["Rules"][0]["Expiration"],
+            json!({"ExpiredObjectDeleteMarker": false})
+        );
+        let bare = parse(&json!({"Rules": [{"ID": "a", "Status": "Enabled",
+            "Expiration": {"Days": 1}}]}))
+        .unwrap();
+        assert!(bare[0].filter.is_none());
     }
 
     #[test]

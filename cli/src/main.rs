@@ -365,6 +365,9 @@ enum ClusterCmd {
     RemoveNode { node_id: u64 },
     /// Hand leadership to another voter.
     TransferLeader { node_id: u64 },
+    /// Compare every voter's state digest at the newest index all of them
+    /// applied; exits non-zero unless every voter answered with the same one.
+    Verify,
 }
 
 fn split2(path: &str) -> Result<(&str, &str)> {
@@ -1062,8 +1065,72 @@ async fn run(cli: Cli) -> Result<()> {
             c.transfer_leader(node_id).await?;
             println!("node {node_id} is the leader");
         }
+        Cmd::Cluster(ClusterCmd::Verify) => {
+            let r = c.verify_replicas().await?;
+            print_verify(out, &r);
+            if !r.all_agree {
+                bail!(
+                    "replicas do not all agree at index {} ({})",
+                    r.index,
+                    if r.index == 0 {
+                        "nothing comparable yet"
+                    } else if r.majority {
+                        "a member differs from the majority or did not answer"
+                    } else {
+                        "no majority"
+                    }
+                );
+            }
+        }
     }
     Ok(())
+}
+
+fn print_verify(out: Output, r: &VerifyReplicasResponse) {
+    if out == Output::Json {
+        let members: Vec<Value> = r
+            .members
+            .iter()
+            .map(|m| {
+                json!({
+                    "node_id": m.node_id,
+                    "applied_index": m.applied_index,
+                    "digest": m.digest,
+                    "agrees": m.agrees,
+                    "diverged": m.diverged,
+                    "error": m.error,
+                })
+            })
+            .collect();
+        let v = json!({
+            "index": r.index,
+            "all_agree": r.all_agree,
+            "majority": r.majority,
+            "members": members,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return;
+    }
+    println!("compared at index {}", r.index);
+    println!("{:<6} {:>12}  {:<64}  VERDICT", "NODE", "APPLIED", "DIGEST");
+    for m in &r.members {
+        let verdict = if !m.error.is_empty() {
+            format!("unreachable: {}", m.error)
+        } else if m.digest.is_empty() {
+            "no digest at that index".to_string()
+        } else if m.agrees {
+            "agrees".to_string()
+        } else if r.majority {
+            "DIFFERS from the majority".to_string()
+        } else {
+            "no majority".to_string()
+        };
+        let diverged = if m.diverged { " (marked diverged)" } else { "" };
+        println!(
+            "{:<6} {:>12}  {:<64}  {verdict}{diverged}",
+            m.node_id, m.applied_index, m.digest
+        );
+    }
 }
 
 type MemberStatus = (ClusterMember, Result<ClusterStatusResponse, ClientError>);

@@ -97,6 +97,10 @@ pub struct Args {
     /// Minimum election timeout in milliseconds; the maximum is twice it [default: 500].
     #[arg(long, env = "OM_ELECTION_TIMEOUT_MS")]
     pub election_timeout_ms: Option<u64>,
+    /// How often this node compares its state digest with the other
+    /// members', in milliseconds [default: 10000].
+    #[arg(long, env = "OM_DIVERGENCE_CHECK_INTERVAL_MS")]
+    pub divergence_check_interval_ms: Option<u64>,
     /// Build a snapshot every this many applied entries [default: 10000];
     /// past 64 MiB of snapshot, also wait for as many bytes of log.
     #[arg(long, env = "OM_SNAPSHOT_EVERY")]
@@ -191,6 +195,7 @@ struct FileConfig {
     max_page: Option<u32>,
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
+    divergence_check_interval_ms: Option<u64>,
     snapshot_every: Option<u64>,
     retry_cache_ttl_s: Option<u64>,
     snapshot_keep_logs: Option<u64>,
@@ -246,6 +251,8 @@ pub struct Config {
     pub max_page: u32,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
+    /// Between two comparisons of this node's state digest with the others'.
+    pub divergence_check_interval: Duration,
     pub snapshot_every: u64,
     pub retry_cache_ttl: Duration,
     pub snapshot_keep_logs: u64,
@@ -392,6 +399,12 @@ impl Config {
             max_page,
             heartbeat: Duration::from_millis(heartbeat_ms),
             election_timeout: Duration::from_millis(election_ms),
+            divergence_check_interval: Duration::from_millis(
+                args.divergence_check_interval_ms
+                    .or(file.divergence_check_interval_ms)
+                    .unwrap_or(10_000)
+                    .max(100),
+            ),
             snapshot_every: args
                 .snapshot_every
                 .or(file.snapshot_every)

@@ -73,6 +73,10 @@ pub enum OmError {
     /// No quorum, shutting down, or the request timed out in Raft.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// This replica's state differs from the other members' (`divergence`):
+    /// it serves nothing until it is rebuilt; the others can.
+    #[error("replica diverged: {0}")]
+    Diverged(String),
     /// Storage or internal failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -155,6 +159,7 @@ impl OmError {
             OmError::Denied { .. } => "ACCESS_DENIED",
             OmError::NotLeader { .. } => "NOT_LEADER",
             OmError::Unavailable(_) => "UNAVAILABLE",
+            OmError::Diverged(_) => "REPLICA_DIVERGED",
             OmError::Internal(_) => "INTERNAL",
         }
     }

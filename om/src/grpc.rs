@@ -105,7 +105,9 @@ pub fn to_status(e: &OmError) -> Status {
             *leader_id,
             leader_addr.clone(),
         ),
-        OmError::Unavailable(_) => (tonic::Code::Unavailable, String::new(), None, None),
+        OmError::Unavailable(_) | OmError::Diverged(_) => {
+            (tonic::Code::Unavailable, String::new(), None, None)
+        }
         OmError::Internal(_) => (tonic::Code::Internal, String::new(), None, None),
     };
     let message = capped(e.to_string());
@@ -1309,6 +1311,33 @@ impl Cluster for ClusterGrpc {
                 .await?;
             Ok(TransferLeaderResponse {
                 status: Some(cluster_status(&self.svc)),
+            })
+        })
+        .await
+    }
+
+    async fn verify_replicas(
+        &self,
+        _req: Request<VerifyReplicasRequest>,
+    ) -> Result<Response<VerifyReplicasResponse>, Status> {
+        observe("VerifyReplicas", async {
+            let r = self.svc.verify_replicas().await?;
+            Ok(VerifyReplicasResponse {
+                index: r.index,
+                members: r
+                    .members
+                    .into_iter()
+                    .map(|m| ReplicaDigest {
+                        node_id: m.node_id,
+                        applied_index: m.applied_index,
+                        digest: m.digest.map(hex::encode).unwrap_or_default(),
+                        agrees: m.agrees,
+                        diverged: m.diverged,
+                        error: m.error.unwrap_or_default(),
+                    })
+                    .collect(),
+                all_agree: r.all_agree,
+                majority: r.majority,
             })
         })
         .await

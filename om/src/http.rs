@@ -132,6 +132,9 @@ pub fn readiness(svc: &OmService, admission: &Admission, catch_up: &CatchUp) -> 
     if admission.phase() != Phase::Open {
         return Err(format!("not admitted: {}", admission.message()));
     }
+    if let Some(why) = svc.divergence().and_then(|d| d.diverged()) {
+        return Err(format!("replica diverged: {why}"));
+    }
     if m.running_state.is_err() {
         return Err("raft stopped".to_string());
     }

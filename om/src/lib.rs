@@ -10,6 +10,7 @@ pub mod apply;
 pub mod audit;
 pub mod authz;
 pub mod config;
+pub mod divergence;
 pub mod error;
 pub mod fs;
 pub mod grpc;

@@ -4,11 +4,19 @@
 //! A configuration is at most `MAX_RULES` rules with unique ids of at most
 //! `MAX_RULE_ID_CHARS` characters. Each rule needs at least one action it can
 //! run; day counts are positive, an expiration date is a midnight UTC,
-//! `ExpiredObjectDeleteMarker` stands alone in its `Expiration`, and neither it
-//! nor `AbortIncompleteMultipartUpload` combines with a tag filter. Actions om
-//! does not run (`Transitions`...) are refused by name. Every refusal is
-//! INVALID_ARGUMENT naming the rule (its id in the message, its position and
-//! field in `field`).
+//! `ExpiredObjectDeleteMarker` (true or false) stands alone in its
+//! `Expiration`, and neither it (true) nor `AbortIncompleteMultipartUpload`
+//! combines with a tag filter. Actions om does not run (`Transitions`...) are
+//! refused by name. Every refusal is INVALID_ARGUMENT naming the rule (its id
+//! in the message, its position and field in `field`).
+//!
+//! `validate` holds the rules apply checks again on every replica, which may
+//! only ever loosen (a logged configuration must pass them whatever binary
+//! replays it). `validate_request` adds what the edge alone enforces, which
+//! may tighten: S3's requirement of a `Filter` (or `Prefix`) in every rule,
+//! which configurations stored before it lack. A rule without an id gets one
+//! at the edge (`assign_ids`), before the command is proposed, so every
+//! replica stores the same.
 
 pub mod eval;
 pub mod fso;
@@ -184,7 +192,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         let field = format!("{at}.expiration");
         let set = usize::from(e.days.is_some())
             + usize::from(e.date_ms.is_some())
-            + usize::from(e.expired_object_delete_marker);
+            + usize::from(e.expired_object_delete_marker.is_some());
         if set != 1 {
             return Err(bad(
                 "INVALID_EXPIRATION",
@@ -204,7 +212,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
                 "an expiration date is a midnight UTC",
             ));
         }
-        if e.expired_object_delete_marker && tags {
+        if e.expired_object_delete_marker == Some(true) && tags {
             return Err(bad(
                 "INVALID_FILTER",
                 format!("{at}.filter"),
@@ -289,6 +297,57 @@ pub fn validate(rules: &[LifecycleRule]) -> Result<(), OmError> {
     Ok(())
 }
 
+/// S3's checks of a configuration as a request gives it, beyond
+/// `validate` (which it runs first): every rule names a `Filter` (an empty
+/// one for every object) or the older rule-level `Prefix` (which arrives as
+/// a prefix filter). Only the edge runs this; apply does not, since
+/// configurations stored before the check existed lack filters.
+pub fn validate_request(rules: &[LifecycleRule]) -> Result<(), OmError> {
+    validate(rules)?;
+    for (i, r) in rules.iter().enumerate() {
+        if r.filter.is_none() {
+            return Err(bad(
+                "INVALID_FILTER",
+                format!("rules[{i}].filter"),
+                r,
+                "a rule needs a Filter (an empty one applies it to every object) or a Prefix",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Gives every rule without an id one, as S3 does: `rule-N` for the N-th
+/// rule (counted from 1), with `-2`, `-3`... appended while another rule
+/// has that id. A function of the request alone, run at the edge before
+/// proposing, so the stored configuration (and a retry of the request) is
+/// the same whichever node ran it. Ids already given are kept; duplicates
+/// among them are left for `validate` to refuse.
+pub fn assign_ids(rules: &mut [LifecycleRule]) {
+    if rules.iter().all(|r| !r.id.is_empty()) {
+        return;
+    }
+    let mut taken: std::collections::BTreeSet<String> = rules
+        .iter()
+        .filter(|r| !r.id.is_empty())
+        .map(|r| r.id.clone())
+        .collect();
+    for (i, r) in rules.iter_mut().enumerate() {
+        if !r.id.is_empty() {
+            continue;
+        }
+        let base = format!("rule-{}", i + 1);
+        let mut id = base.clone();
+        let mut n = 1;
+        while taken.contains(&id) {
+            n += 1;
+            id = format!("{base}-{n}");
+        }
+        taken.insert(id.clone());
+        r.id = id;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,7 +372,7 @@ mod tests {
             id: id.into(),
             enabled: true,
             expiration: Some(LifecycleExpiration {
-                expired_object_delete_marker: true,
+                expired_object_delete_marker: Some(true),
                 ..Default::default()
             }),
             ..Default::default()
@@ -358,7 +417,7 @@ mod tests {
         both.expiration
             .as_mut()
             .unwrap()
-            .expired_object_delete_marker = true;
+            .expired_object_delete_marker = Some(true);
         assert_eq!(
             refused(vec![both]),
             ("INVALID_EXPIRATION".into(), "rules[0].expiration".into())
@@ -484,6 +543,75 @@ mod tests {
             .0,
             "INVALID_TAG"
         );
+    }
+
+    /// Where om once differed from S3: a lone `ExpiredObjectDeleteMarker:
+    /// false` is accepted (it does nothing) while an empty `Expiration` and
+    /// one that adds it to `Days` are not; a rule with neither `Filter` nor
+    /// `Prefix` is refused at the edge, while apply still accepts the
+    /// configurations stored before that (they apply to every object).
+    #[test]
+    fn s3s_acceptance_is_matched() {
+        let marker = |m: Option<bool>, days: Option<u32>| LifecycleRule {
+            id: "m".into(),
+            enabled: true,
+            filter: Some(LifecycleFilter::default()),
+            expiration: Some(LifecycleExpiration {
+                days,
+                expired_object_delete_marker: m,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        validate_request(&[marker(Some(false), None)]).unwrap();
+        validate_request(&[marker(Some(true), None)]).unwrap();
+        assert_eq!(
+            refused(vec![marker(None, None)]),
+            ("INVALID_EXPIRATION".into(), "rules[0].expiration".into())
+        );
+        assert_eq!(
+            refused(vec![marker(Some(false), Some(3))]),
+            ("INVALID_EXPIRATION".into(), "rules[0].expiration".into())
+        );
+        let unfiltered = expire("u", 1);
+        validate(std::slice::from_ref(&unfiltered)).unwrap();
+        match validate_request(&[marker(Some(true), None), unfiltered]) {
+            Err(OmError::Request { reason, field, .. }) => {
+                assert_eq!(
+                    (reason.as_str(), field.as_str()),
+                    ("INVALID_FILTER", "rules[1].filter")
+                )
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// Rules without an id get `rule-N`, made unique against the ids
+    /// given; the same request always gets the same ids.
+    #[test]
+    fn missing_ids_are_assigned_deterministically() {
+        let rules = || {
+            vec![
+                expire("", 1),
+                expire("rule-1", 1),
+                expire("", 1),
+                expire("rule-4", 1),
+                expire("", 1),
+            ]
+        };
+        let mut a = rules();
+        assign_ids(&mut a);
+        let ids: Vec<&str> = a.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["rule-1-2", "rule-1", "rule-3", "rule-4", "rule-5"]);
+        validate(&a).unwrap();
+        let mut b = rules();
+        assign_ids(&mut b);
+        assert_eq!(a, b);
+        // Ids given are kept, duplicates left for validate to refuse.
+        let mut given = vec![expire("x", 1), expire("x", 2)];
+        assign_ids(&mut given);
+        assert_eq!(given, vec![expire("x", 1), expire("x", 2)]);
+        assert_eq!(refused(given).0, "DUPLICATE_RULE_ID");
     }
 
     #[test]

@@ -237,3 +237,37 @@ mod ticker_tests {
         assert_eq!(super::ticker(dump, "rocksdb.nothing"), None);
     }
 }
+
+/// Whether this replica found its state to differ from the majority's
+/// (`om_replica_diverged`, 0 or 1; see `divergence`).
+pub fn replica_diverged(diverged: bool) {
+    metrics::gauge!("om_replica_diverged").set(if diverged { 1.0 } else { 0.0 });
+}
+
+/// The outcome of one replica digest comparison: `om_replica_divergence` is
+/// the number of members whose digest differed from the others' at the last
+/// compared index (0: all that answered agree; with no majority, every
+/// member's digest counts as differing), alerted on when above 0.
+pub fn divergence_check(r: &crate::divergence::Report) {
+    if r.index == 0 {
+        return;
+    }
+    let differing = if r.distinct <= 1 {
+        0
+    } else if r.majority {
+        r.members
+            .iter()
+            .filter(|m| m.digest.is_some() && !m.agrees)
+            .count()
+    } else {
+        r.members.iter().filter(|m| m.digest.is_some()).count()
+    };
+    metrics::gauge!("om_replica_divergence").set(differing as f64);
+    metrics::gauge!("om_replica_digest_compared_index").set(r.index as f64);
+    let result = match (r.distinct, r.majority) {
+        (0 | 1, _) => "match",
+        (_, true) => "mismatch",
+        (_, false) => "undecided",
+    };
+    metrics::counter!("om_replica_digest_checks_total", "result" => result).increment(1);
+}

@@ -216,6 +216,20 @@ pub fn decide(me: u64, members: &[u64], answers: &[PeerView]) -> Decision {
     }
 }
 
+/// What a sealed `--join` node `me` does: it never initializes nor opens on
+/// its own; it catches up with the cluster's leader once some member knows
+/// one (its empty store may be a voter's that lost its data).
+pub fn decide_join(me: u64, answers: &[PeerView]) -> Decision {
+    if answers.iter().any(|a| a.has_history) {
+        return decide(me, &[], answers);
+    }
+    Decision::Wait(
+        "joining with an empty data directory: not voting until it has caught up with the \
+         cluster's leader; waiting to hear from a member of the cluster"
+            .to_string(),
+    )
+}
+
 /// Whether a leader must start replication to a follower that reports
 /// `follower_last` as its last log index over: it recorded the follower as
 /// holding more (`matched`), a log the follower will never confirm again,
@@ -313,6 +327,12 @@ pub struct Member {
     pub tls: Option<std::sync::Arc<om_tls::ClientTls>>,
     /// The store held nothing when opened (`OpenedStore::holds_nothing`).
     pub empty_store: bool,
+    /// Started with `--join`: it never initializes a cluster, and the members
+    /// it asks are `members` (possibly none) and those of the membership it
+    /// received. An empty joiner may be a voter that lost its data (a
+    /// scaled-out member whose volume was replaced), so it seals like any
+    /// member on an empty store.
+    pub join: bool,
 }
 
 /// The admission state a configured member starts in, before its Raft port
@@ -463,7 +483,25 @@ const STUCK_ROUNDS: u32 = 3;
 
 /// One round of questions of a sealed node.
 async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) -> Option<Step> {
-    let peers: Vec<&InitialMember> = m.members.iter().filter(|p| p.id != m.node_id).collect();
+    let mut peers: Vec<InitialMember> = m
+        .members
+        .iter()
+        .filter(|p| p.id != m.node_id)
+        .cloned()
+        .collect();
+    if m.join {
+        // A joiner also asks the members of the configuration it received.
+        let metrics = m.raft.metrics().borrow_watched().clone();
+        for (id, node) in metrics.membership_config.membership().nodes() {
+            if *id != m.node_id && !peers.iter().any(|p| p.id == *id) {
+                peers.push(InitialMember {
+                    id: *id,
+                    raft_addr: node.raft_addr.clone(),
+                    grpc_addr: node.grpc_addr.clone(),
+                });
+            }
+        }
+    }
     let asked = futures::future::join_all(
         peers
             .iter()
@@ -472,7 +510,12 @@ async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) 
     .await;
     let answers: Vec<PeerView> = asked.into_iter().filter_map(Result::ok).collect();
     let ids: Vec<u64> = m.members.iter().map(|p| p.id).collect();
-    match decide(m.node_id, &ids, &answers) {
+    let decision = if m.join {
+        decide_join(m.node_id, &answers)
+    } else {
+        decide(m.node_id, &ids, &answers)
+    };
+    match decision {
         Decision::Initialize => {
             let members: BTreeMap<u64, OmNode> = m
                 .members

@@ -105,7 +105,7 @@ pub struct Node {
 /// tombstones, or when tombstones make up `DELETION_RATIO` of the file. That
 /// compacts tombstone bands away soon after they land, instead of waiting for
 /// size-based compaction, so scans do not keep paying for deleted keys.
-fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
+pub fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
     keys::TABLE_CFS
         .iter()
         .map(|name| {
@@ -135,6 +135,10 @@ async fn open_store(
         // The old install path, kept only to measure the two side by side
         // (BENCHMARKS.md, "Scale"): memory grows with the state.
         batch_snapshot_install: std::env::var("OM_SNAPSHOT_INSTALL").as_deref() == Ok("batch"),
+        // Fault injection for the crash tests of real processes
+        // (`tests/tests/divergence.rs`): while the named file exists, log
+        // appends are held in memory, unflushed and unacknowledged.
+        hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
     };
     loop {
         match om_raft_store::open_with(dir, table_descriptors(), Arc::new(OmApplier), &opts) {
@@ -172,6 +176,17 @@ fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
         // still backs off reconnecting to it, or cut off) asks first instead
         // of raising its term and deposing a healthy leader.
         enable_pre_vote: Some(true),
+        // A restarted node never resumes leading in the term it led before
+        // (openraft's default does, at once, from its stored vote). Entries
+        // leave a leader before its own WAL fsync covers them, so a leader
+        // killed with -9 can come back with a shorter log than a follower
+        // holds; leading again in the same term, it would write other
+        // entries under log ids that follower already has, and the follower
+        // would keep its own (they match by (term, index)): the replicas
+        // diverge for good. Demoted, it must win an election in a higher
+        // term, whose log ids no node holds yet, and a candidate missing
+        // entries that a quorum holds cannot win it.
+        enable_leader_restore: Some(false),
         ..Default::default()
     };
     Ok(c.validate()?)
@@ -254,6 +269,13 @@ impl Node {
         let empty_store = store.holds_nothing()?;
         crate::metrics::startup_phase("store_open", started.elapsed());
         let (log_store, state_machine) = (store.log_store.clone(), store.state_machine.clone());
+        let divergence = crate::divergence::Divergence::open(
+            cfg.node_id,
+            &cfg.data_dir,
+            state_machine.digests(),
+            state_machine.apply_faults(),
+            tls.as_ref().map(|t| t.peer.clone()),
+        )?;
         state_machine.set_starting(true);
         let raft = Raft::new(
             cfg.node_id,
@@ -305,7 +327,8 @@ impl Node {
         .with_min_part_size(cfg.min_part_size)
         .with_lifecycle_day_ms(cfg.lifecycle.day_ms)
         .with_max_response_bytes(cfg.max_response_bytes)
-        .with_clock_offset(opts.clock_offset_ms);
+        .with_clock_offset(opts.clock_offset_ms)
+        .with_divergence(divergence.clone());
         if authenticator.required {
             service = service.with_authorization(crate::service::Policy {
                 admins: cfg.admins.clone(),
@@ -324,7 +347,9 @@ impl Node {
 
         // Decided before the Raft port serves anything: a configured member
         // on an empty data directory must not vote until it knows better.
-        let member = (!cfg.join && !cfg.initial_cluster.is_empty()).then(|| Member {
+        // So is a joiner on an empty data directory: it may be a voter that
+        // lost its data, and must not vote before it has caught up.
+        let member = (cfg.join || !cfg.initial_cluster.is_empty()).then(|| Member {
             raft: raft.clone(),
             node_id: cfg.node_id,
             data_dir: cfg.data_dir.clone(),
@@ -332,6 +357,7 @@ impl Node {
             grpc_addr: grpc_addr.to_string(),
             tls: tls.as_ref().map(|t| t.peer.clone()),
             empty_store,
+            join: cfg.join,
         });
         let admission = match &member {
             Some(m) => crate::rejoin::initial(m).await?,
@@ -351,11 +377,12 @@ impl Node {
             RaftGate::new(
                 RaftGrpcService::new(raft.clone()).into_server(),
                 admission.clone(),
+                divergence.clone(),
             ),
             members_only.clone(),
         );
         let peer_svc = MembersOnly::new(
-            PeerGrpc::server(raft.clone(), admission.clone()),
+            PeerGrpc::server(raft.clone(), admission.clone(), divergence.clone()),
             members_only,
         );
         let raft_tls = tls.as_ref().map(|t| t.raft.clone());
@@ -394,6 +421,12 @@ impl Node {
         // grpc.health.v1 says SERVING exactly when /readyz answers 200;
         // reflection lets grpcurl list and describe the API. Neither needs
         // credentials beyond what the connection's TLS asks.
+        tasks.push(tokio::spawn(divergence.clone().run(
+            raft.clone(),
+            service.clone(),
+            cfg.divergence_check_interval,
+            stop_rx.clone(),
+        )));
         let catch_up = crate::http::CatchUp::default();
         tasks.push(tokio::spawn(catch_up.clone().track(
             service.clone(),
@@ -506,15 +539,13 @@ impl Node {
                 )));
             }
             Some(_) => {}
-            None if cfg.join => {
-                if !cfg.initial_cluster.iter().any(|m| m.id == cfg.node_id) {
-                    tracing::info!(
-                        node_id = cfg.node_id,
-                        "not in --initial-cluster: waiting to be added (omctl cluster add-node)"
-                    );
-                }
-            }
             None => initialize_single(&raft, cfg.node_id, grpc_addr, raft_addr).await?,
+        }
+        if cfg.join && !cfg.initial_cluster.iter().any(|m| m.id == cfg.node_id) {
+            tracing::info!(
+                node_id = cfg.node_id,
+                "not in --initial-cluster: waiting to be added (omctl cluster add-node)"
+            );
         }
         tracing::info!(
             node_id = cfg.node_id,

@@ -110,6 +110,8 @@ pub struct OmService {
     /// everything.
     policy: Option<Arc<Policy>>,
     audit: Option<Arc<crate::audit::AuditLog>>,
+    /// Whether this replica diverged (then it serves nothing).
+    divergence: Option<Arc<crate::divergence::Divergence>>,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -196,6 +198,25 @@ impl OmService {
             clock_offset_ms: 0,
             policy: None,
             audit: None,
+            divergence: None,
+        }
+    }
+
+    /// Refuses every read and write once `d` says this replica diverged.
+    pub fn with_divergence(mut self, d: Arc<crate::divergence::Divergence>) -> Self {
+        self.divergence = Some(d);
+        self
+    }
+
+    /// This replica's divergence state, if it is tracked.
+    pub fn divergence(&self) -> Option<&Arc<crate::divergence::Divergence>> {
+        self.divergence.as_ref()
+    }
+
+    fn check_not_diverged(&self) -> Result<(), OmError> {
+        match &self.divergence {
+            Some(d) => d.check_serving(),
+            None => Ok(()),
         }
     }
 
@@ -263,6 +284,7 @@ impl OmService {
     /// is on), whose rights the leader checks first and apply again; every
     /// outcome is audited.
     pub async fn propose(&self, id: WriteId, op: Op) -> Result<command_result::Result, OmError> {
+        self.check_not_diverged()?;
         let caller = self.caller()?;
         self.precheck(caller.as_ref(), &op)?;
         let audited = self.audit.is_some().then(|| op.clone());
@@ -358,6 +380,17 @@ impl OmService {
     }
 
     /// Hands leadership to voter `to` and waits until it leads.
+    /// Compares this replica's state digest with every other voter's now
+    /// (`divergence::Divergence::check_once`). Admins only.
+    pub async fn verify_replicas(&self) -> Result<crate::divergence::Report, OmError> {
+        self.require_admin()?;
+        let d = self
+            .divergence
+            .as_ref()
+            .ok_or_else(|| OmError::Unavailable("replica digests are not tracked".into()))?;
+        d.check_once(&self.raft).await
+    }
+
     pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), OmError> {
         self.require_admin()?;
         let m = self.raft.metrics().borrow_watched().clone();
@@ -425,6 +458,7 @@ impl OmService {
 
     /// Waits until local state reflects every write committed before this call.
     pub async fn read_barrier(&self, c: Consistency) -> Result<(), OmError> {
+        self.check_not_diverged()?;
         let policy = match c {
             Consistency::Stale => return Ok(()),
             Consistency::Linearizable => ReadPolicy::ReadIndex,

@@ -178,6 +178,7 @@ pub fn snapshot_meta_to_pb(m: &crate::SnapshotMeta) -> pb::SnapshotMeta {
         last_log_id: opt_log_id_to_pb(&m.last_log_id),
         last_membership: Some(stored_membership_to_pb(&m.last_membership)),
         snapshot_id: String::new(),
+        state_digest: Vec::new(),
     }
 }
 

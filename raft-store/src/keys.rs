@@ -8,6 +8,7 @@
 //! |               | `committed`             | `om.raft.v1.LogId`            |
 //! |               | `published_snapshot`    | `om.raft.v1.PublishedSnapshot`|
 //! | `sm_meta`     | `applied`               | `om.raft.v1.AppliedState`     |
+//! |               | `digest/` u64 BE index  | 32-byte state digest          |
 //!
 //! `sm_meta` belongs to the replicated state: it is written in the same batch
 //! as the table data of every applied entry.
@@ -21,6 +22,11 @@ pub const LAST_PURGED_KEY: &[u8] = b"last_purged";
 pub const COMMITTED_KEY: &[u8] = b"committed";
 pub const APPLIED_KEY: &[u8] = b"applied";
 pub const PUBLISHED_SNAPSHOT_KEY: &[u8] = b"published_snapshot";
+/// Checkpoints of the state digest (node-local: not carried by snapshots,
+/// cleared with the applied state by an install).
+pub const DIGEST_PREFIX: &[u8] = b"digest/";
+/// Exclusive upper bound of the checkpoint keys.
+pub const DIGEST_END: &[u8] = b"digest0";
 
 pub fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()

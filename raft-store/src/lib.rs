@@ -15,6 +15,7 @@
 
 pub mod codec;
 pub mod command;
+pub mod digest;
 pub mod keys;
 pub mod log_store;
 pub mod metrics;
@@ -154,6 +155,11 @@ pub struct StoreOptions {
     /// state in memory, instead of ingesting SST files. Only for measuring
     /// the two side by side; memory then grows with the state.
     pub batch_snapshot_install: bool,
+    /// Fault injection for tests of what a crash loses: while this file
+    /// exists, the log's flusher holds appends in RocksDB's in-memory WAL
+    /// buffer (no write, no fsync, no acknowledgement), so a SIGKILL loses
+    /// them although followers may already hold them. `None` in production.
+    pub hold_wal_flush_while: Option<std::path::PathBuf>,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
@@ -213,7 +219,7 @@ pub fn open_with(
     cfs.extend(tables);
     let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(std::io::Error::other)?;
     let db = Arc::new(db);
-    let log_store = LogStore::new(db.clone())?;
+    let log_store = LogStore::new(db.clone(), store.hold_wal_flush_while.clone())?;
     let state_machine = StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
     if store.batch_snapshot_install {
         state_machine.install_in_one_batch();

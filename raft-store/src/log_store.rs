@@ -169,7 +169,10 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>) -> std::io::Result<LogStore> {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        hold_flush_while: Option<std::path::PathBuf>,
+    ) -> std::io::Result<LogStore> {
         let shared = Arc::new(Shared {
             durable_seq: AtomicU64::new(db.latest_sequence_number()),
             fsyncs: AtomicU64::new(0),
@@ -183,7 +186,7 @@ impl LogStore {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("om-wal-sync".to_string())
-            .spawn(move || flusher(s, rx))?;
+            .spawn(move || flusher(s, rx, hold_flush_while))?;
         Ok(LogStore {
             shared,
             flusher: Arc::new(Flusher {
@@ -287,8 +290,19 @@ impl LogStore {
     }
 }
 
-fn flusher(shared: Arc<Shared>, rx: mpsc::Receiver<Pending>) {
+fn flusher(
+    shared: Arc<Shared>,
+    rx: mpsc::Receiver<Pending>,
+    hold_while: Option<std::path::PathBuf>,
+) {
     while let Ok(first) = rx.recv() {
+        // Test-only fault: appends stay in RocksDB's WAL buffer while the
+        // file exists (see `StoreOptions::hold_wal_flush_while`).
+        if let Some(path) = &hold_while {
+            while path.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         let target = shared.db.latest_sequence_number();

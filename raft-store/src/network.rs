@@ -8,9 +8,10 @@
 //! `receive`). Message sizes are capped explicitly on both ends.
 
 pub mod peer;
+mod pipeline;
 mod receive;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::pin::Pin;
@@ -49,10 +50,18 @@ type InFlight = (Option<LogId>, Option<LogId>);
 
 /// Fault injection for tests: links that are cut. A cut link (from, to) makes
 /// every RPC `from` sends to `to` fail as unreachable; cutting both directions
-/// partitions two nodes. Production nodes never install one.
+/// partitions two nodes. A link can also lose one direction only, as a
+/// network that drops packets one way does: its answers held back (the
+/// requests arrive and are answered, the answers wait, in order, and pass
+/// as released) or its requests stalled (nothing new is sent). Production
+/// nodes never install one.
 #[derive(Debug, Default)]
 pub struct Faults {
     cut: Mutex<HashSet<(NodeId, NodeId)>>,
+    /// (answering node, asking node) → answers still allowed through.
+    held: Mutex<HashMap<(NodeId, NodeId), usize>>,
+    /// (sender, receiver): the sender sends nothing new.
+    stalled: Mutex<HashSet<(NodeId, NodeId)>>,
 }
 
 impl Faults {
@@ -65,9 +74,95 @@ impl Faults {
         }
     }
 
-    /// Restores every link.
+    /// Cuts the link from `from` to `to` (one direction).
+    pub fn cut(&self, from: NodeId, to: NodeId) {
+        self.cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((from, to));
+    }
+
+    /// Restores every link (answers held back are then delivered).
     pub fn heal(&self) {
         self.cut.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Holds back `from`'s answers to `to`'s replication stream (single
+    /// RPCs lose theirs) until released.
+    pub fn hold_answers(&self, from: NodeId, to: NodeId) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((from, to), 0);
+    }
+
+    /// Lets `n` more held answers from `from` to `to` through, in order.
+    pub fn release_answers(&self, from: NodeId, to: NodeId, n: usize) {
+        if let Some(left) = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&(from, to))
+        {
+            *left = left.saturating_add(n);
+        }
+    }
+
+    /// Whether an answer from `from` to `to` may pass now.
+    fn answer_may_pass(&self, from: NodeId, to: NodeId) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(from, to))
+            .is_none_or(|left| *left > 0)
+    }
+
+    /// An answer from `from` to `to` passed: one fewer released.
+    fn answer_passed(&self, from: NodeId, to: NodeId) {
+        if let Some(left) = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&(from, to))
+        {
+            *left = left.saturating_sub(1);
+        }
+    }
+
+    fn answers_held(&self, from: NodeId, to: NodeId) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&(from, to))
+    }
+
+    /// `from` sends nothing new to `to`: its replication streams pull no
+    /// request and its single RPCs fail as unreachable.
+    pub fn stall(&self, from: NodeId, to: NodeId) {
+        self.stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((from, to));
+    }
+
+    /// Ends `stall`.
+    pub fn unstall(&self, from: NodeId, to: NodeId) {
+        self.stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(from, to));
+    }
+
+    fn is_stalled(&self, from: NodeId, to: NodeId) -> bool {
+        self.stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(from, to))
     }
 
     pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
@@ -182,6 +277,20 @@ fn unreachable_code(code: tonic::Code) -> bool {
     )
 }
 
+/// Pending, with a wake-up soon to look at the faults again (tests only).
+fn recheck_later<T>(
+    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<Option<T>> {
+    loop {
+        let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(5))));
+        if t.as_mut().poll(cx).is_pending() {
+            return std::task::Poll::Pending;
+        }
+        *timer = None;
+    }
+}
+
 fn cut_error(me: NodeId, target: NodeId) -> RpcErr {
     RPCError::Unreachable(Unreachable::from_string(format!(
         "link {me} -> {target} is cut"
@@ -217,12 +326,23 @@ impl PeerClient {
             }
         }
         if let Some(f) = &self.faults
-            && f.is_cut(self.me, self.target)
+            && (f.is_cut(self.me, self.target)
+                || (gate != Gate::Wait && f.is_stalled(self.me, self.target)))
         {
             link.health.failed(&"link is cut");
             return Err(cut_error(self.me, self.target));
         }
         Ok((link.client.clone(), link.health.clone()))
+    }
+
+    /// A single RPC's answer, lost when the link holds answers back.
+    fn answer<T>(&self, r: Result<T, RpcErr>) -> Result<T, RpcErr> {
+        match &self.faults {
+            Some(f) if f.answers_held(self.target, self.me) => Err(RPCError::Unreachable(
+                Unreachable::from_string(format!("answer {} -> {} lost", self.target, self.me)),
+            )),
+            _ => r,
+        }
     }
 
     async fn vote_rpc(
@@ -252,7 +372,7 @@ impl PeerClient {
         } else {
             client.vote(req).await
         };
-        let r = observe(&health, r)?.into_inner();
+        let r = self.answer(observe(&health, r))?.into_inner();
         Ok(VoteResponse {
             vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
             vote_granted: r.vote_granted,
@@ -304,15 +424,18 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let mut req = Request::new(append_to_pb(&rpc));
         req.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::FailFast).await?;
-        let resp = observe(&health, client.append_entries(req).await)?.into_inner();
-        append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+        let resp = self.answer(observe(&health, client.append_entries(req).await))?;
+        append_resp_from_pb(&resp.into_inner())
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))
     }
 
     /// Pipelined replication on one bidirectional gRPC stream: requests go out
     /// as openraft produces them, responses come back in order and are matched
     /// with the log-id range of the request they answer. The stream ends after
     /// the first conflict, higher vote, partial success or transport error,
-    /// as openraft expects.
+    /// as openraft expects. An acknowledgement reaches openraft only when it
+    /// cannot make openraft credit a request that is still unanswered (see
+    /// `pipeline`): the time it credits is what reads trust.
     fn stream_append<'s, S>(
         &'s mut self,
         input: S,
@@ -323,57 +446,109 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     {
         Box::pin(async move {
             let (mut client, health) = self.ready(Gate::Wait).await?;
-            let ranges: Arc<Mutex<VecDeque<InFlight>>> = Arc::default();
-            let sent = ranges.clone();
-            // Injected faults apply to every message, not just to opening the stream.
+            // A stream opened while the link holds answers back never hears
+            // one (its answers would queue behind the held ones): as lost.
+            if let Some(f) = &self.faults
+                && f.answers_held(self.target, self.me)
+            {
+                return Err(cut_error(self.target, self.me));
+            }
+            let pipeline = Arc::new(pipeline::Pipeline::default());
+            let sent = pipeline.clone();
+            // Injected faults apply to every message, not just to opening the
+            // stream; a cut link pulls no more requests from openraft.
             let link = (self.me, self.target, self.faults.clone());
             let cut = move || link.2.as_ref().is_some_and(|f| f.is_cut(link.0, link.1));
             let cut_out = cut.clone();
-            let outbound = input
-                .take_while(move |_| futures::future::ready(!cut_out()))
-                .map(move |req| {
-                    let last = req.entries.last().map(|e| e.log_id).or(req.prev_log_id);
-                    sent.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_back((req.prev_log_id, last));
-                    append_to_pb(&req)
-                });
-            let responses =
+            let faults_out = self.faults.clone();
+            let faults_in = self.faults.clone();
+            let mut input = input;
+            let mut stalled_recheck: Option<Pin<Box<tokio::time::Sleep>>> = None;
+            let outbound = futures::stream::poll_fn(move |cx| {
+                if cut_out() {
+                    return std::task::Poll::Ready(None);
+                }
+                if faults_out
+                    .as_ref()
+                    .is_some_and(|f| f.is_stalled(link.0, link.1))
+                {
+                    return recheck_later(&mut stalled_recheck, cx);
+                }
+                sent.poll_request(
+                    &mut input,
+                    |req: &AppendEntriesRequest<TypeConfig>| {
+                        let last = req.entries.last().map(|e| e.log_id).or(req.prev_log_id);
+                        (req.prev_log_id, last)
+                    },
+                    cx,
+                )
+                .map(|r| r.map(|req| append_to_pb(&req)))
+            });
+            let mut responses =
                 observe(&health, client.stream_append(Request::new(outbound)).await)?.into_inner();
             let (me, target) = (self.me, self.target);
-            let results = responses.scan(false, move |ended, r| {
-                if *ended {
-                    return futures::future::ready(None);
+            let mut ended = false;
+            let mut held_recheck: Option<Pin<Box<tokio::time::Sleep>>> = None;
+            let results = futures::stream::poll_fn(move |cx| {
+                use std::task::Poll;
+                if ended {
+                    return Poll::Ready(None);
                 }
-                let item = (|| {
-                    if cut() {
-                        health.failed(&"link is cut");
-                        return Err(cut_error(me, target));
+                pipeline.resumed();
+                loop {
+                    if faults_in
+                        .as_ref()
+                        .is_some_and(|f| !f.answer_may_pass(target, me))
+                    {
+                        return recheck_later(&mut held_recheck, cx);
                     }
-                    let r = observe(&health, r)?;
-                    let (prev, last) = ranges
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .pop_front()
-                        .ok_or_else(|| {
+                    let r = match responses.poll_next_unpin(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        // An acknowledgement held back is dropped with the
+                        // stream; openraft sends those entries again.
+                        Poll::Ready(None) => {
+                            ended = true;
+                            return Poll::Ready(None);
+                        }
+                        Poll::Ready(Some(r)) => r,
+                    };
+                    if let Some(f) = &faults_in {
+                        f.answer_passed(target, me);
+                    }
+                    let item = (|| {
+                        if cut() {
+                            health.failed(&"link is cut");
+                            return Err(cut_error(me, target));
+                        }
+                        let r = observe(&health, r)?;
+                        let (prev, last) = pipeline.answered().ok_or_else(|| {
                             RPCError::Network(NetworkError::from_string(
                                 "response without a request",
                             ))
                         })?;
-                    let resp = append_resp_from_pb(&r)
-                        .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
-                    let partial =
-                        matches!(&resp, AppendEntriesResponse::PartialSuccess(p) if *p != last);
-                    let result = resp.into_stream_result(prev, last);
-                    if partial {
-                        *ended = true;
+                        let resp = append_resp_from_pb(&r)
+                            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+                        let partial =
+                            matches!(&resp, AppendEntriesResponse::PartialSuccess(p) if *p != last);
+                        Ok((resp.into_stream_result(prev, last), partial))
+                    })();
+                    match item {
+                        Ok((Ok(matching), false)) => {
+                            if pipeline.hand_over(&matching) {
+                                return Poll::Ready(Some(Ok(Ok(matching))));
+                            }
+                            // Held back: the next answer covers it.
+                        }
+                        Ok((result, _)) => {
+                            ended = true;
+                            return Poll::Ready(Some(Ok(result)));
+                        }
+                        Err(e) => {
+                            ended = true;
+                            return Poll::Ready(Some(Err(e)));
+                        }
                     }
-                    Ok(result)
-                })();
-                if !matches!(item, Ok(Ok(_))) {
-                    *ended = true;
                 }
-                futures::future::ready(Some(item))
             });
             let boxed: BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcErr>> =
                 Box::pin(results);

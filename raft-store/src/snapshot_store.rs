@@ -354,12 +354,13 @@ impl SnapshotStore {
         let db = &self.db;
         let snap = db.snapshot();
         let (last, membership) = read_applied(db, Some(&snap))?;
+        let digest = read_digest(db, Some(&snap))?;
         let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: membership,
         };
         let (tmp, file) = self.create_tmp("build")?;
-        match self.write_state(&snap, &meta, file, tmp.path()) {
+        match self.write_state(&snap, &meta, &digest, file, tmp.path()) {
             Ok((read, bytes)) => Ok((meta, tmp, read, bytes)),
             Err(e) => {
                 tmp.remove_now();
@@ -372,11 +373,16 @@ impl SnapshotStore {
         &self,
         snap: &rocksdb::Snapshot<'_>,
         meta: &SnapshotMeta,
+        digest: &crate::digest::Digest,
         file: File,
         path: &Path,
     ) -> Result<(File, u64), SnapshotError> {
         let db = &self.db;
-        let mut w = SnapshotWriter::new(file, &codec::snapshot_meta_to_pb(meta), &self.tables)?;
+        let header = pb::SnapshotMeta {
+            state_digest: digest.to_vec(),
+            ..codec::snapshot_meta_to_pb(meta)
+        };
+        let mut w = SnapshotWriter::new(file, &header, &self.tables)?;
         for (i, name) in self.tables.iter().enumerate() {
             let mut ro = ReadOptions::default();
             ro.set_snapshot(snap);
@@ -684,6 +690,29 @@ mod install;
 pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily, SnapshotError> {
     db.cf_handle(name)
         .ok_or_else(|| SnapshotError::Io(io_err(format!("column family {name} missing"))))
+}
+
+/// The state digest of the applied state (zeroes before the first entry).
+pub(crate) fn read_digest(
+    db: &DB,
+    snapshot: Option<&rocksdb::Snapshot<'_>>,
+) -> std::io::Result<crate::digest::Digest> {
+    let c = cf(db, keys::SM_META_CF)?;
+    let bytes = match snapshot {
+        Some(s) => {
+            let mut ro = ReadOptions::default();
+            ro.set_snapshot(s);
+            db.get_cf_opt(c, keys::APPLIED_KEY, &ro).map_err(io_err)?
+        }
+        None => db.get_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
+    };
+    match bytes {
+        Some(b) => {
+            let a = pb::AppliedState::decode(b.as_slice()).map_err(io_err)?;
+            crate::digest::from_bytes(&a.state_digest)
+        }
+        None => Ok([0; 32]),
+    }
 }
 
 pub(crate) fn read_applied(

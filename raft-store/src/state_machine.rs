@@ -33,7 +33,10 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use prost::Message;
 use rocksdb::{DB, WriteBatch};
 
-use crate::snapshot_store::{SnapshotFaults, SnapshotStats, SnapshotStore, cf, read_applied};
+use crate::digest::{self, ApplyFaults, Contribution, Digest, Digests};
+use crate::snapshot_store::{
+    SnapshotFaults, SnapshotStats, SnapshotStore, cf, read_applied, read_digest,
+};
 use crate::{Applier, LogId, SnapshotMeta, StoredMembership, TypeConfig, codec, io_err, keys};
 
 #[derive(Clone)]
@@ -43,10 +46,21 @@ pub struct StateMachine {
     /// Held by every clone; a snapshot build retrying a transient error stops
     /// once the last clone (openraft's) is gone.
     alive: Arc<()>,
-    /// The stored membership as of the last entry applied through this
-    /// value (openraft's, which alone applies and installs), encoded; `None`
-    /// until the first apply and after an install, which replaces it on disk.
-    membership: Option<AppliedMembership>,
+    /// The stored membership and state digest as of the last entry applied
+    /// through this value (openraft's, which alone applies and installs);
+    /// `None` until the first apply and after an install, which replaces
+    /// them on disk.
+    tail: Option<AppliedTail>,
+    /// The state digests this replica can answer for.
+    digests: Digests,
+    faults: Arc<ApplyFaults>,
+}
+
+/// What every applied entry's record repeats from the one before.
+#[derive(Clone)]
+struct AppliedTail {
+    membership: AppliedMembership,
+    digest: Digest,
 }
 
 /// The membership of the applied state, encoded.
@@ -63,22 +77,29 @@ struct AppliedMembership {
 impl AppliedMembership {
     fn new(membership: &StoredMembership) -> AppliedMembership {
         let encoded = pb::AppliedState {
-            last_applied: None,
             membership: Some(codec::stored_membership_to_pb(membership)),
+            ..Default::default()
         }
         .encode_to_vec();
         AppliedMembership { encoded }
     }
 
-    /// The `AppliedState` record of `last` with this membership.
-    fn applied_state_bytes(&self, last: &LogId) -> std::io::Result<Vec<u8>> {
+    /// The `AppliedState` record of `last` with this membership and the
+    /// state digest `digest` (field 3, after the membership's field 2).
+    fn applied_state_bytes(&self, last: &LogId, digest: &Digest) -> std::io::Result<Vec<u8>> {
         let head = pb::AppliedState {
             last_applied: Some(codec::log_id_to_pb(last)),
-            membership: None,
+            ..Default::default()
         };
-        let mut out = Vec::with_capacity(head.encoded_len() + self.encoded.len());
+        let tail = pb::AppliedState {
+            state_digest: digest.to_vec(),
+            ..Default::default()
+        };
+        let mut out =
+            Vec::with_capacity(head.encoded_len() + self.encoded.len() + tail.encoded_len());
         head.encode(&mut out).map_err(io_err)?;
         out.extend_from_slice(&self.encoded);
+        tail.encode(&mut out).map_err(io_err)?;
         Ok(out)
     }
 }
@@ -103,11 +124,23 @@ impl StateMachine {
         applier: Arc<dyn Applier>,
     ) -> std::io::Result<StateMachine> {
         Ok(StateMachine {
+            digests: Digests::new(db.clone()),
             snapshots: Arc::new(SnapshotStore::open(db, snap_dir, tables)?),
             applier,
             alive: Arc::new(()),
-            membership: None,
+            tail: None,
+            faults: Arc::default(),
         })
+    }
+
+    /// The state digests this replica can answer for (`digest`).
+    pub fn digests(&self) -> Digests {
+        self.digests.clone()
+    }
+
+    /// Fault injection for apply (tests of divergence detection only).
+    pub fn apply_faults(&self) -> Arc<ApplyFaults> {
+        self.faults.clone()
     }
 
     /// Fault injection for the snapshot paths (tests only).
@@ -183,32 +216,83 @@ impl StateMachine {
         read_applied(&self.snapshots.db, None)
     }
 
+    /// The membership and digest of the stored applied state.
+    fn read_tail(&self) -> std::io::Result<AppliedTail> {
+        Ok(AppliedTail {
+            membership: AppliedMembership::new(&self.read_applied()?.1),
+            digest: read_digest(&self.snapshots.db, None)?,
+        })
+    }
+
     fn apply_one(
         &self,
         entry: &crate::Entry,
-        membership: &mut AppliedMembership,
+        tail: &mut AppliedTail,
     ) -> std::io::Result<CommandResult> {
         let db = &self.snapshots.db;
         let mut batch = WriteBatch::default();
+        let index = entry.log_id.index;
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::default(),
-            EntryPayload::Normal(cmd) => self
-                .applier
-                .apply(db, &mut batch, entry.log_id.index, cmd.command())
-                .map_err(io_err)?,
+            EntryPayload::Normal(cmd) => {
+                let r = self
+                    .applier
+                    .apply(db, &mut batch, index, cmd.command())
+                    .map_err(io_err)?;
+                self.perturb(&mut batch, index)?;
+                r
+            }
             EntryPayload::Membership(m) => {
-                *membership =
+                tail.membership =
                     AppliedMembership::new(&StoredMembership::new(Some(entry.log_id), m.clone()));
                 CommandResult::default()
             }
         };
+        let what = match &entry.payload {
+            EntryPayload::Blank => Contribution::Blank,
+            EntryPayload::Normal(_) => Contribution::Writes(batch.data()),
+            EntryPayload::Membership(_) => Contribution::Membership(&tail.membership.encoded),
+        };
+        let next = digest::next(&tail.digest, &entry.log_id, what);
+        let meta = cf(db, keys::SM_META_CF)?;
         batch.put_cf(
-            cf(db, keys::SM_META_CF)?,
+            meta,
             keys::APPLIED_KEY,
-            membership.applied_state_bytes(&entry.log_id)?,
+            tail.membership.applied_state_bytes(&entry.log_id, &next)?,
         );
+        if index % digest::CHECKPOINT_EVERY == 0 {
+            batch.put_cf(meta, digest::checkpoint_key(index), next);
+            let span = digest::CHECKPOINT_EVERY * digest::CHECKPOINTS_KEPT;
+            if let Some(old) = index.checked_sub(span) {
+                batch.delete_cf(meta, digest::checkpoint_key(old));
+            }
+        }
         db.write(batch).map_err(io_err)?;
+        tail.digest = next;
+        self.digests.push(index, next);
         Ok(result)
+    }
+
+    /// Test-only fault: one extra record in this replica's batch.
+    fn perturb(&self, batch: &mut WriteBatch, index: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let left = self.faults.perturb.load(Ordering::Relaxed);
+        if left == 0 {
+            return Ok(());
+        }
+        self.faults.perturb.store(left - 1, Ordering::Relaxed);
+        let table = self
+            .snapshots
+            .tables
+            .first()
+            .ok_or_else(|| io_err("no table to perturb"))?;
+        batch.put_cf(
+            cf(&self.snapshots.db, table)?,
+            b"\xffperturbed",
+            index.to_be_bytes(),
+        );
+        tracing::warn!(index, "apply perturbed on this replica (test fault)");
+        Ok(())
     }
 }
 
@@ -242,20 +326,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             + OptionalSend,
     {
         // Taken for the call: an error leaves `None`, so the next call
-        // reads the membership back from the store.
-        let mut membership = match self.membership.take() {
-            Some(m) => m,
-            None => AppliedMembership::new(&self.read_applied()?.1),
+        // reads the membership and digest back from the store.
+        let mut tail = match self.tail.take() {
+            Some(t) => t,
+            None => self.read_tail()?,
         };
         while let Some((entry, responder)) = entries.try_next().await? {
             let started = Instant::now();
-            let result = self.apply_one(&entry, &mut membership)?;
+            let result = self.apply_one(&entry, &mut tail)?;
             crate::metrics::applied(started.elapsed().as_secs_f64());
             if let Some(r) = responder {
                 r.send(result);
             }
         }
-        self.membership = Some(membership);
+        self.tail = Some(tail);
         Ok(())
     }
 
@@ -275,8 +359,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: File,
     ) -> Result<(), std::io::Error> {
         let started = Instant::now();
-        // The install writes the snapshot's membership.
-        self.membership = None;
+        // The install writes the snapshot's membership and digest.
+        self.tail = None;
+        self.digests.clear();
         self.snapshots.install(meta, snapshot).await?;
         crate::metrics::snapshot_installed(started.elapsed().as_secs_f64());
         tracing::info!(last = ?meta.last_log_id, "snapshot installed");
@@ -330,17 +415,15 @@ mod tests {
         ] {
             let cached = AppliedMembership::new(&m);
             for last in [log_id(0, 0), log_id(3, 300), log_id(u64::MAX, u64::MAX)] {
+                let digest = [last.index as u8; 32];
                 let whole = pb::AppliedState {
                     last_applied: Some(codec::log_id_to_pb(&last)),
                     membership: Some(codec::stored_membership_to_pb(&m)),
+                    state_digest: digest.to_vec(),
                 };
-                assert_eq!(
-                    cached.applied_state_bytes(&last).unwrap(),
-                    whole.encode_to_vec()
-                );
-                let back =
-                    pb::AppliedState::decode(&*cached.applied_state_bytes(&last).unwrap()).unwrap();
-                assert_eq!(back, whole);
+                let bytes = cached.applied_state_bytes(&last, &digest).unwrap();
+                assert_eq!(bytes, whole.encode_to_vec());
+                assert_eq!(pb::AppliedState::decode(&*bytes).unwrap(), whole);
             }
         }
     }

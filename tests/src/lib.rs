@@ -3,6 +3,7 @@
 //! with deadlines (never fixed sleeps).
 
 pub mod certs;
+pub mod history;
 pub mod linearizability;
 pub mod mutate;
 
@@ -331,6 +332,8 @@ pub struct OmProcess {
     pub raft: String,
     /// Flags beyond the addresses, kept for restarts.
     pub extra: Vec<String>,
+    /// Environment variables beyond the harness's, kept for restarts.
+    pub env: Vec<(String, String)>,
 }
 
 impl OmProcess {
@@ -368,17 +371,7 @@ impl OmProcess {
         all: &[MemberAddrs],
         more: &[&str],
     ) -> OmProcess {
-        let mut extra = vec![
-            "--node-id".to_string(),
-            me.id.to_string(),
-            "--initial-cluster".to_string(),
-            initial_cluster(all),
-            "--heartbeat-ms".to_string(),
-            "50".to_string(),
-            "--election-timeout-ms".to_string(),
-            "300".to_string(),
-        ];
-        extra.extend(more.iter().map(|s| s.to_string()));
+        let extra = member_flags(me, all, more);
         Self::spawn_with(
             data_dir,
             me.grpc.clone(),
@@ -388,6 +381,30 @@ impl OmProcess {
         )
     }
 
+    /// `spawn_member_args` with environment variables (both kept for restarts).
+    pub fn spawn_member_env(
+        data_dir: &Path,
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> OmProcess {
+        let mut p = OmProcess {
+            child: None,
+            data_dir: data_dir.to_path_buf(),
+            grpc: me.grpc.clone(),
+            http: me.http.clone(),
+            raft: me.raft.clone(),
+            extra: member_flags(me, all, more),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        p.restart();
+        p
+    }
+
     fn spawn_with(
         data_dir: &Path,
         grpc: String,
@@ -395,7 +412,7 @@ impl OmProcess {
         raft: String,
         extra: Vec<String>,
     ) -> OmProcess {
-        let child = start_child(data_dir, &grpc, &http, &raft, &extra);
+        let child = start_child(data_dir, &grpc, &http, &raft, &extra, &[]);
         OmProcess {
             child: Some(child),
             data_dir: data_dir.to_path_buf(),
@@ -403,6 +420,7 @@ impl OmProcess {
             http,
             raft,
             extra,
+            env: Vec::new(),
         }
     }
 
@@ -415,8 +433,30 @@ impl OmProcess {
             &self.http,
             &self.raft,
             &self.extra,
+            &self.env,
         );
         self.child = Some(child);
+    }
+
+    /// SIGTERM, then waits (at most `timeout`) for the process to exit; a
+    /// process still running then is killed. Returns whether it exited by
+    /// itself.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        // SAFETY: kill(2) on the pid of a child this handle has not reaped.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        false
     }
 
     pub fn is_running(&self) -> bool {
@@ -424,7 +464,30 @@ impl OmProcess {
     }
 }
 
-fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str, extra: &[String]) -> Child {
+/// The flags of member `me` of the static cluster `all`, then `more`.
+fn member_flags(me: &MemberAddrs, all: &[MemberAddrs], more: &[&str]) -> Vec<String> {
+    let mut extra = vec![
+        "--node-id".to_string(),
+        me.id.to_string(),
+        "--initial-cluster".to_string(),
+        initial_cluster(all),
+        "--heartbeat-ms".to_string(),
+        "50".to_string(),
+        "--election-timeout-ms".to_string(),
+        "300".to_string(),
+    ];
+    extra.extend(more.iter().map(|s| s.to_string()));
+    extra
+}
+
+fn start_child(
+    data_dir: &Path,
+    grpc: &str,
+    http: &str,
+    raft: &str,
+    extra: &[String],
+    env: &[(String, String)],
+) -> Child {
     Command::new(binary("om"))
         .arg("--data-dir")
         .arg(data_dir)
@@ -436,6 +499,7 @@ fn start_child(data_dir: &Path, grpc: &str, http: &str, raft: &str, extra: &[Str
         .arg(raft)
         .args(extra)
         .env("OM_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -480,6 +544,14 @@ impl OmProcess {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `sig` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to the process.
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on the pid of a child this handle has not reaped.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
     }
 }
 
@@ -565,4 +637,38 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("response");
     out
+}
+
+/// Every entry of every replicated table of a stopped node's data directory
+/// (the retry cache included), by (table, key): what replicas must hold alike.
+pub fn dump_data_dir(data_dir: &Path) -> om::store::TableDump {
+    let store = om_raft_store::open(
+        data_dir,
+        om::server::table_descriptors(),
+        std::sync::Arc::new(om::apply::OmApplier),
+    )
+    .expect("open a stopped node's store");
+    let mut out = om::store::TableDump::new();
+    for &cf in om::store::keys::TABLE_CFS {
+        out.extend(om::store::dump_table(&store.db, cf).expect("dump"));
+    }
+    out
+}
+
+/// The first entry where two dumps differ, for a readable failure.
+pub fn first_difference(
+    a: &om::store::TableDump,
+    b: &om::store::TableDump,
+) -> Option<(String, Option<usize>, Option<usize>)> {
+    let keys: std::collections::BTreeSet<_> = a.keys().chain(b.keys()).collect();
+    keys.into_iter().find_map(|k| {
+        let (x, y) = (a.get(k), b.get(k));
+        (x != y).then(|| {
+            (
+                format!("{}/{}", k.0, String::from_utf8_lossy(&k.1).escape_debug()),
+                x.map(Vec::len),
+                y.map(Vec::len),
+            )
+        })
+    })
 }

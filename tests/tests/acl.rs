@@ -297,6 +297,7 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
                 rules: vec![LifecycleRule {
                     id: "r".into(),
                     enabled: true,
+                    filter: Some(LifecycleFilter::default()),
                     abort_incomplete_multipart_upload: Some(LifecycleAbortUpload {
                         days_after_initiation: 1,
                     }),

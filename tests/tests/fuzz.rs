@@ -164,6 +164,7 @@ async fn build_state(c: &OmClient) -> Fixture {
         rules: vec![LifecycleRule {
             id: "century".into(),
             enabled: true,
+            filter: Some(LifecycleFilter::default()),
             expiration: Some(LifecycleExpiration {
                 days: Some(36_500),
                 ..Default::default()

@@ -214,6 +214,62 @@ async fn tag_filters_and_file_system_buckets_are_scanned_too() {
     assert_eq!(s.total_actions.get("expire"), Some(&2));
 }
 
+/// LookupKey's expiration counts `Days` from the current version's write
+/// (S3's Last-Modified): a key written again on a later day expires a day
+/// later than counted from its first write, whose creation time it keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_key_counts_days_from_the_last_write() {
+    const DAY_MS: u64 = 1000;
+    let node = TestNode::start_with(|a| a.lifecycle_day_ms = Some(DAY_MS)).await;
+    let c = node.client();
+    c.create_volume("vol", "").await.unwrap();
+    c.create_bucket("vol", "bkt", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let first = c.put_key("vol", "bkt", "logs/a", 1).await.unwrap();
+    c.put_key("vol", "bkt", "src", 1).await.unwrap();
+    // A thousand days of a second: nothing expires while the test runs.
+    set_rules(&c, "vol", "bkt", vec![expire_after("logs", "logs/", 1000)]).await;
+    let due = |written: u64| (written + 1000 * DAY_MS).div_ceil(DAY_MS) * DAY_MS;
+    let mut last = first.modification_time_ms;
+    for how in ["put", "copy"] {
+        // Wait until the leader's clock is on a later day than the last write.
+        wait_for(Duration::from_secs(10), "the next lifecycle day", || {
+            let c = &c;
+            async move {
+                let p = c.put_key("vol", "bkt", "probe", 1).await.unwrap();
+                (p.modification_time_ms / DAY_MS > last / DAY_MS).then_some(())
+            }
+        })
+        .await;
+        let again = if how == "put" {
+            c.put_key("vol", "bkt", "logs/a", 1).await.unwrap()
+        } else {
+            c.copy_key(CopyKeyRequest {
+                src_volume: "vol".into(),
+                src_bucket: "bkt".into(),
+                src_key: "src".into(),
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: "logs/a".into(),
+                content_md5: "0123456789abcdef0123456789abcdef".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .key
+            .unwrap()
+        };
+        assert_eq!(again.creation_time_ms, first.creation_time_ms, "{how}");
+        let k = c.lookup_key("vol", "bkt", "logs/a").await.unwrap();
+        assert_eq!(k.expiration_ms, due(again.modification_time_ms), "{how}");
+        assert!(k.expiration_ms > due(last), "{how}");
+        assert_eq!(k.expiration_rule_id, "logs");
+        last = again.modification_time_ms;
+    }
+    node.node.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progress() {
     let node = TestNode::start_with(|a| {
@@ -264,7 +320,7 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     for b in ["plain", "versioned"] {
         set_rules(&c, "vol", b, rules.clone()).await;
     }
-    // LookupKey reports the expiration S3's maths gives (creation plus one
+    // LookupKey reports the expiration S3's maths gives (the write plus one
     // day, rounded up to a day boundary) and the rule. A key no rule
     // matches has none.
     let k = c.lookup_key("vol", "plain", "data/00").await;
@@ -275,7 +331,7 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     let k = c.lookup_key("vol", "plain", "logs/late").await.unwrap();
     assert_eq!(
         k.expiration_ms,
-        (keep.creation_time_ms + 1000).div_ceil(1000) * 1000
+        (keep.modification_time_ms + 1000).div_ceil(1000) * 1000
     );
     assert_eq!(k.expiration_rule_id, "logs");
 

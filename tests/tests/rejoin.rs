@@ -291,3 +291,116 @@ async fn a_first_boot_waits_for_every_member() {
         n.node.shutdown().await;
     }
 }
+
+/// A member added by scaling out (`--join`, as the StatefulSet starts pods
+/// past the initial cluster) whose volume is lost restarts with an empty log
+/// and no vote. It may have voted and acknowledged entries before, so it
+/// goes through the sealed path like a configured member: it refuses votes
+/// until it has caught up with the leader, then serves with every entry.
+/// Real processes, killed with SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_joined_voter_does_not_vote_before_it_caught_up() {
+    use om_tests::OmProcess;
+    let addrs = cluster_addrs(4);
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let initial = &addrs[..3];
+    let mut procs: Vec<OmProcess> = initial
+        .iter()
+        .zip(&dirs)
+        .map(|(a, d)| OmProcess::spawn_member(d.path(), a, initial))
+        .collect();
+    let c = client(initial);
+    wait_for(Duration::from_secs(30), "a leader", || {
+        let c = &c;
+        async move { c.cluster_status().await.ok().filter(|s| s.leader_id != 0) }
+    })
+    .await;
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    write(&c, "a", 20).await;
+
+    // Scale out: node 4 joins and becomes a voter.
+    let j = addrs[3].clone();
+    procs.push(OmProcess::spawn_member_args(
+        dirs[3].path(),
+        &j,
+        initial,
+        &["--join"],
+    ));
+    c.add_node(4, &j.raft, &j.grpc, false).await.unwrap();
+    write(&c, "b", 5).await;
+    let committed = c.cluster_status().await.unwrap().committed_index;
+    wait_for(Duration::from_secs(20), "node 4 to apply", || {
+        let addr = j.grpc.clone();
+        async move {
+            OmClient::node_status(&addr)
+                .await
+                .ok()
+                .filter(|s| s.applied_index >= committed)
+        }
+    })
+    .await;
+
+    // Its volume is lost; the cluster writes on without it.
+    procs[3].kill9();
+    std::fs::remove_dir_all(dirs[3].path()).unwrap();
+    std::fs::create_dir_all(dirs[3].path()).unwrap();
+    write(&c, "c", 5).await;
+    procs[3].restart();
+
+    // From its first answer on, it is not admitted and refuses votes.
+    let first = wait_for(Duration::from_secs(20), "node 4's Raft port", || {
+        let addr = j.raft.clone();
+        async move { om::grpc::peer::peer_state(&addr, 99, None).await.ok() }
+    })
+    .await;
+    assert!(!first.admitted, "an empty joiner was admitted at once");
+    let mut raft = om_proto::raft::raft_service_client::RaftServiceClient::connect(format!(
+        "http://{}",
+        j.raft
+    ))
+    .await
+    .unwrap();
+    let vote = raft
+        .vote(om_proto::raft::VoteRequest {
+            vote: Some(om_proto::raft::Vote {
+                leader_id: Some(om_proto::raft::LeaderId {
+                    term: 1000,
+                    node_id: 1,
+                }),
+                committed: false,
+            }),
+            last_log_id: None,
+            leadership_transfer: false,
+        })
+        .await;
+    assert_eq!(vote.unwrap_err().code(), tonic::Code::Unavailable);
+
+    // It catches up, is admitted and holds every write.
+    let http: std::net::SocketAddr = j.http.parse().unwrap();
+    wait_for(
+        Duration::from_secs(60),
+        "node 4 to be ready",
+        || async move {
+            http_get(http, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 200")
+                .then_some(())
+        },
+    )
+    .await;
+    let lc = local_client(&j);
+    for key in ["a000", "b004", "c004"] {
+        lc.lookup_key("vol1", "bkt1", key)
+            .await
+            .unwrap_or_else(|e| panic!("node 4 lacks {key}: {e}"));
+    }
+    let verified = wait_for(Duration::from_secs(30), "the replicas to agree", || {
+        let c = &c;
+        async move { c.verify_replicas().await.ok().filter(|r| r.all_agree) }
+    })
+    .await;
+    assert_eq!(verified.members.len(), 4);
+}

@@ -8,10 +8,13 @@
 //! proposed by a deposed leader or twice never applies twice. Each item is
 //! checked again against the entry as it is now, the rules and the page's
 //! `now_ms` and day length: an entry overwritten, retagged or no longer
-//! eligible since the scanner read it is left alone.
+//! eligible since the scanner read it is left alone. From rules 7 on, `Days`
+//! count from when the entry was written (`eval::written_ms`); before, from
+//! its creation time, which an overwrite keeps (entries of those rules
+//! replay as they applied).
 
 use om_proto::store::{
-    BucketRecord, CommandResult, Empty, LifecycleItem, LifecycleRecord, LifecycleScan,
+    BucketRecord, CommandResult, Empty, KeyRecord, LifecycleItem, LifecycleRecord, LifecycleScan,
     LifecycleScanRecord, LifecycleScanResult, SetBucketLifecycle, command_result,
 };
 use rocksdb::WriteBatch;
@@ -157,14 +160,17 @@ impl Ctx<'_> {
         rec.cursor_newer_noncurrent = c.to_newer_noncurrent;
         if !c.phase_done {
             rec.cursor = c.to.clone();
+            rec.cursor_null_version = self.rules >= 7 && c.to_null_version;
         } else if scan::next_phase(c.phase) != PHASE_IDLE {
             rec.phase = scan::next_phase(c.phase);
             rec.cursor.clear();
             rec.cursor_newer_noncurrent = 0;
+            rec.cursor_null_version = false;
         } else {
             rec.phase = PHASE_IDLE;
             rec.cursor.clear();
             rec.cursor_newer_noncurrent = 0;
+            rec.cursor_null_version = false;
             rec.last_pass_started_ms = rec.pass_started_ms;
             rec.last_pass_completed_ms = self.now;
             rec.last_pass_evaluated = rec.evaluated;
@@ -244,7 +250,7 @@ impl Ctx<'_> {
         };
         let rule = match (item.action, version) {
             (eval::ACTION_EXPIRE, None) if !rec.delete_marker => {
-                eval::current_expiry(rules, &subject, rec.creation_time_ms, c.day_ms)
+                eval::current_expiry(rules, &subject, self.written_ms(&rec), c.day_ms)
                     .filter(|d| d.is_due(self.now))
                     .map(|d| d.rule_id)
             }
@@ -263,7 +269,7 @@ impl Ctx<'_> {
                 if self.newest_noncurrent(&run)?.is_some() {
                     None
                 } else {
-                    eval::expired_marker_rule(rules, key, rec.creation_time_ms, c.day_ms, self.now)
+                    eval::expired_marker_rule(rules, key, self.written_ms(&rec), c.day_ms, self.now)
                 }
             }
             _ => None,
@@ -312,7 +318,7 @@ impl Ctx<'_> {
             tags: &rec.tags,
             sized: true,
         };
-        let Some(rule) = eval::current_expiry(rules, &subject, rec.creation_time_ms, c.day_ms)
+        let Some(rule) = eval::current_expiry(rules, &subject, self.written_ms(&rec), c.day_ms)
             .filter(|d| d.is_due(self.now))
             .map(|d| d.rule_id.to_string())
         else {
@@ -327,6 +333,16 @@ impl Ctx<'_> {
         *seq += 1;
         table::delete::<FileTable>(self.db, b, &keys::fs_key(parent, &name))?;
         Ok(Some(rule))
+    }
+
+    /// The instant an entry's `Days` count from: when it was written (rules
+    /// 7), or its creation time, as rules 5 and 6 applied it.
+    fn written_ms(&self, rec: &KeyRecord) -> u64 {
+        if self.rules >= 7 {
+            eval::written_ms(rec)
+        } else {
+            rec.creation_time_ms
+        }
     }
 
     /// How many noncurrent versions of a key sort before `entry` in its

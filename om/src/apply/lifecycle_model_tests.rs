@@ -44,6 +44,8 @@ struct MVersion {
     id: (String, bool),
     marker: bool,
     null: bool,
+    /// When the version was written (the model's own record of each write;
+    /// a delete marker's creation time).
     created: u64,
     since: u64,
     size: u64,
@@ -173,7 +175,7 @@ fn model_fixpoint(
                 let due = rules.iter().any(|r| {
                     model_matches(r, key, &none, true)
                         && r.expiration.as_ref().is_some_and(|e| {
-                            e.expired_object_delete_marker
+                            e.expired_object_delete_marker == Some(true)
                                 || match (e.days, e.date_ms) {
                                     (Some(d), _) => model_after(m.created, d) <= now,
                                     (None, Some(date)) => date <= now,
@@ -233,7 +235,7 @@ fn random_rules(rng: &mut Rng) -> Vec<LifecycleRule> {
             if rng.chance(60) {
                 r.expiration = Some(match rng.below(3) {
                     0 if !tagged => LifecycleExpiration {
-                        expired_object_delete_marker: true,
+                        expired_object_delete_marker: Some(true),
                         ..Default::default()
                     },
                     1 => LifecycleExpiration {
@@ -265,8 +267,13 @@ fn random_rules(rng: &mut Rng) -> Vec<LifecycleRule> {
         .collect()
 }
 
-/// The bucket's objects as the model sees them, read from `keys`.
-fn model_state(sm: &Sm) -> std::collections::BTreeMap<String, Vec<MVersion>> {
+/// When each version (key name, version id) was written, as the history
+/// wrote it: an overwrite of a `null` version replaces its entry.
+type Written = std::collections::BTreeMap<(String, String), u64>;
+
+/// The bucket's objects as the model sees them, read from `keys`, each
+/// object version's age from the model's record of its write.
+fn model_state(sm: &Sm, written: &Written) -> std::collections::BTreeMap<String, Vec<MVersion>> {
     let prefix = keys::object_prefix("vol", "bkt");
     let mut it = DeferredSeekIter::with_prefix(&sm.db, keys::KEYS_CF, &prefix).unwrap();
     let mut out: std::collections::BTreeMap<String, Vec<MVersion>> = Default::default();
@@ -274,17 +281,21 @@ fn model_state(sm: &Sm) -> std::collections::BTreeMap<String, Vec<MVersion>> {
         let (name, _) = keys::split_version(&k[prefix.len()..]);
         let rec = table::decode::<KeyTable>(v).unwrap();
         let id = versions::version_id(&rec);
-        out.entry(String::from_utf8(name.to_vec()).unwrap())
-            .or_default()
-            .push(MVersion {
-                id: (id.clone(), rec.delete_marker),
-                marker: rec.delete_marker,
-                null: id == "null",
-                created: rec.creation_time_ms,
-                since: rec.noncurrent_since_ms,
-                size: rec.size,
-                tags: rec.tags.clone(),
-            });
+        let name = String::from_utf8(name.to_vec()).unwrap();
+        let created = if rec.delete_marker {
+            rec.creation_time_ms
+        } else {
+            written[&(name.clone(), id.clone())]
+        };
+        out.entry(name).or_default().push(MVersion {
+            id: (id.clone(), rec.delete_marker),
+            marker: rec.delete_marker,
+            null: id == "null",
+            created,
+            since: rec.noncurrent_since_ms,
+            size: rec.size,
+            tags: rec.tags.clone(),
+        });
         it.advance();
     }
     out
@@ -312,14 +323,18 @@ fn scans_reach_the_state_s3s_semantics_give() {
         setup(&mut sm, LAYOUT_OBJECT_STORE);
         at(&mut sm, DAY + rng.below(DAY));
         let mut state = versions::UNVERSIONED;
+        // A third of the histories stay unversioned, where writing a key
+        // again replaces it in place.
+        let may_version = seed % 3 != 0;
         let names = ["a/1", "a/2", "b/1", "c"];
         let mut uploads = Vec::new();
+        let mut written = Written::new();
         for _ in 0..(10 + rng.below(30)) {
             let t = sm.next_now() + rng.below(DAY * 2 / 3);
             at(&mut sm, t);
             let name = names[rng.below(names.len() as u64) as usize];
             match rng.below(10) {
-                0 if state != versions::ENABLED => {
+                0 if may_version && state != versions::ENABLED => {
                     state = versions::ENABLED;
                     versioning(&mut sm, state);
                 }
@@ -338,7 +353,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
                 }
                 4 => {
                     // Remove a random existing version permanently.
-                    let s = model_state(&sm);
+                    let s = model_state(&sm, &written);
                     if let Some(vs) = s.get(name) {
                         let v = &vs[rng.below(vs.len() as u64) as usize];
                         delete(&mut sm, name, &v.id.0);
@@ -365,7 +380,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
                             ["tmp", "keep"][rng.below(2) as usize].to_string(),
                         );
                     }
-                    sm.ok(Op::PutKey(st::PutKey {
+                    let put = sm.ok(Op::PutKey(st::PutKey {
                         volume: "vol".into(),
                         bucket: "bkt".into(),
                         key: name.into(),
@@ -375,6 +390,11 @@ fn scans_reach_the_state_s3s_semantics_give() {
                         tags,
                         ..Default::default()
                     }));
+                    let command_result::Result::Key(k) = put else {
+                        panic!("seed {seed}: PutKey answered no key")
+                    };
+                    let id = versions::version_id(&k.key.unwrap());
+                    written.insert((name.to_string(), id), t);
                 }
             }
         }
@@ -384,7 +404,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
         }
         set_rules(&mut sm, rules.clone());
         let now = sm.next_now() + rng.below(6 * DAY);
-        let before = model_state(&sm);
+        let before = model_state(&sm, &written);
         let want = model_fixpoint(&rules, state, now, before.clone());
         let mut want_uploads: Vec<Vec<u8>> = uploads
             .iter()
@@ -440,7 +460,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
             }
         }
         assert!(quiet, "seed {seed}: passes never settled");
-        let got = model_state(&sm);
+        let got = model_state(&sm, &written);
         let norm = |s: &std::collections::BTreeMap<String, Vec<MVersion>>| {
             let originals: std::collections::BTreeSet<(String, bool)> =
                 before.values().flatten().map(|v| v.id.clone()).collect();

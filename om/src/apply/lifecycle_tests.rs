@@ -280,7 +280,7 @@ fn a_lone_delete_marker_goes_and_one_with_versions_behind_it_stays() {
         &mut sm,
         vec![LifecycleRule {
             expiration: Some(LifecycleExpiration {
-                expired_object_delete_marker: true,
+                expired_object_delete_marker: Some(true),
                 ..Default::default()
             }),
             ..rule("markers", None)
@@ -397,7 +397,7 @@ fn an_entry_overwritten_after_the_scan_read_it_survives() {
     at(&mut sm, 3 * DAY);
     let page = next_page(&sm, limits(1000)).unwrap();
     assert_eq!(page.items.len(), 1);
-    // Written again before the page applies: a new creation time, a new
+    // Written again before the page applies: a new write time, a new
     // update id. Apply leaves it alone.
     let fresh = put(&mut sm, "logs/a");
     match sm.ok(Op::LifecycleScan(page)) {
@@ -644,4 +644,341 @@ fn a_file_moved_after_the_scan_read_it_is_left_alone() {
         other => panic!("{other:?}"),
     }
     assert_eq!(fso_files(&sm), vec!["kept/a.log"]);
+}
+
+/// The ways a key is written again over an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rewrite {
+    PutKey,
+    CommitKey,
+    CopyKey,
+    CompleteMultipart,
+    /// An FSO file created with `overwrite` and committed.
+    FileOverwrite,
+}
+
+const ETAG: &str = "0123456789abcdef0123456789abcdef";
+
+fn commit(sm: &mut Sm, key: &str, session_id: u64) {
+    sm.ok(Op::CommitKey(st::CommitKey {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: key.into(),
+        session_id,
+        ..Default::default()
+    }));
+}
+
+fn rewrite(sm: &mut Sm, how: Rewrite, key: &str) {
+    match how {
+        Rewrite::PutKey => {
+            put(sm, key);
+        }
+        Rewrite::CommitKey => {
+            let command_result::Result::OpenKey(s) = sm.ok(Op::OpenKey(st::OpenKey {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: key.into(),
+                block_size: 1 << 20,
+                ..Default::default()
+            })) else {
+                panic!("OpenKey {key}")
+            };
+            commit(sm, key, s.session_id);
+        }
+        Rewrite::CopyKey => {
+            sm.ok(Op::CopyKey(st::CopyKey {
+                src_volume: "vol".into(),
+                src_bucket: "bkt".into(),
+                src_key: "src".into(),
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: key.into(),
+                ..Default::default()
+            }));
+        }
+        Rewrite::CompleteMultipart => {
+            let command_result::Result::Upload(u) =
+                sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
+                    volume: "vol".into(),
+                    bucket: "bkt".into(),
+                    key: key.into(),
+                    ..Default::default()
+                }))
+            else {
+                panic!("InitiateMultipart {key}")
+            };
+            let upload_id = u.upload.unwrap().upload_id;
+            sm.ok(Op::CommitPart(st::CommitPart {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: key.into(),
+                upload_id,
+                part_number: 1,
+                size: 10,
+                etag: ETAG.into(),
+                block_size: 1 << 20,
+            }));
+            sm.ok(Op::CompleteMultipart(st::CompleteMultipart {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                key: key.into(),
+                upload_id,
+                parts: vec![st::PartRef {
+                    part_number: 1,
+                    etag: ETAG.into(),
+                }],
+                ..Default::default()
+            }));
+        }
+        Rewrite::FileOverwrite => {
+            let command_result::Result::OpenKey(s) = sm.ok(Op::CreateFile(st::CreateFile {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                path: key.into(),
+                recursive: true,
+                overwrite: true,
+                ..Default::default()
+            })) else {
+                panic!("CreateFile {key}")
+            };
+            commit(sm, key, s.session_id);
+        }
+    }
+}
+
+/// The current record of `key` (an FSO bucket's file by its path).
+fn current(sm: &Sm, key: &str) -> Option<KeyRecord> {
+    let bk = keys::bucket_key("vol", "bkt");
+    let bucket = table::get::<BucketTable>(&sm.db, &bk).unwrap().unwrap();
+    if bucket.layout == crate::apply::LAYOUT_FSO {
+        let comps = crate::fs::components(key);
+        return match crate::fs::stat(&sm.db, bucket.object_id, &comps, "path").unwrap() {
+            Some(crate::fs::Entry::File { rec, .. }) => Some(rec),
+            _ => None,
+        };
+    }
+    table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", key)).unwrap()
+}
+
+const REWRITES: [Rewrite; 5] = [
+    Rewrite::PutKey,
+    Rewrite::CommitKey,
+    Rewrite::CopyKey,
+    Rewrite::CompleteMultipart,
+    Rewrite::FileOverwrite,
+];
+
+/// Sets up `logs/a` written at DAY + 5 (and, for copies, an old source),
+/// a one-day rule, and the key written again `how` from 10 DAY + 5 on;
+/// returns the record that write left.
+fn written_again(sm: &mut Sm, how: Rewrite) -> KeyRecord {
+    let fso = how == Rewrite::FileOverwrite;
+    setup(
+        sm,
+        if fso {
+            crate::apply::LAYOUT_FSO
+        } else {
+            LAYOUT_OBJECT_STORE
+        },
+    );
+    at(sm, DAY + 5);
+    if fso {
+        fso_file(sm, "logs/a");
+    } else {
+        put(sm, "logs/a");
+        put(sm, "src");
+    }
+    set_rules(sm, vec![expire_days("logs", "logs/", 1)]);
+    at(sm, 10 * DAY + 5);
+    let first = current(sm, "logs/a").unwrap();
+    rewrite(sm, how, "logs/a");
+    let rec = current(sm, "logs/a").unwrap();
+    assert_eq!(
+        rec.creation_time_ms, first.creation_time_ms,
+        "{how:?} keeps the creation time"
+    );
+    rec
+}
+
+/// Every way of writing a key again starts its lifecycle age again: `Days`
+/// count from the new object's write (S3's Last-Modified), not from the
+/// key's first write, whose creation time the overwrite keeps (Ozone's
+/// creation time, which clients still see). Counted from the creation time,
+/// data written a minute ago would expire as if it were the object it
+/// replaced.
+#[test]
+fn a_key_written_again_ages_from_that_write_on_every_path() {
+    for how in REWRITES {
+        let mut sm = Sm::new();
+        let rec = written_again(&mut sm, how);
+        // The write's last command (a session or an upload takes several).
+        assert!(
+            (10 * DAY + 5..10 * DAY + 10).contains(&rec.modification_time_ms),
+            "{how:?}: written at {}",
+            rec.modification_time_ms
+        );
+        // Due one day after the write, at the next midnight: 12 DAY.
+        let l = PageLimits {
+            interval_ms: 0,
+            ..limits(1000)
+        };
+        at(&mut sm, 12 * DAY - 1);
+        let r = run_pass(&mut sm, l);
+        assert_eq!(
+            actions(&r, "expire"),
+            0,
+            "{how:?}: expired before a day counted from its own write"
+        );
+        assert_eq!(current(&sm, "logs/a"), Some(rec), "{how:?}");
+        at(&mut sm, 12 * DAY);
+        let r = run_pass(&mut sm, l);
+        assert_eq!(actions(&r, "expire"), 1, "{how:?}");
+        assert_eq!(current(&sm, "logs/a"), None, "{how:?}");
+    }
+}
+
+/// Apply checks each item against the write time too: a page naming a key
+/// written again since (built by a scanner that counted from the creation
+/// time, or forged) leaves it alone from rules 7 on, while an entry of
+/// rules 6 replays as it applied then (counted from the creation time), so
+/// replicas replaying an old log agree with those that applied it.
+#[test]
+fn apply_counts_from_the_write_from_rules_7_and_replays_older_pages_as_they_applied() {
+    for how in REWRITES {
+        for rules in [6, crate::apply::RULES] {
+            let mut sm = Sm::new();
+            let rec = written_again(&mut sm, how);
+            at(&mut sm, 11 * DAY);
+            let mut page = next_page(&sm, limits(1000)).unwrap();
+            assert!(page.items.is_empty(), "{how:?}: not due until 12 DAY");
+            let entry = if how == Rewrite::FileOverwrite {
+                b"logs/a".to_vec()
+            } else {
+                keys::object_key("vol", "bkt", "logs/a")
+            };
+            let action = if how == Rewrite::FileOverwrite {
+                crate::lifecycle::eval::ACTION_EXPIRE_FILE
+            } else {
+                crate::lifecycle::eval::ACTION_EXPIRE
+            };
+            page.items.push(st::LifecycleItem {
+                entry,
+                update_id: rec.update_id,
+                action,
+                rule_id: "logs".into(),
+            });
+            let command_result::Result::LifecycleScan(r) =
+                sm.ok_rules(Op::LifecycleScan(page), rules)
+            else {
+                panic!("{how:?}: no scan result")
+            };
+            let expired = r.actions.get("expire").copied().unwrap_or(0);
+            if rules >= 7 {
+                assert_eq!(expired, 0, "{how:?}, rules {rules}");
+                assert_eq!(current(&sm, "logs/a"), Some(rec), "{how:?}");
+            } else {
+                assert_eq!(expired, 1, "{how:?}, rules {rules}");
+                assert_eq!(current(&sm, "logs/a"), None, "{how:?}");
+            }
+        }
+    }
+}
+
+/// Status names the version at the cursor as ListObjectVersions does: a
+/// noncurrent `null` version (written unversioned, or suspended) is `null`,
+/// not its stamp in hex.
+#[test]
+fn status_names_a_null_version_at_the_cursor_null() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    // `n0`: a null version from before versioning (stamp 0) behind a new
+    // one; `ns`: a null version written suspended (a real stamp) behind a
+    // new one; `v`: two versioned versions; `z` last (a page that reads
+    // the last entry ends the phase instead of storing a cursor).
+    put(&mut sm, "n0");
+    versioning(&mut sm, versions::ENABLED);
+    put(&mut sm, "n0");
+    put(&mut sm, "v");
+    put(&mut sm, "v");
+    versioning(&mut sm, versions::SUSPENDED);
+    put(&mut sm, "ns");
+    versioning(&mut sm, versions::ENABLED);
+    put(&mut sm, "ns");
+    put(&mut sm, "z");
+    set_rules(&mut sm, vec![expire_days("logs", "logs/", 1)]);
+    let prefix = keys::object_prefix("vol", "bkt");
+    let mut named = Vec::new();
+    while let Some(page) = next_page(&sm, limits(1)) {
+        sm.ok(Op::LifecycleScan(page));
+        let s = stored_scan(&sm).unwrap();
+        if s.phase == scan::PHASE_IDLE {
+            break;
+        }
+        if s.phase != scan::PHASE_OBJECTS || s.cursor.is_empty() {
+            continue;
+        }
+        let (key, version_id) = scan::cursor_names(&s, &prefix);
+        let rec = table::get::<KeyTable>(&sm.db, &s.cursor).unwrap().unwrap();
+        let is_version = keys::split_version(&s.cursor[prefix.len()..]).1.is_some();
+        if is_version {
+            assert_eq!(version_id, versions::version_id(&rec), "{key}");
+        } else {
+            assert_eq!(
+                version_id, "",
+                "{key}: a current version has no id in status"
+            );
+        }
+        named.push((key, version_id));
+    }
+    let nulls: Vec<_> = named.iter().filter(|(_, v)| v == "null").collect();
+    assert_eq!(nulls.len(), 2, "{named:?}");
+    assert!(
+        named.iter().any(|(k, v)| k == "v" && v.len() == 16),
+        "{named:?}"
+    );
+}
+
+/// The count of entries read at or before the cursor comes from what the
+/// iterator yields, not from its bounds: 0 for a page's resume (its lower
+/// bound is the cursor's successor), and every entry read again for an
+/// iterator bounded at the cursor or at the bucket's start.
+#[test]
+fn entries_read_again_on_resuming_are_counted() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    for i in 0..10 {
+        put(&mut sm, &format!("k{i}"));
+    }
+    set_rules(&mut sm, vec![expire_days("logs", "logs/", 1)]);
+    let first = next_page(&sm, limits(4)).unwrap();
+    assert_eq!(first.resume_before_cursor, 0);
+    sm.ok(Op::LifecycleScan(first));
+    let page = next_page(&sm, limits(4)).unwrap();
+    let cursor = page.from.clone();
+    assert_eq!(cursor, keys::object_key("vol", "bkt", "k3"));
+    assert_eq!((page.resume_before_cursor, page.evaluated), (0, 4));
+    let prefix = keys::object_prefix("vol", "bkt");
+    let read = |lower: Vec<u8>| {
+        let raw = DeferredSeekIter::new(
+            &sm.db,
+            keys::KEYS_CF,
+            Some(lower),
+            keys::prefix_end(&prefix),
+        )
+        .unwrap();
+        let mut it = scan::resumed_after(raw, &cursor);
+        let mut n = 0;
+        while it.current().is_some() {
+            // Asking again for the same entry counts it once.
+            assert!(it.has_current());
+            n += 1;
+            it.advance();
+        }
+        it.status().unwrap();
+        (it.before_cursor(), n)
+    };
+    assert_eq!(read(keys::key_successor(&cursor)), (0, 6));
+    assert_eq!(read(cursor.clone()), (1, 7), "bounded at the cursor");
+    assert_eq!(read(prefix.clone()), (4, 10), "from the bucket's start");
 }

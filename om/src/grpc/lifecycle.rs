@@ -1,5 +1,6 @@
-//! Handlers of the lifecycle-configuration RPCs. The rules are checked here
-//! (`lifecycle::validate`, S3's rules and om's limits) and again in apply.
+//! Handlers of the lifecycle-configuration RPCs. Rules without an id get one
+//! here (`lifecycle::assign_ids`), then are checked (`validate_request`: S3's
+//! rules and om's limits) before proposing, and again in apply (`validate`).
 
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
@@ -16,11 +17,13 @@ pub async fn put(
     let id = write_id(&r.header, &r)?;
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("bucket", &r.bucket)?;
-    crate::lifecycle::validate(&r.rules)?;
+    let mut rules = r.rules;
+    crate::lifecycle::assign_ids(&mut rules);
+    crate::lifecycle::validate_request(&rules)?;
     let op = Op::SetBucketLifecycle(st::SetBucketLifecycle {
         volume: r.volume,
         bucket: r.bucket,
-        rules: r.rules,
+        rules,
         delete: false,
     });
     match svc.propose(id, op).await? {

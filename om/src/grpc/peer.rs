@@ -13,24 +13,39 @@ use std::time::Duration;
 
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::raft_peer_server::{RaftPeer, RaftPeerServer};
-use om_proto::raft::{PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse};
+use om_proto::raft::{
+    PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse, StateDigestRequest,
+    StateDigestResponse,
+};
 use om_raft_store::Raft;
 use openraft::async_runtime::WatchReceiver;
 use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
+use crate::divergence::Divergence;
 use crate::rejoin::{Admission, PeerView, Phase, handover_target, needs_reset};
 
-/// Answers other members' admission questions from this node's Raft state.
+/// Answers other members' admission questions from this node's Raft state,
+/// and their questions about its state digests.
 pub struct PeerGrpc {
     raft: Raft,
     admission: Admission,
+    divergence: Arc<Divergence>,
 }
 
 impl PeerGrpc {
-    pub fn server(raft: Raft, admission: Admission) -> RaftPeerServer<Self> {
-        RaftPeerServer::new(PeerGrpc { raft, admission })
+    pub fn server(
+        raft: Raft,
+        admission: Admission,
+        divergence: Arc<Divergence>,
+    ) -> RaftPeerServer<Self> {
+        RaftPeerServer::new(PeerGrpc {
+            raft,
+            admission,
+            divergence,
+        })
+        .max_encoding_message_size(4 << 20)
     }
 }
 
@@ -57,6 +72,20 @@ impl RaftPeer for PeerGrpc {
             leader_raft_addr,
             admitted: self.admission.phase() == Phase::Open,
         }))
+    }
+
+    async fn state_digest(
+        &self,
+        req: Request<StateDigestRequest>,
+    ) -> Result<Response<StateDigestResponse>, Status> {
+        let divergence = self.divergence.clone();
+        let req = req.into_inner();
+        // Reads the store (checkpoints): off the async workers.
+        tokio::task::spawn_blocking(move || divergence.answer(&req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map(Response::new)
+            .map_err(Status::internal)
     }
 
     async fn rejoin(
@@ -187,7 +216,8 @@ pub async fn rejoin(
 }
 
 /// Wraps the Raft service: refuses, with `UNAVAILABLE`, the RPCs a node not
-/// yet admitted may not take (votes and leadership transfers). A refused vote
+/// yet admitted, or one that diverged, may not take (votes and leadership
+/// transfers). A refused vote
 /// looks to the candidate like an unreachable node, which Raft tolerates.
 /// Appends and snapshots always pass: refusing a streaming append would
 /// leave the sender's request stream running on the connection.
@@ -195,11 +225,16 @@ pub async fn rejoin(
 pub struct RaftGate<S> {
     inner: S,
     admission: Admission,
+    divergence: Arc<Divergence>,
 }
 
 impl<S> RaftGate<S> {
-    pub fn new(inner: S, admission: Admission) -> Self {
-        RaftGate { inner, admission }
+    pub fn new(inner: S, admission: Admission, divergence: Arc<Divergence>) -> Self {
+        RaftGate {
+            inner,
+            admission,
+            divergence,
+        }
     }
 }
 
@@ -224,7 +259,11 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = req.uri().path().rsplit('/').next().unwrap_or_default();
-        if let Some(why) = self.admission.refuses(method) {
+        let diverged = matches!(method, "Vote" | "TransferLeader")
+            .then(|| self.divergence.diverged())
+            .flatten()
+            .map(|why| format!("this replica diverged ({why}): it neither votes nor leads"));
+        if let Some(why) = diverged.or_else(|| self.admission.refuses(method)) {
             let resp = Status::unavailable(why).into_http();
             return Box::pin(async move { Ok(resp) });
         }

@@ -4,9 +4,10 @@
 //! (which checks each item again before acting) and LookupKey (which reports
 //! the expiration).
 //!
-//! - `Expiration.Days`: the object's creation time plus N days, rounded up
-//!   to the next day boundary (midnight UTC with 86,400,000 ms days);
-//!   `Expiration.Date`: that instant.
+//! - `Expiration.Days`: when the current version was written (`written_ms`,
+//!   S3's Last-Modified) plus N days, rounded up to the next day boundary
+//!   (midnight UTC with 86,400,000 ms days); `Expiration.Date`: that
+//!   instant.
 //! - `NoncurrentVersionExpiration`: N days after the version became
 //!   noncurrent, rounded the same way, once at least
 //!   `NewerNoncurrentVersions` newer noncurrent versions exist.
@@ -20,6 +21,7 @@
 
 use std::collections::BTreeMap;
 
+use om_proto::store::KeyRecord;
 use om_proto::v1::{LifecycleRule, lifecycle_filter::Predicate};
 
 /// `LifecycleItem.action` values.
@@ -47,6 +49,19 @@ pub fn action_name(action: u32) -> &'static str {
         ACTION_ABORT_UPLOAD => "abort_upload",
         _ => "unknown",
     }
+}
+
+/// When a version's data was written: the instant its `Days` count from
+/// (S3 counts from the object's Last-Modified). That is its modification
+/// time, which every write of the key moves (PutKey, CommitKey, CopyKey,
+/// CompleteMultipartUpload, an FSO file committed over another, a rename)
+/// and a tag change does not. Not its creation time: an overwrite in an
+/// unversioned bucket keeps the key's first creation time (as Ozone does),
+/// and counting from it would expire data just written as if it were the
+/// object it replaced. Apply counts from it only from rules 7 on
+/// (`apply::lifecycle`); a delete marker's two times are equal.
+pub fn written_ms(rec: &KeyRecord) -> u64 {
+    rec.modification_time_ms
 }
 
 /// `base_ms` plus `days` days, rounded up to the next day boundary.
@@ -111,18 +126,18 @@ fn earliest<'a>(candidates: impl Iterator<Item = Due<'a>>) -> Option<Due<'a>> {
     })
 }
 
-/// When the current version of an object (not a delete marker) created at
-/// `created_ms` expires.
+/// When the current version of an object (not a delete marker) written at
+/// `written_ms` (see `written_ms`) expires.
 pub fn current_expiry<'a>(
     rules: &'a [LifecycleRule],
     s: &Subject<'_>,
-    created_ms: u64,
+    written_ms: u64,
     day_ms: u64,
 ) -> Option<Due<'a>> {
     earliest(rules.iter().filter(|r| matches(r, s)).filter_map(|r| {
         let e = r.expiration.as_ref()?;
         let at_ms = match (e.days, e.date_ms) {
-            (Some(days), _) => after_days(created_ms, days, day_ms),
+            (Some(days), _) => after_days(written_ms, days, day_ms),
             (None, Some(date)) => date,
             (None, None) => return None,
         };
@@ -187,7 +202,7 @@ pub fn expired_marker_rule<'a>(
         .filter(|r| matches(r, &s))
         .find(|r| {
             r.expiration.as_ref().is_some_and(|e| {
-                e.expired_object_delete_marker
+                e.expired_object_delete_marker == Some(true)
                     || match (e.days, e.date_ms) {
                         (Some(days), _) => after_days(created_ms, days, day_ms) <= now_ms,
                         (None, Some(date)) => date <= now_ms,
@@ -388,7 +403,7 @@ mod tests {
         let rules = vec![
             LifecycleRule {
                 expiration: Some(LifecycleExpiration {
-                    expired_object_delete_marker: true,
+                    expired_object_delete_marker: Some(true),
                     ..Default::default()
                 }),
                 ..rule("m", Some(Predicate::Prefix("a/".into())))

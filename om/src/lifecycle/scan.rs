@@ -8,7 +8,10 @@
 //! resumes right after the stored cursor with one native seek: its iterator's
 //! lower bound is the cursor's successor, so no entry at or before the cursor
 //! is read again, and its upper bound is the end of the bucket's range, so
-//! the page never walks tombstones past the bucket.
+//! the page never walks tombstones past the bucket. `ResumedIter` counts
+//! what the iterator actually yields at or before the cursor
+//! (`resume_before_cursor`): 0 by the bound, and a resumption that read
+//! entries again would show them.
 
 use om_proto::store::{
     BucketRecord, KeyRecord, LifecycleItem, LifecycleRecord, LifecycleScan, LifecycleScanRecord,
@@ -200,6 +203,38 @@ pub fn is_current(
     scan.bucket_object_id == bucket.object_id && scan.config_update_id == config.update_id
 }
 
+/// The stored cursor as status names it: the key (or path), and the
+/// version id of a noncurrent version or the upload id of an upload. A
+/// version's entry key holds only its stamp; whether its id is "null"
+/// (written while the bucket was unversioned or suspended) the page that
+/// moved the cursor recorded (`cursor_null_version`), so status names it as
+/// ListObjectVersions does.
+pub fn cursor_names(s: &LifecycleScanRecord, bucket_prefix: &[u8]) -> (String, String) {
+    let rel = s.cursor.strip_prefix(bucket_prefix).unwrap_or_default();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if s.phase == PHASE_FILES {
+        // `F` or `D`, then a path.
+        return (text(s.cursor.get(1..).unwrap_or_default()), String::new());
+    }
+    if s.phase == PHASE_UPLOADS {
+        return match keys::split_key_run(rel) {
+            Some((k, id)) => (text(k), format!("{id:016x}")),
+            None => (text(rel), String::new()),
+        };
+    }
+    match keys::split_version(rel) {
+        (k, Some(v)) => (
+            text(k),
+            crate::apply::versions::version_id(&KeyRecord {
+                version: v,
+                versioned: v != 0 && !s.cursor_null_version,
+                ..Default::default()
+            }),
+        ),
+        (k, None) => (text(k), String::new()),
+    }
+}
+
 /// The next page of `bucket`'s scan at `now_ms`, or None when its pass is
 /// complete and the next is not due yet. Reads the stored cursor's successor
 /// with one seek and at most `limits.evaluations` entries (plus one, to tell
@@ -242,12 +277,15 @@ pub fn page(
     } else {
         keys::key_successor(&from)
     };
-    let mut it = DeferredSeekIter::new(
-        db,
-        phase_table(phase),
-        Some(lower),
-        keys::prefix_end(&prefix),
-    )?;
+    let mut it = resumed_after(
+        DeferredSeekIter::new(
+            db,
+            phase_table(phase),
+            Some(lower),
+            keys::prefix_end(&prefix),
+        )?,
+        &from,
+    );
     let mut page = LifecycleScan {
         volume: bucket.volume.clone(),
         bucket: bucket.name.clone(),
@@ -267,16 +305,13 @@ pub fn page(
         prefix: &prefix,
         newer,
         pending_marker: None,
+        null_version: false,
     };
     // Position once (the page's one seek) and record what it cost.
     it.has_current();
     page.resume_seeks = it.stats().seeks;
-    let mut before_cursor = 0u64;
     let mut ended = true;
     while let Some((k, v)) = it.current() {
-        if !from.is_empty() && k <= from.as_slice() {
-            before_cursor += 1;
-        }
         // One entry yields at most one item, plus the item of a delete
         // marker before it: stop one short of the item budget. At least one
         // entry per page, so the cursor always moves.
@@ -302,6 +337,7 @@ pub fn page(
             walk.object(k, v, &mut page.items)?;
         }
         page.to = k.to_vec();
+        page.to_null_version = walk.null_version;
         it.advance();
     }
     it.status()?;
@@ -312,10 +348,83 @@ pub fn page(
         }
         page.phase_done = true;
         page.to.clear();
+        page.to_null_version = false;
     }
-    page.resume_before_cursor = before_cursor;
+    page.resume_before_cursor = it.before_cursor();
     page.to_newer_noncurrent = walk.newer;
     Ok(Some(page))
+}
+
+/// A page's iterator, counting the entries it yields at or before the
+/// cursor the page resumes from (`resume_before_cursor`). The count comes
+/// from what the iterator yields, not from how its bounds were chosen, so
+/// it is 0 only if resuming really read nothing again: an iterator bounded
+/// at the cursor instead of after it, or positioned at the bucket's start,
+/// shows every entry it yields again. Each entry is counted once, however
+/// often `current` is asked for it.
+pub struct ResumedIter<'a, F> {
+    it: DeferredSeekIter<'a>,
+    at_or_before: F,
+    counted: bool,
+    before_cursor: u64,
+}
+
+/// `it` over a table in key order, resuming after `cursor` (empty: the
+/// phase's start, before which nothing lies).
+pub fn resumed_after<'a>(
+    it: DeferredSeekIter<'a>,
+    cursor: &[u8],
+) -> ResumedIter<'a, impl Fn(&[u8]) -> bool> {
+    let cursor = cursor.to_vec();
+    ResumedIter::new(it, move |k: &[u8]| {
+        !cursor.is_empty() && k <= cursor.as_slice()
+    })
+}
+
+impl<'a, F: Fn(&[u8]) -> bool> ResumedIter<'a, F> {
+    /// `it`, where `at_or_before` tells an entry's key at or before the
+    /// cursor.
+    pub fn new(it: DeferredSeekIter<'a>, at_or_before: F) -> Self {
+        ResumedIter {
+            it,
+            at_or_before,
+            counted: false,
+            before_cursor: 0,
+        }
+    }
+
+    pub fn has_current(&mut self) -> bool {
+        self.current().is_some()
+    }
+
+    pub fn current(&mut self) -> Option<(&[u8], &[u8])> {
+        let (k, v) = self.it.current()?;
+        if !self.counted {
+            self.counted = true;
+            if (self.at_or_before)(k) {
+                self.before_cursor += 1;
+            }
+        }
+        Some((k, v))
+    }
+
+    pub fn advance(&mut self) {
+        self.counted = false;
+        self.it.advance();
+    }
+
+    pub fn status(&self) -> Result<(), OmError> {
+        self.it.status()
+    }
+
+    pub fn stats(&self) -> crate::store::iter::IterStats {
+        self.it.stats()
+    }
+
+    /// Entries yielded so far at or before the cursor.
+    pub fn before_cursor(&self) -> u64 {
+        self.before_cursor
+    }
 }
 
 fn item(entry: Vec<u8>, update_id: u64, action: u32, rule_id: &str) -> LifecycleItem {
@@ -338,6 +447,8 @@ struct Walk<'a> {
     /// A current delete marker that `ExpiredObjectDeleteMarker` removes if
     /// no noncurrent version follows it.
     pending_marker: Option<(Vec<u8>, u64, &'a str)>,
+    /// The entry read last is a noncurrent "null" version.
+    null_version: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -363,6 +474,7 @@ impl<'a> Walk<'a> {
         let (key, version) = keys::split_version(name);
         let key = String::from_utf8_lossy(key);
         let rec: KeyRecord = table::decode::<KeyTable>(v)?;
+        self.null_version = version.is_some() && !rec.versioned;
         let subject = Subject {
             key: &key,
             size: rec.size,
@@ -376,14 +488,14 @@ impl<'a> Walk<'a> {
                     if let Some(rule) = eval::expired_marker_rule(
                         self.rules,
                         &key,
-                        rec.creation_time_ms,
+                        eval::written_ms(&rec),
                         self.day_ms,
                         self.now_ms,
                     ) {
                         self.pending_marker = Some((k.to_vec(), rec.update_id, rule));
                     }
                 } else if let Some(due) =
-                    eval::current_expiry(self.rules, &subject, rec.creation_time_ms, self.day_ms)
+                    eval::current_expiry(self.rules, &subject, eval::written_ms(&rec), self.day_ms)
                     && due.is_due(self.now_ms)
                 {
                     items.push(item(

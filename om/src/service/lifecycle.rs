@@ -76,7 +76,7 @@ impl OmService {
         Ok(eval::current_expiry(
             &config.rules,
             &subject,
-            rec.creation_time_ms,
+            eval::written_ms(rec),
             self.lifecycle_day_ms(),
         )
         .map(|d| (d.at_ms, d.rule_id.to_string())))
@@ -104,33 +104,8 @@ impl OmService {
         else {
             return Ok((None, config.map(|c| c.rules).unwrap_or_default()));
         };
-        let prefix = keys::object_prefix(volume, bucket);
-        let rel = s.cursor.strip_prefix(prefix.as_slice()).unwrap_or_default();
-        let (cursor, cursor_version_id) = if s.phase == scan::PHASE_FILES {
-            // `F` or `D`, then a path.
-            let path = s.cursor.get(1..).unwrap_or_default();
-            (String::from_utf8_lossy(path).into_owned(), String::new())
-        } else if s.phase == scan::PHASE_UPLOADS {
-            match keys::split_key_run(rel) {
-                Some((k, id)) => (
-                    String::from_utf8_lossy(k).into_owned(),
-                    format!("{id:016x}"),
-                ),
-                None => (String::from_utf8_lossy(rel).into_owned(), String::new()),
-            }
-        } else {
-            match keys::split_version(rel) {
-                (k, Some(v)) => (
-                    String::from_utf8_lossy(k).into_owned(),
-                    crate::apply::versions::version_id(&KeyRecord {
-                        version: v,
-                        versioned: v != 0,
-                        ..Default::default()
-                    }),
-                ),
-                (k, None) => (String::from_utf8_lossy(k).into_owned(), String::new()),
-            }
-        };
+        let (cursor, cursor_version_id) =
+            scan::cursor_names(&s, &keys::object_prefix(volume, bucket));
         let current = config.as_ref().is_some_and(|c| scan::is_current(&s, &b, c));
         let status = LifecycleStatus {
             pass: s.pass,

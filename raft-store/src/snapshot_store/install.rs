@@ -15,12 +15,13 @@ use super::{SnapshotStats, SnapshotStore, TMP_PREFIX, cf};
 use crate::snapshot::{SnapshotError, SnapshotReader};
 use crate::{SnapshotMeta, codec, io_err, keys};
 
-/// The encoded applied state an installed snapshot leaves: its last log id
-/// and membership.
-fn applied_state(meta: &SnapshotMeta) -> Vec<u8> {
+/// The encoded applied state an installed snapshot leaves: its last log id,
+/// membership and state digest (from the file's header).
+fn applied_state(meta: &SnapshotMeta, digest: &[u8]) -> Vec<u8> {
     pb::AppliedState {
         last_applied: codec::opt_log_id_to_pb(&meta.last_log_id),
         membership: Some(codec::stored_membership_to_pb(&meta.last_membership)),
+        state_digest: digest.to_vec(),
     }
     .encode_to_vec()
 }
@@ -38,6 +39,7 @@ impl SnapshotStore {
         }
         let db = &self.db;
         let mut reader = SnapshotReader::open_file(path)?;
+        let digest = reader.meta.state_digest.clone();
         let targets = self.targets(&reader)?;
         let mut clear = WriteBatch::default();
         self.clear_state(&mut clear)?;
@@ -79,7 +81,7 @@ impl SnapshotStore {
         db.put_cf_opt(
             cf(db, keys::SM_META_CF)?,
             keys::APPLIED_KEY,
-            applied_state(meta),
+            applied_state(meta, &digest),
             &wo,
         )?;
         self.stats.installed.fetch_add(1, Ordering::Relaxed);
@@ -96,6 +98,7 @@ impl SnapshotStore {
     ) -> Result<(), SnapshotError> {
         let db = &self.db;
         let mut reader = SnapshotReader::open_file(path)?;
+        let digest = reader.meta.state_digest.clone();
         let targets = self.targets(&reader)?;
         let mut batch = WriteBatch::default();
         self.clear_state(&mut batch)?;
@@ -105,7 +108,7 @@ impl SnapshotStore {
         batch.put_cf(
             cf(db, keys::SM_META_CF)?,
             keys::APPLIED_KEY,
-            applied_state(meta),
+            applied_state(meta, &digest),
         );
         let mut wo = WriteOptions::default();
         wo.set_sync(true);

@@ -1,0 +1,200 @@
+//! A leader deposed while its followers' answers could not reach it must not
+//! confirm a linearizable or lease read with those answers when they arrive
+//! late: a read never returns a state older than a write acknowledged before
+//! it began, whoever answers it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use om_client::v1::BucketLayout;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{Faults, TestNode, client_options, cluster_addrs, metrics_of, wait_for};
+
+fn only(n: &TestNode, opts: ClientOptions) -> OmClient {
+    OmClient::new(&[n.endpoint()], opts).unwrap()
+}
+
+/// The shape of the fault run: one-way loss into the leader (its followers
+/// receive and answer, the answers do not arrive), then its requests stop
+/// too; the followers elect a new leader, which acknowledges a write; reads
+/// are sent to the old leader; then the link heals, the old answers arrive
+/// first, one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
+    let faults = Arc::new(Faults::default());
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await);
+    }
+    let eps: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
+    let c = OmClient::new(&eps, client_options()).unwrap();
+    let l = wait_for(Duration::from_secs(20), "a leader", || {
+        let c = &c;
+        async move {
+            c.cluster_status()
+                .await
+                .ok()
+                .map(|s| s.leader_id)
+                .filter(|l| *l != 0)
+        }
+    })
+    .await;
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.put_key("vol1", "bkt1", "k", 1).await.unwrap();
+    let li = (l - 1) as usize;
+    let fs: Vec<u64> = (1..=3).filter(|i| *i != l).collect();
+
+    // One-way loss into the leader.
+    for &f in &fs {
+        faults.hold_answers(f, l);
+        faults.cut(f, l);
+    }
+    // Two writes on the old leader, each its own request, which both
+    // followers receive and answer; the answers are held.
+    let short = ClientOptions {
+        deadline: Duration::from_secs(1),
+        attempt_timeout: Duration::from_secs(1),
+        ..client_options()
+    };
+    let base = metrics_of(&nodes[li]).last_log_index.unwrap_or(0);
+    for (i, size) in [(1u64, 2u64), (2, 3)] {
+        let lc = only(&nodes[li], short.clone());
+        tokio::spawn(async move {
+            let _ = lc.put_key("vol1", "bkt1", "k", size).await;
+        });
+        wait_for(
+            Duration::from_secs(10),
+            "the followers to receive it",
+            || {
+                let ok = fs.iter().all(|f| {
+                    metrics_of(&nodes[(*f - 1) as usize])
+                        .last_log_index
+                        .is_some_and(|x| x >= base + i)
+                });
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
+    }
+    // Then nothing the old leader sends arrives either: the followers elect
+    // a new leader, which acknowledges a write.
+    for &f in &fs {
+        faults.stall(l, f);
+    }
+    let new = wait_for(Duration::from_secs(20), "a new leader", || {
+        let ls: Vec<Option<u64>> = fs
+            .iter()
+            .map(|f| metrics_of(&nodes[(*f - 1) as usize]).current_leader)
+            .collect();
+        let ok = ls[0].is_some_and(|x| x != l) && ls[0] == ls[1];
+        let first = ls[0];
+        async move { if ok { first } else { None } }
+    })
+    .await;
+    let nc = only(&nodes[(new - 1) as usize], client_options());
+    nc.put_key("vol1", "bkt1", "k", 4).await.unwrap();
+    let acknowledged = Instant::now();
+
+    {
+        let m = metrics_of(&nodes[li]);
+        eprintln!(
+            "old leader {l}: {:?} term {} leader {:?}; new leader {new}",
+            m.state, m.current_term, m.current_leader
+        );
+    }
+    // Linearizable and lease reads on the old leader across the heal.
+    let seen: Arc<Mutex<Vec<(bool, Result<u64, String>)>>> = Arc::default();
+    let mut readers = Vec::new();
+    for lease in [false, true] {
+        for _ in 0..2 {
+            let rc = only(
+                &nodes[li],
+                ClientOptions {
+                    lease_reads: lease,
+                    deadline: Duration::from_millis(800),
+                    attempt_timeout: Duration::from_millis(800),
+                    ..client_options()
+                },
+            );
+            let seen = seen.clone();
+            readers.push(tokio::spawn(async move {
+                let until = Instant::now() + Duration::from_secs(4);
+                while Instant::now() < until {
+                    let r = rc
+                        .lookup_key("vol1", "bkt1", "k")
+                        .await
+                        .map(|k| k.size)
+                        .map_err(|e| e.to_string());
+                    seen.lock().unwrap().push((lease, r));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    eprintln!(
+        "before the heal: {:?}",
+        seen.lock().unwrap().iter().take(4).collect::<Vec<_>>()
+    );
+    // The heal: the old leader sends again, and the held answers arrive
+    // first, one from each follower at a time, then the rest.
+    for &f in &fs {
+        faults.unstall(l, f);
+    }
+    for _ in 0..5 {
+        for &f in &fs {
+            faults.release_answers(f, l, 1);
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    faults.heal();
+    for r in readers {
+        r.await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let stale: Vec<_> = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, Ok(size) if *size != 4))
+        .collect();
+    eprintln!(
+        "{} reads on the old leader after a write acknowledged {:?} before the last of them: {} answered, {} stale",
+        seen.len(),
+        acknowledged.elapsed(),
+        seen.iter().filter(|(_, r)| r.is_ok()).count(),
+        stale.len()
+    );
+    assert!(stale.is_empty(), "stale reads: {stale:?}");
+    // The old leader stepped down and caught up with the new one.
+    let local = only(
+        &nodes[li],
+        ClientOptions {
+            stale_reads: true,
+            deadline: Duration::from_secs(2),
+            ..client_options()
+        },
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the old leader to catch up",
+        || {
+            let local = &local;
+            async move {
+                local
+                    .lookup_key("vol1", "bkt1", "k")
+                    .await
+                    .ok()
+                    .filter(|k| k.size == 4)
+            }
+        },
+    )
+    .await;
+    assert_ne!(
+        metrics_of(&nodes[li]).state,
+        openraft::ServerState::Leader,
+        "the old leader still leads after the heal"
+    );
+}
