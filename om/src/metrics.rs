@@ -226,18 +226,6 @@ pub fn db_cache(options: &rocksdb::Options) {
     }
 }
 
-#[cfg(test)]
-mod ticker_tests {
-    #[test]
-    fn tickers_are_read_by_name() {
-        let dump = "rocksdb.block.cache.miss COUNT : 7\nrocksdb.block.cache.hit COUNT : 42\n\
-                    rocksdb.block.cache.hit.extra COUNT : 1\n";
-        assert_eq!(super::ticker(dump, "rocksdb.block.cache.hit"), Some(42));
-        assert_eq!(super::ticker(dump, "rocksdb.block.cache.miss"), Some(7));
-        assert_eq!(super::ticker(dump, "rocksdb.nothing"), None);
-    }
-}
-
 /// Whether this replica found its state to differ from the majority's
 /// (`om_replica_diverged`, 0 or 1; see `divergence`).
 pub fn replica_diverged(diverged: bool) {
@@ -270,4 +258,16 @@ pub fn divergence_check(r: &crate::divergence::Report) {
         (_, false) => "undecided",
     };
     metrics::counter!("om_replica_digest_checks_total", "result" => result).increment(1);
+}
+
+#[cfg(test)]
+mod ticker_tests {
+    #[test]
+    fn tickers_are_read_by_name() {
+        let dump = "rocksdb.block.cache.miss COUNT : 7\nrocksdb.block.cache.hit COUNT : 42\n\
+                    rocksdb.block.cache.hit.extra COUNT : 1\n";
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.hit"), Some(42));
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.miss"), Some(7));
+        assert_eq!(super::ticker(dump, "rocksdb.nothing"), None);
+    }
 }

@@ -160,7 +160,7 @@ impl Digests {
         {
             return Ok(Some(d));
         }
-        if index % CHECKPOINT_EVERY != 0 {
+        if !index.is_multiple_of(CHECKPOINT_EVERY) {
             return Ok(None);
         }
         let c = self

@@ -260,7 +260,7 @@ impl StateMachine {
             keys::APPLIED_KEY,
             tail.membership.applied_state_bytes(&entry.log_id, &next)?,
         );
-        if index % digest::CHECKPOINT_EVERY == 0 {
+        if index.is_multiple_of(digest::CHECKPOINT_EVERY) {
             batch.put_cf(meta, digest::checkpoint_key(index), next);
             let span = digest::CHECKPOINT_EVERY * digest::CHECKPOINTS_KEPT;
             if let Some(old) = index.checked_sub(span) {

@@ -189,8 +189,11 @@ async fn run_schedule(seed: u64, seconds: u64) {
         assert!(!d.path().join("DIVERGED").exists());
     }
     // Offline: the stopped replicas' tables, record by record.
-    for p in &mut procs {
-        p.terminate(Duration::from_secs(30));
+    for (i, p) in procs.iter_mut().enumerate() {
+        let t = Instant::now();
+        let clean = p.terminate(Duration::from_secs(60));
+        eprintln!("seed {seed}: node {} stopped in {:?}", i + 1, t.elapsed());
+        assert!(clean, "node {} did not stop on SIGTERM", i + 1);
     }
     let dumps: Vec<_> = dirs.iter().map(|d| dump_data_dir(d.path())).collect();
     for i in 1..3 {

@@ -10,6 +10,9 @@ use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
 use om_tests::{Faults, TestNode, client_options, cluster_addrs, metrics_of, wait_for};
 
+/// One read: under the lease or not, and what it returned.
+type Read = (bool, Result<u64, String>);
+
 fn only(n: &TestNode, opts: ClientOptions) -> OmClient {
     OmClient::new(&[n.endpoint()], opts).unwrap()
 }
@@ -107,7 +110,7 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
         );
     }
     // Linearizable and lease reads on the old leader across the heal.
-    let seen: Arc<Mutex<Vec<(bool, Result<u64, String>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Read>>> = Arc::default();
     let mut readers = Vec::new();
     for lease in [false, true] {
         for _ in 0..2 {

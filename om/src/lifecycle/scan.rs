@@ -393,10 +393,12 @@ impl<'a, F: Fn(&[u8]) -> bool> ResumedIter<'a, F> {
         }
     }
 
+    /// Positions the iterator (its one seek) and counts the entry there.
     pub fn has_current(&mut self) -> bool {
         self.current().is_some()
     }
 
+    /// The entry at the position, counted the first time it is yielded.
     pub fn current(&mut self) -> Option<(&[u8], &[u8])> {
         let (k, v) = self.it.current()?;
         if !self.counted {
@@ -408,15 +410,18 @@ impl<'a, F: Fn(&[u8]) -> bool> ResumedIter<'a, F> {
         Some((k, v))
     }
 
+    /// Moves to the next entry (one native next).
     pub fn advance(&mut self) {
         self.counted = false;
         self.it.advance();
     }
 
+    /// The native error iteration stopped on, if any.
     pub fn status(&self) -> Result<(), OmError> {
         self.it.status()
     }
 
+    /// Native seeks and nexts so far (what positioning cost).
     pub fn stats(&self) -> crate::store::iter::IterStats {
         self.it.stats()
     }
