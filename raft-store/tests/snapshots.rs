@@ -80,7 +80,10 @@ async fn start_up_trusts_the_published_snapshot_by_its_record_and_hand_outs_veri
     let dir = tempfile::tempdir().unwrap();
     {
         let (_, mut sm, _) = open_store(dir.path()).unwrap();
-        apply(&mut sm, vec![put(1, "a", "1"), put(2, "b", "2")])
+        // Values long enough that the file's middle byte lies in a record,
+        // past the header (meta, membership, state digest).
+        let (one, two) = ("1".repeat(256), "2".repeat(256));
+        apply(&mut sm, vec![put(1, "a", &one), put(2, "b", &two)])
             .await
             .unwrap();
         build(&mut sm).await;
