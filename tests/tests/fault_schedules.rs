@@ -151,19 +151,30 @@ async fn run_schedule(seed: u64, seconds: u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let end = rec.now();
     let history = rec.finish().await;
-    let last = c.cluster_status().await.unwrap().committed_index;
-    for p in &procs {
-        let addr = p.grpc.clone();
-        wait_for(Duration::from_secs(60), "every node to apply", || {
-            let addr = addr.clone();
-            async move {
-                OmClient::node_status(&addr)
-                    .await
-                    .ok()
-                    .filter(|s| s.applied_index >= last)
-            }
-        })
-        .await;
+    // An entry proposed during a fault may commit after the clients
+    // stopped: wait until the committed index holds still and every node
+    // applied it.
+    let mut last = 0;
+    for _ in 0..30 {
+        let now = c.cluster_status().await.unwrap().committed_index;
+        for p in &procs {
+            let addr = p.grpc.clone();
+            wait_for(Duration::from_secs(60), "every node to apply", || {
+                let addr = addr.clone();
+                async move {
+                    OmClient::node_status(&addr)
+                        .await
+                        .ok()
+                        .filter(|s| s.applied_index >= now)
+                }
+            })
+            .await;
+        }
+        if now == last {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let known = history.iter().filter(|o| o.output.is_some()).count();
     eprintln!(
