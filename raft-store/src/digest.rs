@@ -130,19 +130,7 @@ impl Digests {
 
     /// The applied index and digest, as stored.
     pub fn applied(&self) -> std::io::Result<Option<(u64, Digest)>> {
-        let c = self
-            .db
-            .cf_handle(keys::SM_META_CF)
-            .ok_or_else(|| io_err("sm_meta missing"))?;
-        let Some(b) = self
-            .db
-            .get_pinned_cf(c, keys::APPLIED_KEY)
-            .map_err(io_err)?
-        else {
-            return Ok(None);
-        };
-        use prost::Message;
-        let a = om_proto::raft::AppliedState::decode(b.as_ref()).map_err(io_err)?;
+        let a = crate::snapshot_store::read_applied_record(&self.db, None)?;
         let Some(last) = a.last_applied else {
             return Ok(None);
         };

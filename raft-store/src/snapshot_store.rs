@@ -692,51 +692,44 @@ pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily
         .ok_or_else(|| SnapshotError::Io(io_err(format!("column family {name} missing"))))
 }
 
-/// The state digest of the applied state (zeroes before the first entry).
-pub(crate) fn read_digest(
+/// The stored `AppliedState` record (empty before the first entry), as of
+/// `snapshot` when given.
+pub(crate) fn read_applied_record(
     db: &DB,
     snapshot: Option<&rocksdb::Snapshot<'_>>,
-) -> std::io::Result<crate::digest::Digest> {
+) -> std::io::Result<pb::AppliedState> {
     let c = cf(db, keys::SM_META_CF)?;
     let bytes = match snapshot {
         Some(s) => {
             let mut ro = ReadOptions::default();
             ro.set_snapshot(s);
-            db.get_cf_opt(c, keys::APPLIED_KEY, &ro).map_err(io_err)?
+            db.get_pinned_cf_opt(c, keys::APPLIED_KEY, &ro)
+                .map_err(io_err)?
         }
-        None => db.get_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
+        None => db.get_pinned_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
     };
     match bytes {
-        Some(b) => {
-            let a = pb::AppliedState::decode(b.as_slice()).map_err(io_err)?;
-            crate::digest::from_bytes(&a.state_digest)
-        }
-        None => Ok([0; 32]),
+        Some(b) => pb::AppliedState::decode(b.as_ref()).map_err(io_err),
+        None => Ok(pb::AppliedState::default()),
     }
+}
+
+/// The state digest of the applied state (zeroes before the first entry).
+pub(crate) fn read_digest(
+    db: &DB,
+    snapshot: Option<&rocksdb::Snapshot<'_>>,
+) -> std::io::Result<crate::digest::Digest> {
+    crate::digest::from_bytes(&read_applied_record(db, snapshot)?.state_digest)
 }
 
 pub(crate) fn read_applied(
     db: &DB,
     snapshot: Option<&rocksdb::Snapshot<'_>>,
 ) -> std::io::Result<(Option<LogId>, crate::StoredMembership)> {
-    let c = cf(db, keys::SM_META_CF)?;
-    let bytes = match snapshot {
-        Some(s) => {
-            let mut ro = ReadOptions::default();
-            ro.set_snapshot(s);
-            db.get_cf_opt(c, keys::APPLIED_KEY, &ro).map_err(io_err)?
-        }
-        None => db.get_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
+    let a = read_applied_record(db, snapshot)?;
+    let m = match &a.membership {
+        Some(m) => codec::stored_membership_from_pb(m)?,
+        None => crate::StoredMembership::default(),
     };
-    match bytes {
-        Some(b) => {
-            let a = pb::AppliedState::decode(b.as_slice()).map_err(io_err)?;
-            let m = match &a.membership {
-                Some(m) => codec::stored_membership_from_pb(m)?,
-                None => crate::StoredMembership::default(),
-            };
-            Ok((codec::opt_log_id_from_pb(&a.last_applied), m))
-        }
-        None => Ok((None, crate::StoredMembership::default())),
-    }
+    Ok((codec::opt_log_id_from_pb(&a.last_applied), m))
 }
