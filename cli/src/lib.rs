@@ -750,11 +750,16 @@ impl OmClient {
             .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
     }
 
-    /// Compares the members' state digests at one index (`VerifyReplicas`).
-    pub async fn verify_replicas(&self) -> Result<VerifyReplicasResponse, ClientError> {
+    /// Compares the members' state digests at one index and, with
+    /// `tables`, every table record by record at one index
+    /// (`VerifyReplicas`).
+    pub async fn verify_replicas(
+        &self,
+        tables: bool,
+    ) -> Result<VerifyReplicasResponse, ClientError> {
         self.call(|ch| async move {
             ClusterClient::new(ch)
-                .verify_replicas(VerifyReplicasRequest {})
+                .verify_replicas(VerifyReplicasRequest { tables })
                 .await
         })
         .await

@@ -366,8 +366,14 @@ enum ClusterCmd {
     /// Hand leadership to another voter.
     TransferLeader { node_id: u64 },
     /// Compare every voter's state digest at the newest index all of them
-    /// applied; exits non-zero unless every voter answered with the same one.
-    Verify,
+    /// applied, then every table record by record at one index (a
+    /// verification entry in the log), naming the first differing key;
+    /// exits non-zero unless every voter agrees on both.
+    Verify {
+        /// Only the state digests (no table scan).
+        #[arg(long)]
+        digests_only: bool,
+    },
 }
 
 fn split2(path: &str) -> Result<(&str, &str)> {
@@ -1065,9 +1071,16 @@ async fn run(cli: Cli) -> Result<()> {
             c.transfer_leader(node_id).await?;
             println!("node {node_id} is the leader");
         }
-        Cmd::Cluster(ClusterCmd::Verify) => {
-            let r = c.verify_replicas().await?;
+        Cmd::Cluster(ClusterCmd::Verify { digests_only }) => {
+            let r = c.verify_replicas(!digests_only).await?;
             print_verify(out, &r);
+            if let Some(t) = r.tables.as_ref().filter(|t| !t.all_agree) {
+                bail!(
+                    "replicas' tables do not all agree at index {} ({} member(s) differ)",
+                    t.index,
+                    t.members.iter().filter(|m| !m.agrees).count()
+                );
+            }
             if !r.all_agree {
                 bail!(
                     "replicas do not all agree at index {} ({})",
@@ -1102,11 +1115,33 @@ fn print_verify(out: Output, r: &VerifyReplicasResponse) {
                 })
             })
             .collect();
+        let tables = r.tables.as_ref().map(|t| {
+            json!({
+                "index": t.index,
+                "all_agree": t.all_agree,
+                "members": t.members.iter().map(|m| json!({
+                    "node_id": m.node_id,
+                    "agrees": m.agrees,
+                    "error": m.error,
+                    "tables": m.tables.iter().map(|x| json!({
+                        "table": x.table, "entries": x.entries, "digest": x.digest,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "differences": t.differences.iter().map(|d| json!({
+                    "node_id": d.node_id,
+                    "compared_with": d.compared_with,
+                    "table": d.table,
+                    "key": String::from_utf8_lossy(&d.key).escape_debug().to_string(),
+                    "what": d.what,
+                })).collect::<Vec<_>>(),
+            })
+        });
         let v = json!({
             "index": r.index,
             "all_agree": r.all_agree,
             "majority": r.majority,
             "members": members,
+            "tables": tables,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return;
@@ -1130,6 +1165,37 @@ fn print_verify(out: Output, r: &VerifyReplicasResponse) {
             "{:<6} {:>12}  {:<64}  {verdict}{diverged}",
             m.node_id, m.applied_index, m.digest
         );
+    }
+    let Some(t) = &r.tables else {
+        return;
+    };
+    println!();
+    println!("tables compared at index {}", t.index);
+    println!("{:<6} {:>14}  VERDICT", "NODE", "ENTRIES");
+    for m in &t.members {
+        let entries: u64 = m.tables.iter().map(|x| x.entries).sum();
+        let verdict = if !m.error.is_empty() {
+            format!("not compared: {}", m.error)
+        } else if m.agrees {
+            "agrees".to_string()
+        } else {
+            "DIFFERS".to_string()
+        };
+        println!("{:<6} {:>14}  {verdict}", m.node_id, entries);
+    }
+    for d in &t.differences {
+        if d.table.is_empty() {
+            println!("node {}: {}", d.node_id, d.what);
+        } else {
+            println!(
+                "node {}: first difference from node {} in table {} at key \"{}\": {}",
+                d.node_id,
+                d.compared_with,
+                d.table,
+                String::from_utf8_lossy(&d.key).escape_debug(),
+                d.what
+            );
+        }
     }
 }
 

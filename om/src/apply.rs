@@ -107,6 +107,10 @@ impl om_raft_store::Applier for OmApplier {
         apply_command(db, batch, log_index, cmd)
             .map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
+
+    fn pins_state(&self, cmd: &Command) -> bool {
+        matches!(cmd.op, Some(Op::VerifyMark(_)))
+    }
 }
 
 /// Applies one command. `Err` is a storage failure (fatal); request failures
@@ -200,6 +204,8 @@ pub fn apply_command(
             Some(Op::SetBucketLifecycle(c)) => ctx.set_bucket_lifecycle(batch, c),
             Some(Op::LifecycleScan(c)) => ctx.lifecycle_scan(batch, c),
             Some(Op::PutKeyTagging(c)) => ctx.put_key_tagging(batch, c),
+            // Changes nothing; the store pins the state after it (`pins_state`).
+            Some(Op::VerifyMark(_)) => Ok(CommandResult::default()),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",

@@ -225,6 +225,7 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         | Op::SetVolumeQuota(_)
         | Op::SetBucketQuota(_)
         | Op::ExpireRetryCache(_)
+        | Op::VerifyMark(_)
         | Op::AckDeletedBlocks(_)
         | Op::ExpireOpenKeys(_)
         | Op::PurgeDeletedDirs(_)

@@ -32,6 +32,7 @@ use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::{IndexDigest, StateDigestRequest, StateDigestResponse};
 use om_raft_store::Raft;
 use om_raft_store::digest::{ApplyFaults, CHECKPOINT_EVERY, Digest, Digests};
+use om_raft_store::pins::Pins;
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
 
@@ -52,6 +53,7 @@ pub struct Divergence {
     why: Mutex<String>,
     faults: Arc<ApplyFaults>,
     tls: Option<Arc<om_tls::ClientTls>>,
+    pins: Arc<Pins>,
 }
 
 /// What one member said in a check.
@@ -89,6 +91,7 @@ impl Divergence {
         node_id: u64,
         data_dir: &Path,
         digests: Digests,
+        pins: Arc<Pins>,
         faults: Arc<ApplyFaults>,
         tls: Option<Arc<om_tls::ClientTls>>,
     ) -> std::io::Result<Arc<Divergence>> {
@@ -115,6 +118,7 @@ impl Divergence {
             why: Mutex::new(why.unwrap_or_default()),
             faults,
             tls,
+            pins,
         }))
     }
 
@@ -192,19 +196,39 @@ impl Divergence {
         })
     }
 
+    /// This replica's pinned states (`VerifyReplicas` with tables).
+    pub fn pins(&self) -> &Arc<Pins> {
+        &self.pins
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    /// A client of the member whose Raft port is `addr`; each call is
+    /// bounded by `timeout`.
+    pub async fn peer(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<RaftPeerClient<tonic::transport::Channel>, String> {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(ASK_TIMEOUT)
+            .timeout(timeout)
+            .connect_with_connector(om_tls::Connector::new(self.tls.clone()))
+            .await
+            .map_err(|e| format!("{addr}: {e}"))?;
+        Ok(RaftPeerClient::new(ch).max_decoding_message_size(16 << 20))
+    }
+
     async fn ask(
         &self,
         addr: &str,
         req: StateDigestRequest,
     ) -> Result<StateDigestResponse, String> {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| e.to_string())?
-            .connect_timeout(ASK_TIMEOUT)
-            .timeout(ASK_TIMEOUT)
-            .connect_with_connector(om_tls::Connector::new(self.tls.clone()))
-            .await
-            .map_err(|e| format!("{addr}: {e}"))?;
-        let mut c = RaftPeerClient::new(ch).max_decoding_message_size(4 << 20);
+        let mut c = self.peer(addr, ASK_TIMEOUT).await?;
         Ok(c.state_digest(req)
             .await
             .map_err(|s| format!("{addr}: {}", s.message()))?

@@ -1318,10 +1318,11 @@ impl Cluster for ClusterGrpc {
 
     async fn verify_replicas(
         &self,
-        _req: Request<VerifyReplicasRequest>,
+        req: Request<VerifyReplicasRequest>,
     ) -> Result<Response<VerifyReplicasResponse>, Status> {
+        let tables = req.get_ref().tables;
         observe("VerifyReplicas", async {
-            let r = self.svc.verify_replicas().await?;
+            let (r, t) = self.svc.verify_replicas(tables).await?;
             Ok(VerifyReplicasResponse {
                 index: r.index,
                 members: r
@@ -1338,6 +1339,7 @@ impl Cluster for ClusterGrpc {
                     .collect(),
                 all_agree: r.all_agree,
                 majority: r.majority,
+                tables: t,
             })
         })
         .await

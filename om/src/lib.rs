@@ -26,3 +26,4 @@ pub mod service;
 pub mod snapshot_policy;
 pub mod store;
 pub mod validate;
+pub mod verify;

@@ -273,6 +273,7 @@ impl Node {
             cfg.node_id,
             &cfg.data_dir,
             state_machine.digests(),
+            state_machine.pins(),
             state_machine.apply_faults(),
             tls.as_ref().map(|t| t.peer.clone()),
         )?;

@@ -382,13 +382,53 @@ impl OmService {
     /// Hands leadership to voter `to` and waits until it leads.
     /// Compares this replica's state digest with every other voter's now
     /// (`divergence::Divergence::check_once`). Admins only.
-    pub async fn verify_replicas(&self) -> Result<crate::divergence::Report, OmError> {
+    /// Compares the voters' state digests; with `tables`, also every table
+    /// record by record at the index of a verification entry it proposes.
+    pub async fn verify_replicas(
+        &self,
+        tables: bool,
+    ) -> Result<
+        (
+            crate::divergence::Report,
+            Option<om_proto::v1::TableVerification>,
+        ),
+        OmError,
+    > {
         self.require_admin()?;
         let d = self
             .divergence
             .as_ref()
             .ok_or_else(|| OmError::Unavailable("replica digests are not tracked".into()))?;
-        d.check_once(&self.raft).await
+        let report = d.check_once(&self.raft).await?;
+        if !tables {
+            return Ok((report, None));
+        }
+        let index = self.propose_verify_mark().await?;
+        Ok((
+            report,
+            Some(crate::verify::compare(d, &self.raft, index).await),
+        ))
+    }
+
+    /// Proposes a verification entry (`VerifyMark`) and returns its log index.
+    async fn propose_verify_mark(&self) -> Result<u64, OmError> {
+        self.check_not_diverged()?;
+        let cmd = Command {
+            now_ms: self.now_ms(),
+            op: Some(Op::VerifyMark(om_proto::store::VerifyMark {})),
+            rules: crate::apply::RULES,
+            caller: self.caller()?,
+            ..Default::default()
+        };
+        let write = Box::pin(self.raft.client_write(cmd.into()));
+        match tokio::time::timeout(self.request_timeout, write).await {
+            Ok(Ok(resp)) => Ok(resp.log_id.index),
+            Ok(Err(e)) => Err(write_err(e)),
+            Err(_) => Err(OmError::Unavailable(format!(
+                "the verification entry was not committed within {:?}",
+                self.request_timeout
+            ))),
+        }
     }
 
     pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), OmError> {

@@ -82,6 +82,7 @@ impl store::Command {
             Some(Op::SetBucketLifecycle(_)) => "SetBucketLifecycle",
             Some(Op::PutKeyTagging(_)) => "PutKeyTagging",
             Some(Op::LifecycleScan(_)) => "LifecycleScan",
+            Some(Op::VerifyMark(_)) => "VerifyMark",
             None => "Empty",
         }
     }

@@ -20,6 +20,7 @@ pub mod keys;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
+pub mod pins;
 pub mod snapshot;
 pub mod snapshot_store;
 pub mod state_machine;
@@ -89,6 +90,12 @@ pub trait Applier: Send + Sync + 'static {
         log_index: u64,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError>;
+
+    /// Whether every replica pins its state right after applying `cmd`, for
+    /// a verification that compares table digests at one index (`pins`).
+    fn pins_state(&self, _cmd: &Command) -> bool {
+        false
+    }
 }
 
 /// An opened store: the database and the two openraft storage halves over it.

@@ -34,6 +34,7 @@ use prost::Message;
 use rocksdb::{DB, WriteBatch};
 
 use crate::digest::{self, ApplyFaults, Contribution, Digest, Digests};
+use crate::pins::Pins;
 use crate::snapshot_store::{
     SnapshotFaults, SnapshotStats, SnapshotStore, cf, read_applied, read_digest,
 };
@@ -54,6 +55,8 @@ pub struct StateMachine {
     /// The state digests this replica can answer for.
     digests: Digests,
     faults: Arc<ApplyFaults>,
+    /// States pinned at verification entries (`pins`).
+    pins: Arc<Pins>,
 }
 
 /// What every applied entry's record repeats from the one before.
@@ -125,12 +128,18 @@ impl StateMachine {
     ) -> std::io::Result<StateMachine> {
         Ok(StateMachine {
             digests: Digests::new(db.clone()),
+            pins: Arc::new(Pins::new(tables.clone())),
             snapshots: Arc::new(SnapshotStore::open(db, snap_dir, tables)?),
             applier,
             alive: Arc::new(()),
             tail: None,
             faults: Arc::default(),
         })
+    }
+
+    /// The states pinned for verification (`pins`).
+    pub fn pins(&self) -> Arc<Pins> {
+        self.pins.clone()
     }
 
     /// The state digests this replica can answer for (`digest`).
@@ -268,6 +277,11 @@ impl StateMachine {
             }
         }
         db.write(batch).map_err(io_err)?;
+        if let EntryPayload::Normal(cmd) = &entry.payload
+            && self.applier.pins_state(cmd.command())
+        {
+            self.pins.pin(db, index);
+        }
         tail.digest = next;
         self.digests.push(index, next);
         Ok(result)

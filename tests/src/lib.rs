@@ -6,6 +6,8 @@ pub mod certs;
 pub mod history;
 pub mod linearizability;
 pub mod mutate;
+pub mod netns;
+pub mod replicas;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -334,6 +336,8 @@ pub struct OmProcess {
     pub extra: Vec<String>,
     /// Environment variables beyond the harness's, kept for restarts.
     pub env: Vec<(String, String)>,
+    /// A command that runs `om` (e.g. `ip netns exec NS`), kept for restarts.
+    pub wrapper: Vec<String>,
 }
 
 impl OmProcess {
@@ -389,6 +393,18 @@ impl OmProcess {
         more: &[&str],
         env: &[(&str, &str)],
     ) -> OmProcess {
+        Self::spawn_member_wrapped(data_dir, me, all, more, env, Vec::new())
+    }
+
+    /// `spawn_member_env` run through `wrapper` (e.g. `ip netns exec NS`).
+    pub fn spawn_member_wrapped(
+        data_dir: &Path,
+        me: &MemberAddrs,
+        all: &[MemberAddrs],
+        more: &[&str],
+        env: &[(&str, &str)],
+        wrapper: Vec<String>,
+    ) -> OmProcess {
         let mut p = OmProcess {
             child: None,
             data_dir: data_dir.to_path_buf(),
@@ -400,6 +416,7 @@ impl OmProcess {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            wrapper,
         };
         p.restart();
         p
@@ -412,7 +429,7 @@ impl OmProcess {
         raft: String,
         extra: Vec<String>,
     ) -> OmProcess {
-        let child = start_child(data_dir, &grpc, &http, &raft, &extra, &[]);
+        let child = start_child(data_dir, &grpc, &http, &raft, &extra, &[], &[]);
         OmProcess {
             child: Some(child),
             data_dir: data_dir.to_path_buf(),
@@ -421,6 +438,7 @@ impl OmProcess {
             raft,
             extra,
             env: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 
@@ -434,6 +452,7 @@ impl OmProcess {
             &self.raft,
             &self.extra,
             &self.env,
+            &self.wrapper,
         );
         self.child = Some(child);
     }
@@ -465,7 +484,7 @@ impl OmProcess {
 }
 
 /// The flags of member `me` of the static cluster `all`, then `more`.
-fn member_flags(me: &MemberAddrs, all: &[MemberAddrs], more: &[&str]) -> Vec<String> {
+pub fn member_flags(me: &MemberAddrs, all: &[MemberAddrs], more: &[&str]) -> Vec<String> {
     let mut extra = vec![
         "--node-id".to_string(),
         me.id.to_string(),
@@ -487,9 +506,17 @@ fn start_child(
     raft: &str,
     extra: &[String],
     env: &[(String, String)],
+    wrapper: &[String],
 ) -> Child {
-    Command::new(binary("om"))
-        .arg("--data-dir")
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(binary("om"));
+            c
+        }
+        None => Command::new(binary("om")),
+    };
+    cmd.arg("--data-dir")
         .arg(data_dir)
         .arg("--grpc-addr")
         .arg(grpc)

@@ -207,13 +207,26 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
             .await
             .unwrap();
     }
-    // While the replicas agree, verification says so.
+    // While the replicas agree, verification says so, digests and tables.
     let agreed = wait_for(Duration::from_secs(10), "an agreeing comparison", || {
         let c = c.clone();
-        async move { c.verify_replicas().await.ok().filter(|r| r.all_agree) }
+        async move { c.verify_replicas(true).await.ok().filter(|r| r.all_agree) }
     })
     .await;
     assert_eq!(agreed.members.len(), 3);
+    let t = agreed.tables.unwrap();
+    assert!(t.all_agree && t.differences.is_empty(), "{t:?}");
+    assert_eq!(t.members.len(), 3);
+    let keys = |m: &om_client::v1::TableMember| {
+        m.tables
+            .iter()
+            .find(|x| x.table == "keys")
+            .map(|x| x.entries)
+    };
+    assert!(
+        t.members.iter().all(|m| m.agrees && keys(m) == Some(5)),
+        "{t:?}"
+    );
 
     // One follower applies the next command differently.
     let leader = c.cluster_status().await.unwrap().leader_id;
@@ -278,10 +291,29 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let r = c.verify_replicas().await.unwrap();
+    let r = c.verify_replicas(true).await.unwrap();
     assert!(!r.all_agree && r.majority, "{r:?}");
     let m = r.members.iter().find(|m| m.node_id == bad_id).unwrap();
     assert!(!m.agrees && m.diverged, "{r:?}");
+    // Record by record: the diverged replica, and the one record it holds
+    // that the others do not (the injected fault's).
+    let t = r.tables.unwrap();
+    assert!(!t.all_agree, "{t:?}");
+    let differs: Vec<u64> = t
+        .members
+        .iter()
+        .filter(|m| !m.agrees)
+        .map(|m| m.node_id)
+        .collect();
+    assert_eq!(differs, vec![bad_id], "{t:?}");
+    assert_eq!(t.differences.len(), 1, "{t:?}");
+    let d = &t.differences[0];
+    assert_eq!(
+        (d.node_id, d.key.as_slice()),
+        (bad_id, &b"\xffperturbed"[..]),
+        "{t:?}"
+    );
+    assert_eq!(d.what, "only on the member", "{t:?}");
 
     // It refuses leadership.
     assert!(c.transfer_leader(bad_id).await.is_err());

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
 use om_tests::history::{Recorder, check_linearizable};
-use om_tests::{OmProcess, cluster_addrs, dump_data_dir, first_difference, wait_for};
+use om_tests::{OmProcess, cluster_addrs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -151,31 +151,7 @@ async fn run_schedule(seed: u64, seconds: u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let end = rec.now();
     let history = rec.finish().await;
-    // An entry proposed during a fault may commit after the clients
-    // stopped: wait until the committed index holds still and every node
-    // applied it.
-    let mut last = 0;
-    for _ in 0..30 {
-        let now = c.cluster_status().await.unwrap().committed_index;
-        for p in &procs {
-            let addr = p.grpc.clone();
-            wait_for(Duration::from_secs(60), "every node to apply", || {
-                let addr = addr.clone();
-                async move {
-                    OmClient::node_status(&addr)
-                        .await
-                        .ok()
-                        .filter(|s| s.applied_index >= now)
-                }
-            })
-            .await;
-        }
-        if now == last {
-            break;
-        }
-        last = now;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    om_tests::replicas::wait_settled(&c, &procs).await;
     let known = history.iter().filter(|o| o.output.is_some()).count();
     eprintln!(
         "seed {seed}: {} faults, {} operations, {known} with known outcomes",
@@ -185,36 +161,8 @@ async fn run_schedule(seed: u64, seconds: u64) {
     assert!(known >= 100, "too few completed operations ({known})");
     check_linearizable(&history, end);
 
-    // Online: every voter's digest agrees at one index, nobody diverged.
-    let verified = wait_for(
-        Duration::from_secs(30),
-        "the replicas' digests to agree",
-        || {
-            let c = &c;
-            async move { c.verify_replicas().await.ok().filter(|r| r.all_agree) }
-        },
-    )
-    .await;
-    assert!(verified.members.iter().all(|m| !m.diverged), "{verified:?}");
-    for d in &dirs {
-        assert!(!d.path().join("DIVERGED").exists());
-    }
-    // Offline: the stopped replicas' tables, record by record.
-    for (i, p) in procs.iter_mut().enumerate() {
-        let t = Instant::now();
-        let clean = p.terminate(Duration::from_secs(60));
-        eprintln!("seed {seed}: node {} stopped in {:?}", i + 1, t.elapsed());
-        assert!(clean, "node {} did not stop on SIGTERM", i + 1);
-    }
-    let dumps: Vec<_> = dirs.iter().map(|d| dump_data_dir(d.path())).collect();
-    for i in 1..3 {
-        assert!(
-            first_difference(&dumps[0], &dumps[i]).is_none(),
-            "seed {seed}: node {} differs from node 1 at {:?}",
-            i + 1,
-            first_difference(&dumps[0], &dumps[i])
-        );
-    }
+    let dirs: Vec<_> = dirs.iter().map(|d| d.path().to_path_buf()).collect();
+    om_tests::replicas::assert_identical(&c, &mut procs, &dirs, &format!("seed {seed}")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

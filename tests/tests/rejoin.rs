@@ -399,7 +399,7 @@ async fn a_wiped_joined_voter_does_not_vote_before_it_caught_up() {
     }
     let verified = wait_for(Duration::from_secs(30), "the replicas to agree", || {
         let c = &c;
-        async move { c.verify_replicas().await.ok().filter(|r| r.all_agree) }
+        async move { c.verify_replicas(false).await.ok().filter(|r| r.all_agree) }
     })
     .await;
     assert_eq!(verified.members.len(), 4);

@@ -175,7 +175,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             name("bucket", &c.bucket)?;
             crate::lifecycle::scan::check_page(c)?;
         }
-        Op::ExpireRetryCache(_) => {}
+        Op::ExpireRetryCache(_) | Op::VerifyMark(_) => {}
         Op::DeleteKeys(c) => {
             bucket(&c.volume, &c.bucket)?;
             if c.keys.len() > MAX_DELETE_KEYS {

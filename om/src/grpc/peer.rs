@@ -14,8 +14,8 @@ use std::time::Duration;
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::raft_peer_server::{RaftPeer, RaftPeerServer};
 use om_proto::raft::{
-    PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse, StateDigestRequest,
-    StateDigestResponse,
+    KeyDigest, PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse,
+    StateDigestRequest, StateDigestResponse, TableDigestRequest, TableDigestResponse, TableSummary,
 };
 use om_raft_store::Raft;
 use openraft::async_runtime::WatchReceiver;
@@ -45,7 +45,8 @@ impl PeerGrpc {
             admission,
             divergence,
         })
-        .max_encoding_message_size(4 << 20)
+        // Table digests of a large store: up to 16,384 chunk digests per table.
+        .max_encoding_message_size(16 << 20)
     }
 }
 
@@ -86,6 +87,50 @@ impl RaftPeer for PeerGrpc {
             .map_err(|e| Status::internal(e.to_string()))?
             .map(Response::new)
             .map_err(Status::internal)
+    }
+
+    async fn table_digest(
+        &self,
+        req: Request<TableDigestRequest>,
+    ) -> Result<Response<TableDigestResponse>, Status> {
+        let (pins, node_id) = (self.divergence.pins().clone(), self.divergence.node_id());
+        let r = req.into_inner();
+        // Waits for apply and scans (summary) or reads a chunk: blocking.
+        tokio::task::spawn_blocking(move || {
+            if r.table.is_empty() {
+                let tables = pins.summary(r.index, Duration::from_secs(60))?;
+                Ok::<_, String>(TableDigestResponse {
+                    node_id,
+                    tables: tables
+                        .into_iter()
+                        .map(|t| TableSummary {
+                            name: t.name,
+                            entries: t.entries,
+                            digest: t.digest.to_vec(),
+                            chunks: t.chunks.iter().map(|c| c.to_vec()).collect(),
+                        })
+                        .collect(),
+                    keys: Vec::new(),
+                })
+            } else {
+                let keys = pins.chunk(r.index, &r.table, r.chunk)?;
+                Ok(TableDigestResponse {
+                    node_id,
+                    tables: Vec::new(),
+                    keys: keys
+                        .into_iter()
+                        .map(|(key, v)| KeyDigest {
+                            key,
+                            value_digest: v.to_vec(),
+                        })
+                        .collect(),
+                })
+            }
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(Response::new)
+        .map_err(Status::unavailable)
     }
 
     async fn rejoin(
