@@ -201,3 +201,145 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
         "the old leader still leads after the heal"
     );
 }
+
+/// The sequence that made openraft confirm a stale read, step by step: one
+/// write on the old leader L that both followers receive and answer (the
+/// answers held), a new leader elected by them and a write acknowledged
+/// there, a linearizable read on L, then A's held answer (L commits its
+/// entry and sends both followers a commit-only request, stamped after the
+/// read arrived), then B's held answer to the entry. openraft drains every
+/// queued request that ends at or before the answered index, so B's answer
+/// would also credit the later commit-only request's send time: a quorum
+/// "after the read" that no follower gave. The read must not return the old
+/// value (nor may a lease read right after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
+    let faults = Arc::new(Faults::default());
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await);
+    }
+    let eps: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
+    let c = OmClient::new(&eps, client_options()).unwrap();
+    let l = wait_for(Duration::from_secs(20), "a leader", || {
+        let c = &c;
+        async move {
+            c.cluster_status()
+                .await
+                .ok()
+                .map(|s| s.leader_id)
+                .filter(|l| *l != 0)
+        }
+    })
+    .await;
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c.put_key("vol1", "bkt1", "k", 1).await.unwrap();
+    // No answer still on its way.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let li = (l - 1) as usize;
+    let (a, b) = {
+        let fs: Vec<u64> = (1..=3).filter(|i| *i != l).collect();
+        (fs[0], fs[1])
+    };
+    for f in [a, b] {
+        faults.hold_answers(f, l);
+        faults.cut(f, l);
+    }
+    // One write on L, which both followers receive and answer (held).
+    let base = metrics_of(&nodes[li]).last_log_index.unwrap_or(0);
+    let e1 = base + 1;
+    {
+        let lc = only(
+            &nodes[li],
+            ClientOptions {
+                deadline: Duration::from_secs(1),
+                attempt_timeout: Duration::from_secs(1),
+                ..client_options()
+            },
+        );
+        tokio::spawn(async move {
+            let _ = lc.put_key("vol1", "bkt1", "k", 2).await;
+        });
+    }
+    wait_for(
+        Duration::from_secs(10),
+        "the followers to receive it",
+        || {
+            let ok = [a, b].iter().all(|f| {
+                metrics_of(&nodes[(*f - 1) as usize])
+                    .last_log_index
+                    .is_some_and(|x| x >= e1)
+            });
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+    // They hear no heartbeat answered and elect a new leader, which
+    // acknowledges a write.
+    let new = wait_for(Duration::from_secs(20), "a new leader", || {
+        let ls: Vec<Option<u64>> = [a, b]
+            .iter()
+            .map(|f| metrics_of(&nodes[(*f - 1) as usize]).current_leader)
+            .collect();
+        let ok = ls[0].is_some_and(|x| x != l) && ls[0] == ls[1];
+        let first = ls[0];
+        async move { if ok { first } else { None } }
+    })
+    .await;
+    only(&nodes[(new - 1) as usize], client_options())
+        .put_key("vol1", "bkt1", "k", 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        metrics_of(&nodes[li]).state,
+        openraft::ServerState::Leader,
+        "L must still think it leads for the sequence to apply"
+    );
+
+    // A linearizable read on L, queued there waiting for a quorum.
+    let read_on_l = |lease: bool| {
+        only(
+            &nodes[li],
+            ClientOptions {
+                lease_reads: lease,
+                deadline: Duration::from_secs(2),
+                attempt_timeout: Duration::from_secs(2),
+                ..client_options()
+            },
+        )
+    };
+    let rc = read_on_l(false);
+    let read =
+        tokio::spawn(async move { rc.lookup_key("vol1", "bkt1", "k").await.map(|k| k.size) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A's answer: L commits its entry and sends commit-only requests.
+    faults.release_answers(a, l, 1);
+    wait_for(Duration::from_secs(2), "L to commit its entry", || {
+        let ok = metrics_of(&nodes[li])
+            .local_committed
+            .is_some_and(|c| c.index >= e1);
+        async move { ok.then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // B's answer to the entry, sent before the read arrived.
+    faults.release_answers(b, l, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let lease = read_on_l(true)
+        .lookup_key("vol1", "bkt1", "k")
+        .await
+        .map(|k| k.size);
+    let linearizable = read.await.unwrap();
+    eprintln!("linearizable read on the old leader: {linearizable:?}; lease read: {lease:?}");
+    for (what, r) in [("linearizable", &linearizable), ("lease", &lease)] {
+        assert!(
+            !matches!(r, Ok(size) if *size != 4),
+            "a {what} read on the deposed leader returned a stale value: {r:?}"
+        );
+    }
+    faults.heal();
+}
