@@ -56,8 +56,11 @@ enum Question {
     },
 }
 
+/// A pin's table digests, once its scan finished (or failed).
+type Summary = Arc<Mutex<Option<Result<Vec<TableSummary>, String>>>>;
+
 struct Pin {
-    summary: Arc<Mutex<Option<Result<Vec<TableSummary>, String>>>>,
+    summary: Summary,
     questions: mpsc::Sender<Question>,
 }
 
@@ -94,7 +97,7 @@ impl Pins {
     pub(crate) fn pin(self: &Arc<Self>, db: &Arc<DB>, index: u64) {
         let (taken_tx, taken_rx) = mpsc::channel::<()>();
         let (questions, asked) = mpsc::channel::<Question>();
-        let summary: Arc<Mutex<Option<Result<Vec<TableSummary>, String>>>> = Arc::default();
+        let summary: Summary = Arc::default();
         {
             let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
             while pins.len() >= MAX_PINS {

@@ -374,6 +374,9 @@ struct Tun {
 
 const TUN_NAME: &str = "delay";
 
+/// Packets read from the TUN device, each with when to write it back.
+type DelayQueue = VecDeque<(Instant, Vec<u8>)>;
+
 impl Tun {
     fn start(router: &str) -> Result<Tun, String> {
         // The device is made from a thread that entered the router's
@@ -399,7 +402,7 @@ impl Tun {
         let delay_us = Arc::new(AtomicU64::new(0));
         let relayed = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let queue: Arc<Mutex<VecDeque<(Instant, Vec<u8>)>>> = Arc::default();
+        let queue: Arc<Mutex<DelayQueue>> = Arc::default();
         let reader = {
             let (fd, delay_us, stop, queue) =
                 (fd.clone(), delay_us.clone(), stop.clone(), queue.clone());
