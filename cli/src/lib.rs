@@ -349,12 +349,28 @@ impl OmClient {
         F: Fn(AuthChannel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
+        self.call_within(self.opts.attempt_timeout, self.opts.deadline, f)
+            .await
+    }
+
+    /// `call` with its own attempt timeout and deadline, for calls that may
+    /// take long on the server.
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        attempt_timeout: Duration,
+        deadline: Duration,
+        f: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(AuthChannel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
         let started = Instant::now();
         let mut backoff = self.opts.backoff;
         let mut last_err;
         loop {
             let (i, ch) = self.pick();
-            match tokio::time::timeout(self.opts.attempt_timeout, f(ch)).await {
+            match tokio::time::timeout(attempt_timeout, f(ch)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) => {
                     last_err = s.message().to_string();
@@ -377,7 +393,7 @@ impl OmClient {
                     self.rotate(i);
                 }
             }
-            if started.elapsed() >= self.opts.deadline {
+            if started.elapsed() >= deadline {
                 return Err(ClientError::Unavailable(last_err));
             }
         }

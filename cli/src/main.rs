@@ -1075,10 +1075,16 @@ async fn run(cli: Cli) -> Result<()> {
             let r = c.verify_replicas(!digests_only).await?;
             print_verify(out, &r);
             if let Some(t) = r.tables.as_ref().filter(|t| !t.all_agree) {
+                let unanswered = t.members.iter().filter(|m| !m.error.is_empty()).count();
+                let differ = t
+                    .members
+                    .iter()
+                    .filter(|m| m.error.is_empty() && !m.agrees)
+                    .count();
                 bail!(
-                    "replicas' tables do not all agree at index {} ({} member(s) differ)",
-                    t.index,
-                    t.members.iter().filter(|m| !m.agrees).count()
+                    "replicas' tables do not all agree at index {} ({differ} member(s) differ, \
+                     {unanswered} not compared)",
+                    t.index
                 );
             }
             if !r.all_agree {
@@ -1131,7 +1137,7 @@ fn print_verify(out: Output, r: &VerifyReplicasResponse) {
                     "node_id": d.node_id,
                     "compared_with": d.compared_with,
                     "table": d.table,
-                    "key": String::from_utf8_lossy(&d.key).escape_debug().to_string(),
+                    "key": d.key.escape_ascii().to_string(),
                     "what": d.what,
                 })).collect::<Vec<_>>(),
             })
@@ -1192,7 +1198,7 @@ fn print_verify(out: Output, r: &VerifyReplicasResponse) {
                 d.node_id,
                 d.compared_with,
                 d.table,
-                String::from_utf8_lossy(&d.key).escape_debug(),
+                d.key.escape_ascii(),
                 d.what
             );
         }

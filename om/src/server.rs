@@ -596,6 +596,11 @@ impl Node {
             ..
         } = self;
         let db = Arc::downgrade(service.db());
+        // Pinned states (verification) hold the database on threads of
+        // their own: release them.
+        if let Some(d) = service.divergence() {
+            d.pins().close();
+        }
         drop(service);
         let _ = stop.send(true);
         raft_server.abort();

@@ -259,9 +259,16 @@ async fn locate(
             chunk(d, mv, index, &a.name, n),
             chunk(d, jv, index, &b.name, n)
         );
-        if let Some((key, what)) = first_key_difference(&x?, &y?) {
-            return Ok(Some((a.name.clone(), key, what)));
-        }
+        return Ok(Some(match first_key_difference(&x?, &y?) {
+            Some((key, what)) => (a.name.clone(), key, what),
+            // A chunk answer is bounded: in the open-ended last chunk of a
+            // very large table the difference may lie past it.
+            None => (
+                a.name.clone(),
+                Vec::new(),
+                "differs past the entries a chunk answer holds",
+            ),
+        }));
     }
     Ok(None)
 }

@@ -18,6 +18,7 @@
 //! name it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,6 +63,9 @@ type Summary = Arc<Mutex<Option<Result<Vec<TableSummary>, String>>>>;
 struct Pin {
     summary: Summary,
     questions: mpsc::Sender<Question>,
+    /// Set when the pin is released early (evicted, or the node stops):
+    /// its thread stops scanning and lets the snapshot and database go.
+    cancel: Arc<AtomicBool>,
 }
 
 /// The pinned states of this replica, by log index.
@@ -71,6 +75,11 @@ pub struct Pins {
     /// Signalled when a pin is added or a summary is ready.
     changed: std::sync::Condvar,
     tables: Vec<String>,
+    /// The newest index applied (a pin asked for at or below it that does
+    /// not exist never will).
+    applied: AtomicU64,
+    /// The node is stopping: no new pins, no waiting.
+    closed: AtomicBool,
 }
 
 fn len_prefixed(ctx: &mut Context, bytes: &[u8]) {
@@ -92,22 +101,47 @@ impl Pins {
         }
     }
 
+    /// Records that `index` was applied (after a pin there, if any).
+    pub(crate) fn note_applied(&self, index: u64) {
+        self.applied.store(index, Ordering::Release);
+    }
+
+    /// Releases every pin and refuses new ones: the pins' threads stop and
+    /// release the database (a stopping node waits for that).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        for p in pins.values() {
+            p.cancel.store(true, Ordering::Release);
+        }
+        pins.clear();
+        drop(pins);
+        self.changed.notify_all();
+    }
+
     /// Pins the state `db` holds now as index `index`. Returns once the
     /// snapshot is taken; the digests are computed behind it.
     pub(crate) fn pin(self: &Arc<Self>, db: &Arc<DB>, index: u64) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         let (taken_tx, taken_rx) = mpsc::channel::<()>();
         let (questions, asked) = mpsc::channel::<Question>();
         let summary: Summary = Arc::default();
+        let cancel = Arc::new(AtomicBool::new(false));
         {
             let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
             while pins.len() >= MAX_PINS {
-                pins.pop_first();
+                if let Some((_, old)) = pins.pop_first() {
+                    old.cancel.store(true, Ordering::Release);
+                }
             }
             pins.insert(
                 index,
                 Pin {
                     summary: summary.clone(),
                     questions,
+                    cancel: cancel.clone(),
                 },
             );
         }
@@ -123,23 +157,26 @@ impl Pins {
                     o.fill_cache(false);
                     o
                 };
-                let result = summarize(&db, &tables, read);
+                let result = summarize(&db, &tables, read, &cancel);
                 *summary.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                 if let Some(p) = me.upgrade() {
                     p.changed.notify_all();
                 }
                 let until = Instant::now() + PIN_TTL;
-                while let Ok(q) =
-                    asked.recv_timeout(until.saturating_duration_since(Instant::now()))
-                {
-                    match q {
-                        Question::Chunk {
+                while Instant::now() < until && !cancel.load(Ordering::Acquire) {
+                    let wait = until
+                        .saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(200));
+                    match asked.recv_timeout(wait) {
+                        Ok(Question::Chunk {
                             table,
                             chunk,
                             answer,
-                        } => {
-                            let _ = answer.send(chunk_keys(&db, &table, chunk, read()));
+                        }) => {
+                            let _ = answer.send(chunk_keys(&db, &table, chunk, read(), &cancel));
                         }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
                 }
                 if let Some(p) = me.upgrade() {
@@ -170,6 +207,15 @@ impl Pins {
         let deadline = Instant::now() + wait;
         let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
         loop {
+            if self.closed.load(Ordering::Acquire) {
+                return Err("the node is stopping".into());
+            }
+            if !pins.contains_key(&index) && self.applied.load(Ordering::Acquire) >= index {
+                return Err(format!(
+                    "no state pinned at index {index}: this replica applied past it without \
+                     pinning (installed from a snapshot, restarted, or the pin expired)"
+                ));
+            }
             if let Some(p) = pins.get(&index)
                 && let Some(s) = p.summary.lock().unwrap_or_else(|e| e.into_inner()).clone()
             {
@@ -215,10 +261,14 @@ impl Pins {
     }
 }
 
+/// Entries between two looks at a pin's cancel flag.
+const CANCEL_EVERY: u64 = 4096;
+
 fn summarize(
     db: &DB,
     tables: &[String],
     read: impl Fn() -> ReadOptions,
+    cancel: &AtomicBool,
 ) -> Result<Vec<TableSummary>, String> {
     let mut out = Vec::with_capacity(tables.len());
     for name in tables {
@@ -236,6 +286,9 @@ fn summarize(
                 len_prefixed(ctx, v);
             }
             entries += 1;
+            if entries.is_multiple_of(CANCEL_EVERY) && cancel.load(Ordering::Acquire) {
+                return Err("the pin was released".into());
+            }
             if entries.is_multiple_of(CHUNK_ENTRIES) && (chunks.len() as u64) < MAX_CHUNKS - 1 {
                 chunks.push(finish(std::mem::replace(&mut chunk, Context::new(&SHA256))));
             }
@@ -260,6 +313,7 @@ fn chunk_keys(
     table: &str,
     chunk: u64,
     read: ReadOptions,
+    cancel: &AtomicBool,
 ) -> Result<Vec<KeyDigest>, String> {
     let cf = db
         .cf_handle(table)
@@ -285,6 +339,9 @@ fn chunk_keys(
             }
         }
         i += 1;
+        if i.is_multiple_of(CANCEL_EVERY) && cancel.load(Ordering::Acquire) {
+            return Err("the pin was released".into());
+        }
         it.next();
     }
     it.status().map_err(|e| format!("reading {table}: {e}"))?;
@@ -340,5 +397,24 @@ mod tests {
         let diff = kx.iter().zip(&ky).find(|(a, b)| a != b).unwrap();
         assert_eq!(diff.0.0, b"k02500");
         assert!(px.summary(8, Duration::from_millis(10)).is_err());
+        // Applied past an index it never pinned: refused at once.
+        px.note_applied(9);
+        let t = Instant::now();
+        assert!(px.summary(8, Duration::from_secs(30)).is_err());
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // Closing releases the pins and the database.
+        px.close();
+        assert!(px.summary(7, Duration::from_secs(30)).is_err());
+        let weak = Arc::downgrade(&x);
+        drop(x);
+        let t = Instant::now();
+        while weak.strong_count() > 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            weak.strong_count(),
+            0,
+            "a pin's thread still holds the database"
+        );
     }
 }

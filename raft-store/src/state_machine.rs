@@ -282,6 +282,7 @@ impl StateMachine {
         {
             self.pins.pin(db, index);
         }
+        self.pins.note_applied(index);
         tail.digest = next;
         self.digests.push(index, next);
         Ok(result)

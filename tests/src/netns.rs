@@ -115,7 +115,16 @@ impl Lab {
             return Err("network namespaces need root".into());
         }
         remove_orphans();
-        let k = NEXT.fetch_add(1, Ordering::Relaxed) % 16;
+        // A slot whose subnet no other lab (another test process) routes.
+        let k = (0..16)
+            .map(|_| NEXT.fetch_add(1, Ordering::Relaxed) % 16)
+            .find(|k| {
+                Command::new("ip")
+                    .args(["route", "show", &format!("198.18.{}.0/20", k * 16)])
+                    .output()
+                    .is_ok_and(|o| o.status.success() && o.stdout.is_empty())
+            })
+            .ok_or("every partition-lab subnet is in use")?;
         let pid = std::process::id();
         let lab = Lab {
             prefix: format!("omt{pid}x{k}"),
@@ -417,6 +426,9 @@ impl Tun {
                     // SAFETY: one valid pollfd.
                     if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
                         continue;
+                    }
+                    if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                        break;
                     }
                     // SAFETY: reads into a buffer of the given length.
                     let n =

@@ -227,6 +227,9 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
         t.members.iter().all(|m| m.agrees && keys(m) == Some(5)),
         "{t:?}"
     );
+    let (code, text) = omctl_verify(&eps);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("tables compared at index"), "{text}");
 
     // One follower applies the next command differently.
     let leader = c.cluster_status().await.unwrap().leader_id;
@@ -314,6 +317,14 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
         "{t:?}"
     );
     assert_eq!(d.what, "only on the member", "{t:?}");
+    // As an operator sees it.
+    let (code, text) = omctl_verify(&eps);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("node {bad_id}: first difference from node"))
+            && text.contains(r#"at key "\xffperturbed": only on the member"#),
+        "{text}"
+    );
 
     // It refuses leadership.
     assert!(c.transfer_leader(bad_id).await.is_err());
@@ -326,4 +337,16 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
     assert!(n.node.service.divergence().unwrap().diverged().is_some());
     let ready = http_get(n.node.http_addr, "/readyz").await;
     assert!(ready.contains("503"), "{ready}");
+}
+
+/// `omctl cluster verify` against `eps`: exit code and standard output.
+fn omctl_verify(eps: &[String]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(om_tests::binary("omctl"))
+        .args(["--endpoint", &eps.join(","), "cluster", "verify"])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
 }
