@@ -260,21 +260,20 @@ impl Lab {
         if from == to {
             return;
         }
-        let pref = self.pair_pref(CUT_PREF * 10, from, to);
-        let _ = ip(&["-n", &self.router(), "rule", "del", "pref", &pref]);
-        must(&[
-            "-n",
-            &self.router(),
-            "rule",
-            "add",
-            "pref",
-            &pref,
-            "from",
-            &self.addr(from),
-            "to",
-            &self.addr(to),
-            "blackhole",
-        ]);
+        self.pair_rule(CUT_PREF * 10, from, to, &["blackhole"]);
+    }
+
+    /// Replaces the router's rule for packets from `from` to `to` at the
+    /// preference `base` gives the pair with one that does `action`.
+    fn pair_rule(&self, base: u32, from: usize, to: usize, action: &[&str]) {
+        let (r, pref) = (self.router(), self.pair_pref(base, from, to));
+        let _ = ip(&["-n", &r, "rule", "del", "pref", &pref]);
+        let (src, dst) = (self.addr(from), self.addr(to));
+        let mut args = vec![
+            "-n", &r, "rule", "add", "pref", &pref, "from", &src, "to", &dst,
+        ];
+        args.extend_from_slice(action);
+        must(&args);
     }
 
     /// Both directions between `a` and `b`.
@@ -314,24 +313,8 @@ impl Lab {
             .get_or_init(|| Tun::start(&self.router()).unwrap_or_else(|e| panic!("{e}")));
         tun.delay_us
             .store(delay.as_micros() as u64, Ordering::Relaxed);
-        let pref = self.pair_pref(DELAY_PREF * 10, from, to);
-        let _ = ip(&["-n", &self.router(), "rule", "del", "pref", &pref]);
-        must(&[
-            "-n",
-            &self.router(),
-            "rule",
-            "add",
-            "pref",
-            &pref,
-            "from",
-            &self.addr(from),
-            "to",
-            &self.addr(to),
-            "iif",
-            &format!("n{from}"),
-            "lookup",
-            &DELAY_TABLE.to_string(),
-        ]);
+        let (iif, table) = (format!("n{from}"), DELAY_TABLE.to_string());
+        self.pair_rule(DELAY_PREF * 10, from, to, &["iif", &iif, "lookup", &table]);
     }
 
     /// Runs `f` on a thread inside node `i`'s namespace (sockets it opens

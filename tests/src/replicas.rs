@@ -9,6 +9,23 @@ use om_client::OmClient;
 
 use crate::{OmProcess, dump_data_dir, first_difference, wait_for};
 
+/// A patient client of `eps` and the bucket `history::Recorder` works in.
+pub async fn register_bucket(eps: &[String]) -> OmClient {
+    let c = OmClient::new(
+        eps,
+        om_client::ClientOptions {
+            deadline: Duration::from_secs(30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", om_client::v1::BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    c
+}
+
 /// Waits until the committed index holds still and every running process
 /// applied it (an entry proposed during a fault may commit after the
 /// clients stopped).

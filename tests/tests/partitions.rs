@@ -15,8 +15,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
+use om_client::OmClient;
 use om_tests::history::{Recorder, check_linearizable};
 use om_tests::netns::Lab;
 use om_tests::{MemberAddrs, OmProcess};
@@ -96,18 +95,7 @@ async fn run_schedule(lab: &Lab, seed: u64, seconds: u64) {
         })
         .collect();
     let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = OmClient::new(
-        &eps,
-        ClientOptions {
-            deadline: Duration::from_secs(30),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    c.create_volume("vol1", "").await.unwrap();
-    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
-        .await
-        .unwrap();
+    let c = om_tests::replicas::register_bucket(&eps).await;
 
     let rec = Recorder::start(&eps, 6, true);
     let started = Instant::now();
