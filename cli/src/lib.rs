@@ -87,6 +87,9 @@ pub struct ClientOptions {
     pub max_backoff: Duration,
     /// Serve reads from whichever node answers, possibly stale.
     pub stale_reads: bool,
+    /// With `stale_reads`: the oldest state accepted, in milliseconds since
+    /// the serving node last heard from a leader (0: the server's default).
+    pub max_staleness_ms: u64,
     /// Linearizable reads under the leader's lease (no quorum round trip).
     pub lease_reads: bool,
     /// TLS to the servers (CA, and a client certificate for mutual TLS).
@@ -125,6 +128,7 @@ impl Default for ClientOptions {
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
             stale_reads: false,
+            max_staleness_ms: 0,
             lease_reads: false,
             tls: None,
             token: None,
@@ -314,6 +318,7 @@ impl OmClient {
             } else {
                 ReadConsistency::Linearizable as i32
             },
+            max_staleness_ms: self.opts.max_staleness_ms,
         })
     }
 
@@ -333,6 +338,26 @@ impl OmClient {
             e.preferred = e.addrs.len() - 1;
         }
         Ok(())
+    }
+
+    /// Whether a leader hint may be followed: it is one of the addresses
+    /// this client was given (or already vouched for), or the client address
+    /// of a member in the membership of the node that gave it. A hint is
+    /// never followed blindly: the client would send its credentials there.
+    async fn vouched(&self, asked: AuthChannel, addr: &str) -> bool {
+        let known = {
+            let e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+            e.addrs.iter().any(|a| a == addr)
+        };
+        if known {
+            return true;
+        }
+        let status = tokio::time::timeout(
+            self.opts.attempt_timeout,
+            ClusterClient::new(asked).status(ClusterStatusRequest {}),
+        )
+        .await;
+        matches!(status, Ok(Ok(r)) if r.get_ref().members.iter().any(|m| m.grpc_addr == addr))
     }
 
     fn rotate(&self, from: usize) {
@@ -370,16 +395,23 @@ impl OmClient {
         let mut last_err;
         loop {
             let (i, ch) = self.pick();
+            let asked = ch.clone();
             match tokio::time::timeout(attempt_timeout, f(ch)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) => {
                     last_err = s.message().to_string();
                     match classify(&s) {
                         Next::Fail(e) => return Err(e),
-                        Next::Redirect(addr) => {
+                        Next::Redirect(addr) if self.vouched(asked, &addr).await => {
                             self.redirect(&addr)?;
                             // A fresh hint: retry at once, but never spin.
                             tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Next::Redirect(addr) => {
+                            tracing::warn!(hint = %addr, "leader hint names no member: not followed");
+                            self.rotate(i);
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(self.opts.max_backoff);
                         }
                         Next::Rotate => {
                             self.rotate(i);

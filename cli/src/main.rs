@@ -43,6 +43,10 @@ struct Cli {
     /// Serve reads from the contacted node's local state (may be stale).
     #[arg(long, global = true)]
     stale: bool,
+    /// With --stale: the oldest state accepted, in milliseconds since the
+    /// node last heard from a leader [default: the server's].
+    #[arg(long, global = true, requires = "stale")]
+    max_staleness_ms: Option<u64>,
     /// Linearizable reads under the leader's lease instead of a quorum check.
     #[arg(long, global = true, conflicts_with = "stale")]
     lease: bool,
@@ -659,6 +663,7 @@ async fn run(cli: Cli) -> Result<()> {
     let opts = ClientOptions {
         deadline: Duration::from_secs(cli.timeout),
         stale_reads: cli.stale,
+        max_staleness_ms: cli.max_staleness_ms.unwrap_or(0),
         lease_reads: cli.lease,
         tls: tls.clone(),
         token: cli.auth_token.clone(),

@@ -21,6 +21,7 @@ use rocksdb::{DB, WriteBatch};
 mod acl;
 mod blocks;
 mod bulk;
+mod cluster;
 mod conditions;
 mod fs;
 mod lifecycle;
@@ -55,7 +56,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 7;
+pub const RULES: u32 = 8;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -130,8 +131,9 @@ pub fn apply_command(
         )));
     }
     let dedup = !cmd.client_id.is_empty();
+    let retry_client = retry_client(cmd);
     if dedup {
-        let rk = keys::retry_key(&cmd.client_id, cmd.seq);
+        let rk = keys::retry_key(&retry_client, cmd.seq);
         if let Some(rec) = table::get::<RetryCacheTable>(db, &rk)? {
             // The same (client id, seq) with another request: refuse it and
             // change nothing (the cached result stays for the real retry).
@@ -168,7 +170,9 @@ pub fn apply_command(
     let staged_before = batch.len();
     let outcome = limits::check(cmd)
         .and_then(|()| match &cmd.op {
-            Some(op) if cmd.rules >= 2 => crate::authz::check_command(db, cmd.caller.as_ref(), op),
+            Some(op) if cmd.rules >= 2 => {
+                crate::authz::check_command(db, cmd.caller.as_ref(), op, cmd.rules)
+            }
             _ => Ok(()),
         })
         .and_then(|()| match &cmd.op {
@@ -206,6 +210,7 @@ pub fn apply_command(
             Some(Op::PutKeyTagging(c)) => ctx.put_key_tagging(batch, c),
             // Changes nothing; the store pins the state after it (`pins_state`).
             Some(Op::VerifyMark(_)) => Ok(CommandResult::default()),
+            Some(Op::InitCluster(c)) => ctx.init_cluster(batch, c),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",
@@ -232,15 +237,29 @@ pub fn apply_command(
             result: Some(result.clone()),
             request_digest: cmd.request_digest.clone(),
         };
-        let rk = keys::retry_key(&cmd.client_id, cmd.seq);
+        let rk = keys::retry_key(&retry_client, cmd.seq);
         table::put::<RetryCacheTable>(db, batch, &rk, &mut rec)?;
         batch.put_cf(
             table::cf(db, keys::RETRY_CACHE_CF)?,
-            keys::retry_expiry_key(cmd.now_ms, &cmd.client_id, cmd.seq),
+            keys::retry_expiry_key(cmd.now_ms, &retry_client, cmd.seq),
             [],
         );
     }
     Ok(result)
+}
+
+/// Whose retry-cache entries a command's (client id, seq) names. From rules
+/// 8 the caller is part of it: another principal reusing a victim's client
+/// id can neither read the victim's cached results nor plant one that
+/// refuses the victim's next write (names hold no control characters, so
+/// the separator cannot be forged).
+fn retry_client(cmd: &Command) -> std::borrow::Cow<'_, str> {
+    match &cmd.caller {
+        Some(c) if cmd.rules >= 8 => {
+            std::borrow::Cow::Owned(format!("{}\u{1}{}\u{1}{}", cmd.client_id, c.user, c.by))
+        }
+        _ => std::borrow::Cow::Borrowed(&cmd.client_id),
+    }
 }
 
 /// The replicated result of a refused request.

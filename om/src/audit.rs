@@ -2,6 +2,11 @@
 //! node, request id, principal, the user it acted for, operation, resource,
 //! result), written by its own thread so a request only queues its record.
 //!
+//! Refusals (failed authentication, missing rights, refused impersonation)
+//! go to a file of their own, `PATH.refused`, rotated the same way: anyone
+//! who can reach the port can cause them, and they must never push the
+//! record of a mutation out of the kept files.
+//!
 //! The file is rotated by size: past `max_bytes` it is renamed to `PATH.1`
 //! (older ones shift to `PATH.2` ... `PATH.KEEP`, the oldest dropped) and a
 //! new one started. When the queue is full (the disk cannot keep up) a
@@ -33,6 +38,10 @@ pub struct Event {
     pub result: String,
     /// Set on ACCESS_DENIED: the missing right.
     pub right: String,
+    /// What else the action did, e.g. a lifecycle page's counts by rule.
+    pub detail: String,
+    /// A refused request: written to the refusals file.
+    pub refusal: bool,
 }
 
 /// Where audit events go.
@@ -44,20 +53,12 @@ impl AuditLog {
     /// Appends to `path` (created if absent), rotating past `max_bytes` and
     /// keeping `keep` rotated files.
     pub fn open(path: &Path, max_bytes: u64, keep: u32, node_id: u64) -> io::Result<AuditLog> {
-        let file = open_append(path)?;
-        let size = file.metadata()?.len();
+        let mut main = Writer::open(path.to_path_buf(), max_bytes, keep, node_id)?;
+        let mut refused = Writer::open(refusals_path(path), max_bytes, keep, node_id)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-        let mut w = Writer {
-            path: path.to_path_buf(),
-            out: BufWriter::new(file),
-            size,
-            max_bytes: max_bytes.max(1),
-            keep,
-            node_id,
-        };
         std::thread::Builder::new()
             .name("om-audit".to_string())
-            .spawn(move || w.run(rx))?;
+            .spawn(move || run(rx, &mut main, &mut refused))?;
         Ok(AuditLog { tx })
     }
 
@@ -69,8 +70,42 @@ impl AuditLog {
     }
 }
 
+/// Where the refusals of the log at `path` go.
+pub fn refusals_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".refused");
+    PathBuf::from(p)
+}
+
+/// Opens for appending; a new file is readable by its owner only.
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn run(rx: Receiver<Event>, main: &mut Writer, refused: &mut Writer) {
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(e) = next {
+            let w = if e.refusal { &mut *refused } else { &mut *main };
+            if let Err(err) = w.write(&e) {
+                metrics::counter!("om_audit_write_errors_total").increment(1);
+                tracing::error!(error = %err, path = %w.path.display(), "audit log write failed");
+            }
+            next = rx.try_recv().ok();
+        }
+        for w in [&mut *main, &mut *refused] {
+            if let Err(err) = w.out.flush() {
+                tracing::error!(error = %err, path = %w.path.display(), "audit log flush failed");
+            }
+        }
+    }
+    let _ = main.out.flush();
+    let _ = refused.out.flush();
 }
 
 struct Writer {
@@ -83,21 +118,19 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(&mut self, rx: Receiver<Event>) {
-        while let Ok(first) = rx.recv() {
-            let mut next = Some(first);
-            while let Some(e) = next {
-                if let Err(err) = self.write(&e) {
-                    metrics::counter!("om_audit_write_errors_total").increment(1);
-                    tracing::error!(error = %err, path = %self.path.display(), "audit log write failed");
-                }
-                next = rx.try_recv().ok();
-            }
-            if let Err(err) = self.out.flush() {
-                tracing::error!(error = %err, "audit log flush failed");
-            }
-        }
-        let _ = self.out.flush();
+    fn open(path: PathBuf, max_bytes: u64, keep: u32, node_id: u64) -> io::Result<Writer> {
+        let file = open_append(&path)?;
+        // A file from before (or created under a looser umask) too.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let size = file.metadata()?.len();
+        Ok(Writer {
+            path,
+            out: BufWriter::new(file),
+            size,
+            max_bytes: max_bytes.max(1),
+            keep,
+            node_id,
+        })
     }
 
     fn write(&mut self, e: &Event) -> io::Result<()> {
@@ -150,8 +183,9 @@ pub fn line(node_id: u64, e: &Event) -> String {
         ("resource", e.resource.as_str()),
         ("result", e.result.as_str()),
         ("right", e.right.as_str()),
+        ("detail", e.detail.as_str()),
     ] {
-        if v.is_empty() && matches!(k, "impersonated_user" | "right") {
+        if v.is_empty() && matches!(k, "impersonated_user" | "right" | "detail") {
             continue;
         }
         s.push_str(",\"");
@@ -227,7 +261,7 @@ mod tests {
                 operation: "PutKey".into(),
                 resource: "/v/b/k".into(),
                 result: "OK".into(),
-                right: String::new(),
+                ..Event::default()
             },
         );
         assert!(l.ends_with("}\n") && l.matches('\n').count() == 1, "{l}");

@@ -216,9 +216,20 @@ pub fn check(db: &DB, c: &Caller, r: Resource<'_>, right: u32) -> Result<(), OmE
     }
 }
 
-/// The rights an operation needs, on which resources.
+/// The rights an operation needs, on which resources, under the apply rules
+/// of this binary.
 pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
+    required_at(op, crate::apply::RULES)
+}
+
+/// The rights an operation needs under apply rules `rules` (entries replay
+/// with the rights they were checked against).
+pub fn required_at(op: &Op, rules: u32) -> Vec<(Resource<'_>, u32)> {
     use Resource::{Bucket, Cluster, Volume};
+    // Configuring lifecycle deletes what its rules match, and versioning
+    // decides whether overwrites destroy data (rules 8): both need DELETE
+    // besides WRITE, as deleting does.
+    let configure = if rules >= 8 { WRITE | DELETE } else { WRITE };
     match op {
         Op::CreateVolume(_)
         | Op::DeleteVolume(_)
@@ -229,11 +240,12 @@ pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
         | Op::AckDeletedBlocks(_)
         | Op::ExpireOpenKeys(_)
         | Op::PurgeDeletedDirs(_)
+        | Op::InitCluster(_)
         | Op::LifecycleScan(_) => vec![(Cluster, ALL)],
         Op::CreateBucket(c) => vec![(Volume(&c.volume), CREATE)],
         Op::DeleteBucket(c) => vec![(Bucket(&c.volume, &c.name), DELETE)],
-        Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
+        Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), configure)],
+        Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), configure)],
         Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKeys(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
         Op::PutKeyTagging(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
@@ -299,11 +311,11 @@ pub fn target(op: &Op) -> String {
 
 /// Apply's check: the command's caller (if any) holds every right its
 /// operation needs, in the replicated state as of this entry.
-pub fn check_command(db: &DB, caller: Option<&Caller>, op: &Op) -> Result<(), OmError> {
+pub fn check_command(db: &DB, caller: Option<&Caller>, op: &Op, rules: u32) -> Result<(), OmError> {
     let Some(c) = caller else {
         return Ok(());
     };
-    for (r, right) in required(op) {
+    for (r, right) in required_at(op, rules) {
         check(db, c, r, right)?;
     }
     Ok(())
@@ -448,6 +460,9 @@ pub struct RequestCtx {
     /// `x-request-id` when the client sent a usable one, else generated;
     /// returned in `om-request-id`.
     pub request_id: String,
+    /// How old a stale read's state may be, in ms (`u64::MAX`: not a stale
+    /// read); returned in `om-read-staleness-ms`.
+    pub staleness_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 tokio::task_local! {

@@ -119,6 +119,11 @@ pub struct Args {
     /// before the request fails as UNAVAILABLE, in milliseconds [default: 10000].
     #[arg(long, env = "OM_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// The oldest state a stale read accepts unless it names its own bound:
+    /// milliseconds since this node last took an append from a leader
+    /// [default: 10000]. Older state is refused (UNAVAILABLE, STALE_STATE).
+    #[arg(long, env = "OM_MAX_STALENESS_MS")]
+    pub max_staleness_ms: Option<u64>,
     /// Open-key sessions older than this are expired and their blocks freed,
     /// in seconds [default: 604800 (7 days)].
     #[arg(long, env = "OM_OPEN_KEY_TTL_S")]
@@ -200,6 +205,7 @@ struct FileConfig {
     retry_cache_ttl_s: Option<u64>,
     snapshot_keep_logs: Option<u64>,
     request_timeout_ms: Option<u64>,
+    max_staleness_ms: Option<u64>,
     list_seek_after: Option<usize>,
     open_key_ttl_s: Option<u64>,
     min_part_size: Option<u64>,
@@ -257,6 +263,7 @@ pub struct Config {
     pub retry_cache_ttl: Duration,
     pub snapshot_keep_logs: u64,
     pub request_timeout: Duration,
+    pub max_staleness_ms: u64,
     pub list_seek_after: usize,
     pub open_key_ttl: Duration,
     pub min_part_size: u64,
@@ -337,6 +344,24 @@ impl Config {
                 }
             }
         }
+        let join = args.join || file.join.unwrap_or(false) || unlisted;
+        if tls.cert.is_some() && join && initial_cluster.is_empty() {
+            return Err(
+                "--join with TLS needs --initial-cluster naming the members it joins: until it \
+                 receives the cluster's membership, its Raft port admits only their certificates"
+                    .to_string(),
+            );
+        }
+        let token_file = args.token_file.or(file.token_file);
+        if token_file.is_some() && tls.cert.is_none() && !insecure {
+            return Err(
+                "--token-file without TLS: tokens would cross the network in the clear, and the \
+                 plaintext Raft port is open to every local process, which could rewrite the \
+                 ACLs the tokens are checked against. Set --tls-cert, --tls-key and --tls-ca, or \
+                 pass --insecure (development only)"
+                    .to_string(),
+            );
+        }
         let mut admins = std::collections::BTreeSet::new();
         for name in args
             .admins
@@ -385,9 +410,9 @@ impl Config {
             node_id,
             raft_addr,
             initial_cluster,
-            join: args.join || file.join.unwrap_or(false) || unlisted,
+            join,
             tls,
-            token_file: args.token_file.or(file.token_file),
+            token_file,
             admins,
             audit_log: args.audit_log.or(file.audit_log),
             audit_log_max_bytes: args
@@ -430,6 +455,11 @@ impl Config {
                     .unwrap_or(10_000)
                     .max(1),
             ),
+            max_staleness_ms: args
+                .max_staleness_ms
+                .or(file.max_staleness_ms)
+                .unwrap_or(crate::service::DEFAULT_MAX_STALENESS_MS)
+                .max(1),
             open_key_ttl: Duration::from_secs(
                 args.open_key_ttl_s
                     .or(file.open_key_ttl_s)
@@ -598,6 +628,54 @@ mod tests {
         })
         .unwrap();
         assert_eq!(cfg.max_response_bytes, 100_000);
+    }
+
+    #[test]
+    fn joiners_and_tokens_need_what_secures_them() {
+        let tls = || Args {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("k.pem".into()),
+            tls_ca: Some("ca.pem".into()),
+            ..Args::default()
+        };
+        let e = Config::load(Args {
+            join: true,
+            ..tls()
+        })
+        .unwrap_err();
+        assert!(e.contains("--initial-cluster"), "{e}");
+        assert!(
+            Config::load(Args {
+                join: true,
+                initial_cluster: Some("1=127.0.0.1:9872".into()),
+                node_id: Some(4),
+                ..tls()
+            })
+            .is_ok()
+        );
+        let tokens = || Args {
+            token_file: Some("tokens".into()),
+            ..Args::default()
+        };
+        let e = Config::load(tokens()).unwrap_err();
+        assert!(
+            e.contains("--token-file") && e.contains("--insecure"),
+            "{e}"
+        );
+        assert!(
+            Config::load(Args {
+                insecure: true,
+                ..tokens()
+            })
+            .is_ok()
+        );
+        assert!(
+            Config::load(Args {
+                token_file: Some("tokens".into()),
+                ..tls()
+            })
+            .is_ok()
+        );
     }
 
     #[test]

@@ -148,7 +148,9 @@ pub fn to_status(e: &OmError) -> Status {
 
 fn consistency(r: &Option<ReadOptions>) -> Consistency {
     match r.as_ref().map(|r| r.consistency()) {
-        Some(ReadConsistency::Stale) => Consistency::Stale,
+        Some(ReadConsistency::Stale) => Consistency::Stale {
+            max_ms: r.as_ref().map_or(0, |r| r.max_staleness_ms),
+        },
         Some(ReadConsistency::Lease) => Consistency::Lease,
         _ => Consistency::Linearizable,
     }
@@ -1247,6 +1249,7 @@ pub fn cluster_status(svc: &OmService) -> ClusterStatusResponse {
         snapshot_index: m.snapshot.as_ref().map_or(0, |l| l.index),
         purged_index: m.purged.as_ref().map_or(0, |l| l.index),
         members,
+        cluster_id: svc.cluster_id().map(|c| c.to_string()).unwrap_or_default(),
     }
 }
 
@@ -1278,7 +1281,10 @@ impl Cluster for ClusterGrpc {
                 raft_addr: r.raft_addr,
                 grpc_addr: r.grpc_addr,
             };
-            self.svc.add_node(r.node_id, node, r.learner_only).await?;
+            let outcome = self.svc.add_node(r.node_id, node, r.learner_only).await;
+            self.svc
+                .audit_admin(format!("/nodes/{}", r.node_id), &outcome);
+            outcome?;
             Ok(AddNodeResponse {
                 status: Some(cluster_status(&self.svc)),
             })
@@ -1292,7 +1298,10 @@ impl Cluster for ClusterGrpc {
     ) -> Result<Response<RemoveNodeResponse>, Status> {
         let r = req.into_inner();
         observe("RemoveNode", async {
-            self.svc.remove_node(r.node_id).await?;
+            let outcome = self.svc.remove_node(r.node_id).await;
+            self.svc
+                .audit_admin(format!("/nodes/{}", r.node_id), &outcome);
+            outcome?;
             Ok(RemoveNodeResponse {
                 status: Some(cluster_status(&self.svc)),
             })
@@ -1306,9 +1315,12 @@ impl Cluster for ClusterGrpc {
     ) -> Result<Response<TransferLeaderResponse>, Status> {
         let r = req.into_inner();
         observe("TransferLeader", async {
-            self.svc
+            let outcome = self
+                .svc
                 .transfer_leader(r.to, std::time::Duration::from_secs(10))
-                .await?;
+                .await;
+            self.svc.audit_admin(format!("/nodes/{}", r.to), &outcome);
+            outcome?;
             Ok(TransferLeaderResponse {
                 status: Some(cluster_status(&self.svc)),
             })

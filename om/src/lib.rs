@@ -9,6 +9,7 @@
 pub mod apply;
 pub mod audit;
 pub mod authz;
+pub mod cluster_id;
 pub mod config;
 pub mod divergence;
 pub mod error;

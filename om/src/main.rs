@@ -16,6 +16,12 @@ const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::heartbeat=e
     openraft::replication=error,openraft::engine::handler::replication_handler=error";
 
 fn main() -> std::process::ExitCode {
+    // Everything om creates (store files, snapshots, the audit log) is for
+    // om's user only.
+    // SAFETY: umask only sets the process's file-mode creation mask.
+    unsafe {
+        libc::umask(0o077);
+    }
     let args = Args::parse();
     let filter = EnvFilter::try_from_env("OM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())

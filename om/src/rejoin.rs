@@ -150,6 +150,8 @@ pub struct PeerView {
     pub leader_raft_addr: String,
     pub admitted: bool,
     pub last_log_index: u64,
+    /// The id of the cluster whose state it holds (empty: none yet).
+    pub cluster_id: String,
 }
 
 /// The next step of a sealed node.
@@ -680,6 +682,7 @@ mod tests {
             } else {
                 format!("h:{leader}")
             },
+            cluster_id: String::new(),
         }
     }
 

@@ -129,6 +129,10 @@ async fn open_store(
     dir: &std::path::Path,
     max_open_files: u64,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
+    // The store is the cluster's metadata and ACLs: readable by om's user
+    // only, whatever the umask (files inside inherit the protection).
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let opts = om_raft_store::StoreOptions {
         max_open_files: Some(max_open_files),
@@ -267,6 +271,8 @@ impl Node {
         let db_options = store.options.clone();
         crate::store::tune_tables(&db)?;
         let empty_store = store.holds_nothing()?;
+        let cluster_id = crate::cluster_id::ClusterId::new(db.clone());
+        let leader_contact = Arc::new(om_raft_store::network::LeaderContact::default());
         crate::metrics::startup_phase("store_open", started.elapsed());
         let (log_store, state_machine) = (store.log_store.clone(), store.state_machine.clone());
         let divergence = crate::divergence::Divergence::open(
@@ -282,7 +288,11 @@ impl Node {
             cfg.node_id,
             Arc::new(raft_config(&cfg)?),
             NetworkFactory::new(cfg.node_id, opts.faults.clone())
-                .with_tls(tls.as_ref().map(|t| t.peer.clone())),
+                .with_tls(tls.as_ref().map(|t| t.peer.clone()))
+                .with_cluster_id({
+                    let id = cluster_id.clone();
+                    Arc::new(move || id.get())
+                }),
             store.log_store,
             store.state_machine,
         )
@@ -329,7 +339,10 @@ impl Node {
         .with_lifecycle_day_ms(cfg.lifecycle.day_ms)
         .with_max_response_bytes(cfg.max_response_bytes)
         .with_clock_offset(opts.clock_offset_ms)
-        .with_divergence(divergence.clone());
+        .with_divergence(divergence.clone())
+        .with_cluster_id(cluster_id.clone())
+        .with_peer_tls(tls.as_ref().map(|t| t.peer.clone()))
+        .with_staleness(leader_contact.clone(), cfg.max_staleness_ms);
         if authenticator.required {
             service = service.with_authorization(crate::service::Policy {
                 admins: cfg.admins.clone(),
@@ -365,25 +378,32 @@ impl Node {
             None => Admission::open(),
         };
 
-        let members_only = tls.as_ref().map(|_| {
-            MemberCheck::new(
-                raft.clone(),
-                cfg.initial_cluster
-                    .iter()
-                    .map(|m| m.raft_addr.clone())
-                    .collect(),
-            )
-        });
+        let members_only = Some(MemberCheck::new(
+            raft.clone(),
+            cfg.initial_cluster
+                .iter()
+                .map(|m| (m.id, m.raft_addr.clone()))
+                .collect(),
+            tls.is_some(),
+            cluster_id.clone(),
+        ));
         let raft_svc = MembersOnly::new(
             RaftGate::new(
-                RaftGrpcService::new(raft.clone()).into_server(),
+                RaftGrpcService::new(raft.clone())
+                    .with_contact(leader_contact)
+                    .into_server(),
                 admission.clone(),
                 divergence.clone(),
             ),
             members_only.clone(),
         );
         let peer_svc = MembersOnly::new(
-            PeerGrpc::server(raft.clone(), admission.clone(), divergence.clone()),
+            PeerGrpc::server(
+                raft.clone(),
+                admission.clone(),
+                divergence.clone(),
+                cluster_id.clone(),
+            ),
             members_only,
         );
         let raft_tls = tls.as_ref().map(|t| t.raft.clone());
@@ -511,6 +531,11 @@ impl Node {
             service.clone(),
             cfg.retry_cache_ttl,
             opts.retry_expiry_batch.unwrap_or(RETRY_EXPIRY_BATCH),
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(name_cluster(
+            service.clone(),
+            cluster_id.clone(),
             stop_rx.clone(),
         )));
         tasks.push(tokio::spawn(purge_deleted_dirs(
@@ -879,6 +904,33 @@ async fn expire_retry_cache(
                 return;
             }
         }
+    }
+}
+
+/// On the leader of a cluster that has no id yet (a new cluster, or one
+/// created before ids existed): proposes one. Ends once this node holds it.
+async fn name_cluster(
+    svc: Arc<OmService>,
+    id: Arc<crate::cluster_id::ClusterId>,
+    mut stop: watch::Receiver<bool>,
+) {
+    while id.get().is_none() {
+        if svc.raft().is_leader() {
+            let op = Op::InitCluster(om_proto::store::InitCluster {
+                cluster_id: crate::cluster_id::generate(),
+            });
+            match svc.propose(WriteId::default(), op).await {
+                Ok(_) => continue,
+                Err(e) => tracing::debug!(error = %e, "cluster id not proposed"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+    if let Some(id) = id.get() {
+        tracing::info!(cluster_id = %id, "cluster id");
     }
 }
 

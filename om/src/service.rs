@@ -43,11 +43,15 @@ use om_proto::store::{DeletedBlocksRecord, OpenKeyRecord, PartRecord, UploadReco
 pub enum Consistency {
     /// Confirmed with a quorum (ReadIndex) before reading local state.
     Linearizable,
-    /// Local state as it is; may lag the leader.
-    Stale,
+    /// Local state as it is; may lag the leader, by at most `max_ms` since
+    /// this node last heard from a leader (0: `--max-staleness-ms`).
+    Stale { max_ms: u64 },
     /// Linearizable under the leader's lease, without a quorum round trip.
     Lease,
 }
+
+/// The oldest state a stale read accepts unless it asks otherwise.
+pub const DEFAULT_MAX_STALENESS_MS: u64 = 10_000;
 
 /// Identifies a write for the retry cache.
 #[derive(Debug, Clone, Default)]
@@ -112,6 +116,13 @@ pub struct OmService {
     audit: Option<Arc<crate::audit::AuditLog>>,
     /// Whether this replica diverged (then it serves nothing).
     divergence: Option<Arc<crate::divergence::Divergence>>,
+    cluster_id: Option<Arc<crate::cluster_id::ClusterId>>,
+    /// This node's client TLS towards other members' Raft ports.
+    peer_tls: Option<Arc<om_tls::ClientTls>>,
+    /// When appends from a leader last arrived (stale reads' age).
+    leader_contact: Option<Arc<om_raft_store::network::LeaderContact>>,
+    /// The oldest state a stale read accepts by default.
+    max_staleness_ms: u64,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -199,6 +210,10 @@ impl OmService {
             policy: None,
             audit: None,
             divergence: None,
+            cluster_id: None,
+            peer_tls: None,
+            leader_contact: None,
+            max_staleness_ms: DEFAULT_MAX_STALENESS_MS,
         }
     }
 
@@ -206,6 +221,35 @@ impl OmService {
     pub fn with_divergence(mut self, d: Arc<crate::divergence::Divergence>) -> Self {
         self.divergence = Some(d);
         self
+    }
+
+    /// Tracks the cluster's id (status, AddNode's check).
+    pub fn with_cluster_id(mut self, id: Arc<crate::cluster_id::ClusterId>) -> Self {
+        self.cluster_id = Some(id);
+        self
+    }
+
+    /// Measures stale reads' age by `contact`, accepting at most `max_ms`
+    /// by default.
+    pub fn with_staleness(
+        mut self,
+        contact: Arc<om_raft_store::network::LeaderContact>,
+        max_ms: u64,
+    ) -> Self {
+        self.leader_contact = Some(contact);
+        self.max_staleness_ms = max_ms;
+        self
+    }
+
+    /// Asks other members' Raft ports over `tls` (AddNode's check).
+    pub fn with_peer_tls(mut self, tls: Option<Arc<om_tls::ClientTls>>) -> Self {
+        self.peer_tls = tls;
+        self
+    }
+
+    /// The cluster's id, once this node holds it.
+    pub fn cluster_id(&self) -> Option<Arc<str>> {
+        self.cluster_id.as_ref().and_then(|c| c.get())
     }
 
     /// This replica's divergence state, if it is tracked.
@@ -342,6 +386,7 @@ impl OmService {
                 format!("node {id} is already a learner at {existing}"),
             ));
         }
+        self.check_joiner(id, &node).await?;
         self.raft
             .add_learner(id, node, true)
             .await
@@ -351,6 +396,63 @@ impl OmService {
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                 .await
                 .map_err(write_err)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses to add a node whose store holds another cluster's state (or
+    /// state of no known cluster): replicating to it would mix two histories.
+    /// The node must be running, to be asked.
+    async fn check_joiner(&self, id: u64, node: &OmNode) -> Result<(), OmError> {
+        let ours = self.cluster_id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let view = loop {
+            match crate::grpc::peer::peer_state(
+                &node.raft_addr,
+                self.node_id,
+                self.peer_tls.as_ref(),
+            )
+            .await
+            {
+                Ok(v) => break v,
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(OmError::Unavailable(format!(
+                        "node {id} at {} did not say what its store holds ({e}); start it \
+                         (with --join) before adding it",
+                        node.raft_addr
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        if view.node_id != id {
+            return Err(OmError::precondition(
+                "NODE_ID_MISMATCH",
+                "node_id",
+                format!(
+                    "the node at {} is node {}, not {id}",
+                    node.raft_addr, view.node_id
+                ),
+            ));
+        }
+        let foreign = match (&ours, view.cluster_id.is_empty()) {
+            (Some(ours), false) => view.cluster_id != **ours,
+            // A store with history but no cluster id: of a cluster that
+            // never named itself, so not provably this one.
+            (_, true) => view.has_history,
+            (None, false) => true,
+        };
+        if foreign {
+            return Err(OmError::precondition(
+                "NODE_OF_ANOTHER_CLUSTER",
+                "node_id",
+                format!(
+                    "node {id} holds state of cluster {:?}, not of this cluster ({}); wipe its \
+                     data directory before adding it",
+                    view.cluster_id,
+                    ours.as_deref().unwrap_or("unnamed")
+                ),
+            ));
         }
         Ok(())
     }
@@ -500,7 +602,7 @@ impl OmService {
     pub async fn read_barrier(&self, c: Consistency) -> Result<(), OmError> {
         self.check_not_diverged()?;
         let policy = match c {
-            Consistency::Stale => return Ok(()),
+            Consistency::Stale { max_ms } => return self.stale_state(max_ms),
             Consistency::Linearizable => ReadPolicy::ReadIndex,
             Consistency::Lease => ReadPolicy::LeaseRead,
         };
@@ -519,6 +621,59 @@ impl OmService {
             }
             Err(RaftError::APIError(e)) => Err(OmError::Unavailable(e.to_string())),
             Err(RaftError::Fatal(f)) => Err(OmError::Unavailable(format!("raft stopped: {f}"))),
+        }
+    }
+
+    /// A stale read's check: this node is a member of the cluster (a removed
+    /// node's state, grants included, is frozen at its removal), and its
+    /// state is at most `max_ms` old (0: the configured default), measured
+    /// as the time since it last took an append from a leader (0 on the
+    /// leader while a quorum acknowledges it). The age is returned to the
+    /// client in `om-read-staleness-ms`.
+    fn stale_state(&self, max_ms: u64) -> Result<(), OmError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.membership_config
+            .membership()
+            .get_node(&self.node_id)
+            .is_none()
+        {
+            return Err(OmError::precondition(
+                "NOT_A_MEMBER",
+                "read.consistency",
+                format!(
+                    "node {} is not a member of the cluster: its state is not the cluster's",
+                    self.node_id
+                ),
+            ));
+        }
+        let age_ms = if m.state == openraft::ServerState::Leader {
+            m.last_quorum_acked
+                .map(|t| openraft::Instant::elapsed(&t.into_inner()).as_millis() as u64)
+        } else {
+            self.leader_contact
+                .as_ref()
+                .and_then(|c| c.since())
+                .map(|d| d.as_millis() as u64)
+        };
+        let bound = if max_ms == 0 {
+            self.max_staleness_ms
+        } else {
+            max_ms
+        };
+        match age_ms {
+            Some(age) if age <= bound => {
+                if let Some(ctx) = crate::authz::request() {
+                    ctx.staleness_ms
+                        .store(age, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            age => Err(OmError::Unavailable(format!(
+                "STALE_STATE: node {} last heard from a leader {} ago, beyond the {bound} ms \
+                 the read accepts; ask another node",
+                self.node_id,
+                age.map_or("never".to_string(), |a| format!("{a} ms"))
+            ))),
         }
     }
 
@@ -624,35 +779,19 @@ impl OmService {
         prefix: &str,
         start_after: &str,
         max: u32,
-        mut convert: impl FnMut(VolumeRecord) -> (T, usize),
+        convert: impl FnMut(VolumeRecord) -> (T, usize),
     ) -> Result<Page<T>, OmError> {
         self.read_barrier(c).await?;
         let visible = self.volume_filter()?;
-        let page = list_page::<VolumeTable, _>(
+        filtered_page::<VolumeTable, T>(
             &self.db,
             &[],
             prefix,
             start_after,
             (self.page_size(max), self.item_budget()),
-            |v| {
-                if visible(&v) {
-                    let (t, n) = convert(v);
-                    (Some(t), n)
-                } else {
-                    (None, 0)
-                }
-            },
-        )?;
-        Ok(Page {
-            items: page
-                .items
-                .into_iter()
-                .filter_map(|(name, t)| t.map(|t| (name, t)))
-                .collect(),
-            truncated: page.truncated,
-            next_start_after: page.next_start_after,
-            stats: page.stats,
-        })
+            |v| visible(v),
+            convert,
+        )
     }
 
     /// One page of a volume's buckets; `convert` as for `list_volumes`.
@@ -678,12 +817,37 @@ impl OmService {
                 format!("volume {volume:?} does not exist"),
             ));
         }
-        list_page::<BucketTable, T>(
+        // Only the buckets the caller may read (a volume's owner or an admin
+        // reads them all), so a listing shows nothing GetBucket refuses.
+        let caller = self.caller()?;
+        let vol_admin = match &caller {
+            None => true,
+            Some(c) => {
+                crate::authz::rights_on(&self.db, c, crate::authz::Resource::Volume(volume))?
+                    .is_some_and(|r| r == crate::authz::ALL)
+            }
+        };
+        if vol_admin {
+            return list_page::<BucketTable, T>(
+                &self.db,
+                &keys::bucket_prefix(volume),
+                prefix,
+                start_after,
+                (self.page_size(max), self.item_budget()),
+                convert,
+            );
+        }
+        let caller = caller.unwrap_or_default();
+        filtered_page::<BucketTable, T>(
             &self.db,
             &keys::bucket_prefix(volume),
             prefix,
             start_after,
             (self.page_size(max), self.item_budget()),
+            |b| {
+                b.owner == caller.user
+                    || crate::authz::granted(&b.acl, &caller) & crate::authz::READ != 0
+            },
             convert,
         )
     }
@@ -1310,6 +1474,60 @@ pub fn list_page<S: TableSchema, T>(
         truncated,
         next_start_after,
         stats: page.stats,
+    })
+}
+
+/// `list_page` of only the records `visible` admits: pages are read until
+/// `max` visible records are found or the table ends, and a truncated page
+/// resumes after its last visible record, so neither the records nor the
+/// continuation name anything hidden.
+pub fn filtered_page<S: TableSchema, T>(
+    db: &DB,
+    parent: &[u8],
+    prefix: &str,
+    start_after: &str,
+    (max, max_bytes): (usize, usize),
+    visible: impl Fn(&S::Value) -> bool,
+    mut convert: impl FnMut(S::Value) -> (T, usize),
+) -> Result<Page<T>, OmError> {
+    let mut items = Vec::new();
+    let mut bytes = 0;
+    let mut after = start_after.to_string();
+    let mut stats = IterStats::default();
+    let truncated = loop {
+        let room = (max - items.len(), max_bytes.saturating_sub(bytes));
+        let page = list_page::<S, Option<T>>(db, parent, prefix, &after, room, |v| {
+            if visible(&v) {
+                let (t, n) = convert(v);
+                bytes += n;
+                (Some(t), n)
+            } else {
+                (None, 0)
+            }
+        })?;
+        stats += page.stats;
+        for (name, t) in page.items {
+            if let Some(t) = t {
+                items.push((name, t));
+            }
+        }
+        if !page.truncated {
+            break false;
+        }
+        if items.len() >= max || bytes >= max_bytes {
+            break true;
+        }
+        after = page.next_start_after;
+    };
+    let next_start_after = match (truncated, items.last()) {
+        (true, Some((n, _))) => n.clone(),
+        _ => String::new(),
+    };
+    Ok(Page {
+        truncated: truncated && !items.is_empty(),
+        items,
+        next_start_after,
+        stats,
     })
 }
 

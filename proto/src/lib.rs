@@ -83,6 +83,7 @@ impl store::Command {
             Some(Op::PutKeyTagging(_)) => "PutKeyTagging",
             Some(Op::LifecycleScan(_)) => "LifecycleScan",
             Some(Op::VerifyMark(_)) => "VerifyMark",
+            Some(Op::InitCluster(_)) => "InitCluster",
             None => "Empty",
         }
     }

@@ -188,7 +188,15 @@ pub struct NetworkFactory {
     me: NodeId,
     faults: Option<Arc<Faults>>,
     tls: Option<Arc<om_tls::ClientTls>>,
+    cluster_id: Option<ClusterIdSource>,
 }
+
+/// Where a node's cluster id comes from (none until it holds one).
+pub type ClusterIdSource = Arc<dyn Fn() -> Option<Arc<str>> + Send + Sync>;
+
+/// The header every Raft RPC carries its sender's cluster id in, once the
+/// sender holds one; the receiving member refuses another cluster's.
+pub const CLUSTER_ID_HEADER: &str = "om-cluster-id";
 
 impl NetworkFactory {
     /// The network of node `me`, with optional fault injection.
@@ -198,7 +206,14 @@ impl NetworkFactory {
             me,
             faults,
             tls: None,
+            cluster_id: None,
         }
+    }
+
+    /// Sends the cluster id `source` gives with every RPC.
+    pub fn with_cluster_id(mut self, source: ClusterIdSource) -> Self {
+        self.cluster_id = Some(source);
+        self
     }
 
     /// Connects to peers over mutual TLS with `tls` (this node's certificate
@@ -242,6 +257,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             link: self.link(target, &node.raft_addr).ok(),
             me: self.me,
             faults: self.faults.clone(),
+            cluster_id: self.cluster_id.clone(),
         }
     }
 }
@@ -253,6 +269,7 @@ pub struct PeerClient {
     link: Option<PeerLink>,
     me: NodeId,
     faults: Option<Arc<Faults>>,
+    cluster_id: Option<ClusterIdSource>,
 }
 
 fn status_to_rpc(s: Status) -> RpcErr {
@@ -298,6 +315,17 @@ fn cut_error(me: NodeId, target: NodeId) -> RpcErr {
 }
 
 impl PeerClient {
+    /// A request carrying this node's cluster id, once it holds one.
+    fn request<T>(&self, msg: T) -> Request<T> {
+        let mut req = Request::new(msg);
+        if let Some(id) = self.cluster_id.as_ref().and_then(|f| f())
+            && let Ok(v) = id.parse()
+        {
+            req.metadata_mut().insert(CLUSTER_ID_HEADER, v);
+        }
+        req
+    }
+
     /// The client for one RPC, once the peer's backoff (see `Gate`) allows it.
     async fn ready(
         &self,
@@ -351,7 +379,7 @@ impl PeerClient {
         option: RPCOption,
         pre: bool,
     ) -> Result<VoteResponse<TypeConfig>, RpcErr> {
-        let mut req = Request::new(pb::VoteRequest {
+        let mut req = self.request(pb::VoteRequest {
             vote: Some(codec::vote_to_pb(&rpc.vote)),
             last_log_id: codec::opt_log_id_to_pb(&rpc.last_log_id),
             leadership_transfer: rpc.leadership_transfer,
@@ -421,7 +449,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RpcErr> {
-        let mut req = Request::new(append_to_pb(&rpc));
+        let mut req = self.request(append_to_pb(&rpc));
         req.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::FailFast).await?;
         let resp = self.answer(observe(&health, client.append_entries(req).await))?;
@@ -485,7 +513,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 .map(|r| r.map(|req| append_to_pb(&req)))
             });
             let mut responses =
-                observe(&health, client.stream_append(Request::new(outbound)).await)?.into_inner();
+                observe(&health, client.stream_append(self.request(outbound)).await)?.into_inner();
             let (me, target) = (self.me, self.target);
             let mut ended = false;
             let mut held_recheck: Option<Pin<Box<tokio::time::Sleep>>> = None;
@@ -590,7 +618,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         // Continue where a dropped connection stopped an earlier attempt
         // (a peer that cannot tell, or holds nothing of this file, says 0).
         let start = match client
-            .snapshot_offset(Request::new(pb::SnapshotOffsetRequest {
+            .snapshot_offset(self.request(pb::SnapshotOffsetRequest {
                 meta: Some(meta.clone()),
                 total_bytes: total,
             }))
@@ -642,7 +670,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             }
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let call = client.install_snapshot(Request::new(stream));
+        let call = client.install_snapshot(self.request(stream));
         tokio::select! {
             closed = cancel => {
                 reader.abort();
@@ -675,7 +703,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RpcErr> {
-        let mut r = Request::new(pb::TransferLeaderRequest {
+        let mut r = self.request(pb::TransferLeaderRequest {
             from: Some(codec::vote_to_pb(req.from_leader())),
             to: *req.to_node_id(),
             last_log_id: req.last_log_id().map(codec::log_id_to_pb),
@@ -748,9 +776,83 @@ pub fn append_resp_from_pb(
     })
 }
 
+/// The members a Raft-port caller is authenticated as: those whose Raft
+/// hosts its certificate names. Set (as a request extension) by the port's
+/// admission layer under mutual TLS; every RPC that names its sender must
+/// then name one of them, so a member cannot speak as another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthenticatedPeers(pub Vec<NodeId>);
+
+/// Refuses a message whose sender (`vote`'s leader or candidate) is not one
+/// of the members the caller authenticated as.
+fn check_sender(peers: Option<&AuthenticatedPeers>, vote: Option<&pb::Vote>) -> Result<(), Status> {
+    let Some(peers) = peers else {
+        return Ok(());
+    };
+    let sender = vote
+        .and_then(|v| v.leader_id.as_ref())
+        .map(|l| l.node_id)
+        .unwrap_or(0);
+    if peers.0.contains(&sender) {
+        return Ok(());
+    }
+    Err(Status::permission_denied(format!(
+        "the message speaks for node {sender}, but the client certificate is that of node(s) {:?}",
+        peers.0
+    )))
+}
+
+/// When this node last took an append from a leader (a follower's measure
+/// of how old its state may be).
+#[derive(Debug)]
+pub struct LeaderContact {
+    base: std::time::Instant,
+    /// Milliseconds after `base` plus one; 0: never.
+    at: std::sync::atomic::AtomicU64,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        LeaderContact {
+            base: std::time::Instant::now(),
+            at: Default::default(),
+        }
+    }
+}
+
+impl LeaderContact {
+    fn touch(&self) {
+        let ms = self.base.elapsed().as_millis() as u64 + 1;
+        self.at.fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Time since the last append a leader sent that this node accepted
+    /// as coming from a current leader; `None` if none ever came.
+    pub fn since(&self) -> Option<Duration> {
+        match self.at.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            at => Some(
+                self.base
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(at - 1)),
+            ),
+        }
+    }
+}
+
+/// Whether this node accepted an append (its log matches a current
+/// leader's up to what it sent).
+fn from_current_leader(r: &AppendEntriesResponse<TypeConfig>) -> bool {
+    matches!(
+        r,
+        AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)
+    )
+}
+
 /// The server side: hands incoming Raft RPCs to the local `Raft`.
 pub struct RaftGrpcService {
     raft: Raft,
+    contact: Arc<LeaderContact>,
     /// Where and how incoming snapshots are staged: the state machine's,
     /// fetched from it on the first transfer.
     inbox: tokio::sync::OnceCell<SnapshotInbox>,
@@ -760,8 +862,15 @@ impl RaftGrpcService {
     pub fn new(raft: Raft) -> Self {
         RaftGrpcService {
             raft,
+            contact: Arc::default(),
             inbox: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Records in `contact` when appends from a current leader arrive.
+    pub fn with_contact(mut self, contact: Arc<LeaderContact>) -> Self {
+        self.contact = contact;
+        self
     }
 
     /// The tonic service with explicit message-size limits.
@@ -814,6 +923,7 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
+        check_sender(req.extensions().get(), req.get_ref().vote.as_ref())?;
         let rpc = vote_from_pb(req.into_inner())?;
         let resp = self.raft.vote(rpc).await.map_err(fatal)?;
         Ok(Response::new(vote_resp_to_pb(&resp)))
@@ -823,6 +933,7 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
+        check_sender(req.extensions().get(), req.get_ref().vote.as_ref())?;
         let rpc = vote_from_pb(req.into_inner())?;
         let resp = self.raft.pre_vote(rpc).await.map_err(fatal)?;
         Ok(Response::new(vote_resp_to_pb(&resp)))
@@ -832,8 +943,12 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        check_sender(req.extensions().get(), req.get_ref().vote.as_ref())?;
         let rpc = append_from_pb(req.get_ref()).map_err(|e| invalid(&e.to_string()))?;
         let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
+        if from_current_leader(&resp) {
+            self.contact.touch();
+        }
         Ok(Response::new(append_resp_to_pb(&resp)))
     }
 
@@ -844,13 +959,21 @@ impl RaftService for RaftGrpcService {
         req: Request<Streaming<pb::AppendEntriesRequest>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         let raft = self.raft.clone();
+        let contact = self.contact.clone();
+        let peers: Option<AuthenticatedPeers> = req.extensions().get().cloned();
         let input = req.into_inner();
         let out = input.then(move |r| {
             let raft = raft.clone();
+            let peers = peers.clone();
+            let contact = contact.clone();
             async move {
                 let r = r?;
+                check_sender(peers.as_ref(), r.vote.as_ref())?;
                 let rpc = append_from_pb(&r).map_err(|e| invalid(&e.to_string()))?;
                 let resp = raft.append_entries(rpc).await.map_err(fatal)?;
+                if from_current_leader(&resp) {
+                    contact.touch();
+                }
                 Ok(append_resp_to_pb(&resp))
             }
         });
@@ -862,7 +985,11 @@ impl RaftService for RaftGrpcService {
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         let inbox = self.inbox().await?;
-        let resp = receive::install_snapshot(&self.raft, inbox, req.into_inner()).await?;
+        let peers: Option<AuthenticatedPeers> = req.extensions().get().cloned();
+        let input = req.into_inner().map(move |c| {
+            c.and_then(|c| check_sender(peers.as_ref(), c.vote.as_ref()).map(|()| c))
+        });
+        let resp = receive::install_snapshot(&self.raft, inbox, input).await?;
         Ok(Response::new(resp))
     }
 
@@ -879,6 +1006,7 @@ impl RaftService for RaftGrpcService {
         &self,
         req: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        check_sender(req.extensions().get(), req.get_ref().from.as_ref())?;
         let r = req.into_inner();
         let rpc = TransferLeaderRequest::new(
             codec::vote_from_pb(&r.from.unwrap_or_default()),

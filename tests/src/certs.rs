@@ -45,6 +45,16 @@ impl TestCa {
         self.issue_with(dir, stem, names, |_| {})
     }
 
+    /// A member's certificate for `names`: it also carries the member
+    /// marker (`urn:om:member`), without which the Raft port refuses it.
+    pub fn issue_member(&self, dir: &Path, stem: &str, names: &[&str]) -> Issued {
+        self.issue_with(dir, stem, names, |p| {
+            p.subject_alt_names.push(rcgen::SanType::URI(
+                om::grpc::peer::MEMBER_MARKER.try_into().unwrap(),
+            ));
+        })
+    }
+
     /// A certificate for `names` whose subject's Organization is `group`
     /// (the group om takes the holder to be in).
     pub fn issue_in_group(&self, dir: &Path, stem: &str, names: &[&str], group: &str) -> Issued {

@@ -162,7 +162,7 @@ pub fn mtls() -> Option<&'static Pki> {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = certs::TestCa::new("om test CA");
         let ca_path = ca.write(dir.path(), "ca");
-        let member = ca.issue(dir.path(), "member", &["127.0.0.1", "localhost"]);
+        let member = ca.issue_member(dir.path(), "member", &["127.0.0.1", "localhost"]);
         let client_cert = ca.issue(dir.path(), "client", &[MTLS_CLIENT]);
         let client = om_tls::ClientTls::load(
             MTLS_CLIENT,
@@ -181,6 +181,22 @@ pub fn mtls() -> Option<&'static Pki> {
         })
     })
     .as_ref()
+}
+
+/// TLS presenting the harness's member certificate (to speak to a Raft port
+/// as a member) when `OM_TEST_MTLS=1`, else none.
+pub fn mtls_member() -> Option<Arc<om_tls::ClientTls>> {
+    mtls().map(|p| {
+        om_tls::ClientTls::load(
+            "member",
+            om_tls::TlsFiles {
+                cert: Some(p.member.cert.clone()),
+                key: Some(p.member.key.clone()),
+                ca: Some(p.ca_path.clone()),
+            },
+        )
+        .expect("member TLS")
+    })
 }
 
 /// Default client options, with the harness's client certificate when

@@ -39,10 +39,15 @@ struct Cluster {
 }
 
 async fn cluster(n: u64) -> Cluster {
+    cluster_with(n, |_| {}).await
+}
+
+async fn cluster_with(n: u64, tweak: impl Fn(&mut om::config::Args)) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let tokens = token_file(dir.path());
     let addrs = cluster_addrs(n);
     let mut nodes = Vec::new();
+    let tweak = &tweak;
     for a in &addrs {
         let (tokens, audit) = (
             tokens.clone(),
@@ -51,8 +56,11 @@ async fn cluster(n: u64) -> Cluster {
         nodes.push(
             TestNode::start_member_with(a, &addrs, None, move |args| {
                 args.token_file = Some(tokens);
+                // Tokens over plaintext on loopback: for tests only.
+                args.insecure = true;
                 args.admins = Some("ops".to_string());
                 args.audit_log = Some(audit);
+                tweak(args);
             })
             .await,
         );
@@ -243,7 +251,7 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
         alice
             .set_bucket_versioning("volb", "bkb", BucketVersioning::Enabled)
             .await,
-        "WRITE",
+        "WRITE+DELETE",
         "/volb/bkb",
     );
     assert_denied(
@@ -306,7 +314,7 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
                 ..Default::default()
             })
             .await,
-        "WRITE",
+        "WRITE+DELETE",
         "/volb/bkb",
     );
     assert_denied(
@@ -317,7 +325,7 @@ async fn grants_and_revokes_take_effect_on_every_replica() {
                 ..Default::default()
             })
             .await,
-        "WRITE",
+        "WRITE+DELETE",
         "/volb/bkb",
     );
     assert_denied(
@@ -685,5 +693,290 @@ async fn omctl_manages_acls() {
     assert_eq!(who["impersonated_by"], "gw");
     let (ok, out) = run(OPS, &["acl", "add", "volb", "user:gw:IMPERSONATE"]);
     assert!(!ok && out.contains("INVALID_RIGHTS"), "{out}");
+    c.shutdown().await;
+}
+
+fn expire_after(days: u32) -> LifecycleRule {
+    LifecycleRule {
+        id: "sweep".into(),
+        enabled: true,
+        filter: Some(LifecycleFilter::default()),
+        expiration: Some(LifecycleExpiration {
+            days: Some(days),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Configuring what lifecycle deletes needs DELETE: WRITE alone is refused
+/// (and changes nothing on any replica). The rules delete with their
+/// configurer's rights as they are now: after the configurer loses DELETE
+/// nothing is expired, once it is granted again the keys go, and every page
+/// that deleted is audited with the configurer, the rule and the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
+    const DAY_MS: u64 = 1000;
+    let c = cluster_with(3, |a| {
+        a.lifecycle_day_ms = Some(DAY_MS);
+        a.lifecycle_interval_ms = Some(200);
+    })
+    .await;
+    let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
+    ops.create_volume("vl", "bob").await.unwrap();
+    bob.create_bucket("vl", "bk", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for k in ["a", "b", "c"] {
+        bob.put_key("vl", "bk", k, 1).await.unwrap();
+    }
+    let alice_gets = |rights: &'static [AclRight], mode: AclMode| {
+        let bob = &bob;
+        async move {
+            set_acl(
+                bob,
+                "vl",
+                "bk",
+                mode,
+                grant(GranteeKind::User, "alice", rights),
+            )
+            .await
+        }
+    };
+    alice_gets(&[AclRight::Write], AclMode::Add).await;
+    let put = |days| PutBucketLifecycleRequest {
+        volume: "vl".into(),
+        bucket: "bk".into(),
+        rules: vec![expire_after(days)],
+        ..Default::default()
+    };
+    let before = c.settled().await;
+    assert_denied(
+        alice.put_bucket_lifecycle(put(3)).await,
+        "WRITE+DELETE",
+        "/vl/bk",
+    );
+    assert_denied(
+        alice
+            .set_bucket_versioning("vl", "bk", BucketVersioning::Enabled)
+            .await,
+        "WRITE+DELETE",
+        "/vl/bk",
+    );
+    assert_eq!(c.settled().await, before);
+
+    // With DELETE she may; then she loses it before the keys are due.
+    alice_gets(&[AclRight::Delete], AclMode::Add).await;
+    alice.put_bucket_lifecycle(put(3)).await.unwrap();
+    alice_gets(&[AclRight::Delete], AclMode::Remove).await;
+    let cfg = bob
+        .get_bucket_lifecycle(GetBucketLifecycleRequest {
+            volume: "vl".into(),
+            bucket: "bk".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(cfg.configured_by, "alice");
+    // Due after 3 to 4 days (of 1 s): wait 6 and the keys are all there.
+    tokio::time::sleep(Duration::from_millis(6 * DAY_MS)).await;
+    assert_eq!(list_keys(&bob, "vl", "bk").await.unwrap(), ["a", "b", "c"]);
+    assert!(
+        !c.audit_lines()
+            .iter()
+            .any(|l| l.contains("LifecycleExpiration")),
+        "nothing was expired"
+    );
+
+    alice_gets(&[AclRight::Delete], AclMode::Add).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the rules to expire the keys",
+        || async {
+            list_keys(&bob, "vl", "bk")
+                .await
+                .ok()
+                .filter(|k| k.is_empty())
+        },
+    )
+    .await;
+    let lines = wait_for(
+        Duration::from_secs(5),
+        "the expiration's audit line",
+        || async {
+            let l: Vec<String> = c
+                .audit_lines()
+                .into_iter()
+                .filter(|l| l.contains("\"LifecycleExpiration\""))
+                .collect();
+            (!l.is_empty()).then_some(l)
+        },
+    )
+    .await;
+    assert!(
+        lines.iter().all(|l| l.contains("\"principal\":\"alice\"")
+            && l.contains("\"resource\":\"/vl/bk\"")
+            && l.contains("sweep:")),
+        "{lines:?}"
+    );
+    c.shutdown().await;
+}
+
+/// A retry-cache entry belongs to the principal that made it: Bob writing
+/// under Alice's client id and sequence number neither refuses Alice's write
+/// (RETRY_MISMATCH) nor answers it with his result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_principals_client_id_neither_poisons_nor_reads_the_retry_cache() {
+    use om_client::v1::ozone_manager_client::OzoneManagerClient;
+    let c = cluster(1).await;
+    let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
+    ops.create_volume("va", "alice").await.unwrap();
+    ops.create_volume("vb", "bob").await.unwrap();
+    alice
+        .create_bucket("va", "ba", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    bob.create_bucket("vb", "bb", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let header = WriteHeader {
+        client_id: alice.client_id().to_string(),
+        seq: 1_000_000,
+    };
+    async fn put(
+        who: &OmClient,
+        header: &WriteHeader,
+        v: &str,
+        b: &str,
+        size: u64,
+    ) -> Result<PutKeyResponse, ClientError> {
+        let req = PutKeyRequest {
+            header: Some(header.clone()),
+            volume: v.into(),
+            bucket: b.into(),
+            key: "k".into(),
+            size,
+            ..Default::default()
+        };
+        who.call(|ch| {
+            let req = req.clone();
+            async move { OzoneManagerClient::new(ch).put_key(req).await }
+        })
+        .await
+    }
+    put(&bob, &header, "vb", "bb", 7).await.unwrap();
+    put(&alice, &header, "va", "ba", 5).await.unwrap();
+    assert_eq!(alice.lookup_key("va", "ba", "k").await.unwrap().size, 5);
+    assert_eq!(bob.lookup_key("vb", "bb", "k").await.unwrap().size, 7);
+    // A real retry of each is still answered from the cache.
+    put(&alice, &header, "va", "ba", 5).await.unwrap();
+    c.shutdown().await;
+}
+
+/// Listings show only what the caller may read, and their continuations
+/// name nothing else; a lifecycle scan's cursor (a key name) is shown only
+/// to a caller who may list the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listings_and_scan_status_name_nothing_the_caller_may_not_read() {
+    let c = cluster(1).await;
+    let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
+    for v in ["v1", "v2-hidden", "v3", "v4-hidden", "v5"] {
+        let owner = if v.ends_with("hidden") {
+            "bob"
+        } else {
+            "alice"
+        };
+        ops.create_volume(v, owner).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = alice.list_volumes("", &after, 1).await.unwrap();
+        seen.extend(page.volumes.iter().map(|v| v.name.clone()));
+        assert!(!page.next_start_after.contains("hidden"), "{page:?}");
+        if page.next_start_after.is_empty() {
+            break;
+        }
+        after = page.next_start_after;
+    }
+    assert_eq!(seen, ["v1", "v3", "v5"]);
+
+    // Alice may list Bob's volume, and read one of his buckets.
+    set_acl(
+        &bob,
+        "v2-hidden",
+        "",
+        AclMode::Add,
+        grant(GranteeKind::User, "alice", &[AclRight::List]),
+    )
+    .await;
+    for b in ["b1", "b2", "b3"] {
+        bob.create_bucket("v2-hidden", b, BucketLayout::ObjectStore)
+            .await
+            .unwrap();
+    }
+    set_acl(
+        &bob,
+        "v2-hidden",
+        "b2",
+        AclMode::Add,
+        grant(GranteeKind::User, "alice", &[AclRight::Read]),
+    )
+    .await;
+    let r = alice.list_buckets("v2-hidden", "", "", 1).await.unwrap();
+    let names: Vec<_> = r.buckets.iter().map(|b| b.name.clone()).collect();
+    assert_eq!(names, ["b2"], "{r:?}");
+    assert!(
+        r.next_start_after.is_empty() || r.next_start_after == "b2",
+        "{r:?}"
+    );
+    assert_eq!(
+        bob.list_buckets("v2-hidden", "", "", 100)
+            .await
+            .unwrap()
+            .buckets
+            .len(),
+        3
+    );
+    c.shutdown().await;
+}
+
+/// Refusals go to a file of their own: a flood of unauthenticated requests
+/// cannot rotate a mutation's line out of the kept audit files. Membership
+/// changes are audited. The data directory and the audit files are for
+/// om's user only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refusals_cannot_evict_mutations_from_the_audit_log() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster_with(1, |a| {
+        a.audit_log_max_bytes = Some(4096);
+        a.audit_log_keep = Some(1);
+    })
+    .await;
+    let ops = c.client(OPS);
+    ops.create_volume("kept", "").await.unwrap();
+    let stranger = c.client("not-a-token");
+    for _ in 0..300 {
+        assert!(stranger.create_volume("x", "").await.is_err());
+    }
+    // Leadership handed to the node that holds it: audited either way.
+    let _ = ops.transfer_leader(1).await;
+    let path = c.dir.path().join("audit-1.log");
+    wait_for(Duration::from_secs(5), "the refusals file", || async {
+        let r = std::fs::read_to_string(om::audit::refusals_path(&path)).unwrap_or_default();
+        r.contains("INVALID_TOKEN").then_some(())
+    })
+    .await;
+    let main = std::fs::read_to_string(&path).unwrap();
+    assert!(main.contains("\"resource\":\"/kept\""), "{main}");
+    assert!(!main.contains("INVALID_TOKEN"), "{main}");
+    assert!(main.contains("\"operation\":\"TransferLeader\""), "{main}");
+    for p in [path.clone(), om::audit::refusals_path(&path)] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", p.display());
+    }
+    let data = c.nodes[0].dir.path();
+    let mode = std::fs::metadata(data).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
     c.shutdown().await;
 }

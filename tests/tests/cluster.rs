@@ -377,12 +377,10 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
         })
     };
 
-    // A fourth node starts empty and joins.
-    let mut all = addrs.clone();
-    all.push(joiner.clone());
+    // A fourth node starts empty and joins, given the members it joins
+    // (under TLS its Raft port admits only them until it has the membership).
     nodes.push(Some(
-        TestNode::start_member_with(&joiner, &all, None, |a| {
-            a.initial_cluster = None;
+        TestNode::start_member_with(&joiner, &addrs, None, |a| {
             a.join = true;
         })
         .await,
@@ -586,6 +584,102 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     let dump = nodes[a].as_ref().unwrap().dump();
     assert!(!dump.keys().any(|(t, _)| *t == "deleted_dirs"));
     assert!(!dump.keys().any(|(t, _)| *t == "files"));
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+/// A cluster names itself once (every replica holds the same id); AddNode
+/// refuses a node whose store holds another cluster's state, and a Raft RPC
+/// carrying another cluster's id is refused before it is decoded. Neither
+/// refusal changes either cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clusters_node_or_traffic_is_refused() {
+    use om_proto::raft::raft_service_client::RaftServiceClient;
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(TestNode::start_member(a, &addrs).await));
+    }
+    leader_of(&nodes, None).await;
+    let c = client_of(&addrs, &[0, 1, 2]);
+    let ids = wait_for(
+        Duration::from_secs(10),
+        "every replica to hold the cluster id",
+        || async {
+            let mut ids = Vec::new();
+            for a in &addrs {
+                ids.push(
+                    local_client(a, Duration::from_secs(2))
+                        .cluster_status()
+                        .await
+                        .ok()?
+                        .cluster_id,
+                );
+            }
+            (ids.iter().all(|i| !i.is_empty() && *i == ids[0])).then_some(ids)
+        },
+    )
+    .await;
+    assert_eq!(ids[0].len(), 32, "{ids:?}");
+
+    // Another cluster: one node, id 4, with a store of its own.
+    let other = TestNode::start_with(|a| a.node_id = Some(4)).await;
+    let oc = OmClient::new(&[other.endpoint()], om_tests::client_options()).unwrap();
+    oc.create_volume("theirs", "").await.unwrap();
+    let theirs = wait_for(
+        Duration::from_secs(10),
+        "the other cluster's id",
+        || async { Some(oc.cluster_status().await.ok()?.cluster_id).filter(|i| !i.is_empty()) },
+    )
+    .await;
+    assert_ne!(theirs, ids[0]);
+    let before = c.cluster_status().await.unwrap().members;
+    let e = c
+        .add_node(
+            4,
+            &other.node.raft_addr.to_string(),
+            &other.endpoint(),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "NODE_OF_ANOTHER_CLUSTER", "{e:?}");
+    assert_eq!(c.cluster_status().await.unwrap().members, before);
+    let s = oc.cluster_status().await.unwrap();
+    assert_eq!((s.members.len(), s.cluster_id), (1, theirs.clone()));
+    oc.get_volume("theirs").await.unwrap();
+
+    // A Raft message stamped with the other cluster's id.
+    let target = &addrs[0].raft;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
+        .unwrap()
+        .connect_with_connector(om_tls::Connector::new(om_tests::mtls_member()))
+        .await
+        .unwrap();
+    let term_before = om_tests::metrics_of(nodes[0].as_ref().unwrap()).current_term;
+    let mut req = tonic::Request::new(om_proto::raft::VoteRequest {
+        vote: Some(om_proto::raft::Vote {
+            leader_id: Some(om_proto::raft::LeaderId {
+                term: term_before + 100,
+                node_id: 2,
+            }),
+            committed: false,
+        }),
+        last_log_id: None,
+        leadership_transfer: false,
+    });
+    req.metadata_mut()
+        .insert("om-cluster-id", theirs.parse().unwrap());
+    let status = RaftServiceClient::new(ch).vote(req).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("cluster"), "{status:?}");
+    assert_eq!(
+        om_tests::metrics_of(nodes[0].as_ref().unwrap()).current_term,
+        term_before
+    );
+
+    other.node.shutdown().await;
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;
     }

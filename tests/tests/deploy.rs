@@ -636,7 +636,7 @@ impl Sts {
         let ca_path = ca.write(dir.path(), "ca");
         let ips: Vec<String> = (1..=MAX_PODS).map(|n| format!("127.0.{net}.{n}")).collect();
         let names: Vec<&str> = ips.iter().map(String::as_str).collect();
-        let member = ca.issue(dir.path(), "member", &names);
+        let member = ca.issue_member(dir.path(), "member", &names);
         let admin = ca.issue(dir.path(), "admin", &["om-admin"]);
         let base = m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"].clone();
         let mut command: Vec<String> = c.command.clone().unwrap();

@@ -76,7 +76,7 @@ async fn secure_cluster(n: u64) -> SecureCluster {
     let addrs = cluster_addrs(n);
     let mut nodes = Vec::new();
     for a in &addrs {
-        let me = ca.issue(
+        let me = ca.issue_member(
             dir.path(),
             &format!("node{}", a.id),
             &["127.0.0.1", "localhost"],
@@ -343,8 +343,29 @@ async fn the_raft_port_serves_only_members() {
         assert!(refused);
     }
 
+    // A client certificate naming a member's host is not a member's: it
+    // lacks the member marker.
+    let client_only = sc.ca.issue(sc.dir.path(), "client-ip", &["127.0.0.1"]);
+    let ch = channel(target, Some(identity(&sc.ca_path, Some(&client_only))))
+        .await
+        .unwrap();
+    let s = RaftServiceClient::new(ch.clone())
+        .vote(pb::VoteRequest {
+            vote: Some(vote(high, 2)),
+            last_log_id: None,
+            leadership_transfer: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), denied, "{s:?}");
+    assert!(s.message().contains("member marker"), "{s:?}");
+    let p = RaftPeerClient::new(ch)
+        .peer_state(pb::PeerStateRequest { node_id: 2 })
+        .await;
+    assert_eq!(code(p), denied);
+
     // A member's identity is served (the check refuses outsiders, not all).
-    let member = sc.ca.issue(sc.dir.path(), "member", &["127.0.0.1"]);
+    let member = sc.ca.issue_member(sc.dir.path(), "member", &["127.0.0.1"]);
     let ch = channel(target, Some(identity(&sc.ca_path, Some(&member))))
         .await
         .unwrap();
@@ -368,6 +389,78 @@ async fn the_raft_port_serves_only_members() {
         );
     }
     sc.shutdown().await;
+}
+
+/// A node joining under TLS takes Raft traffic only from the members it was
+/// given (`--initial-cluster`) until it holds the cluster's membership: a
+/// member certificate naming another host is refused, and a member's
+/// certificate speaks only for that member. None of it reaches its store.
+/// (A forged append from any certificate of the CA used to install a
+/// membership, a volume and an admin grant on such a node.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_admits_only_the_members_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("om test CA");
+    let ca_path = ca.write(dir.path(), "ca");
+    // The members it joins are at 127.0.0.2 and 127.0.0.3 (nothing runs
+    // there: only their certificates matter here).
+    let members: Vec<MemberAddrs> = (1..=2)
+        .map(|id| MemberAddrs {
+            id,
+            raft: format!("127.0.0.{}:9872", id + 1),
+            grpc: format!("127.0.0.{}:9862", id + 1),
+            http: format!("127.0.0.{}:9874", id + 1),
+        })
+        .collect();
+    let mut me = cluster_addrs(1).pop().unwrap();
+    me.id = 4;
+    let cert = ca.issue_member(dir.path(), "joiner", &["127.0.0.1"]);
+    let ca_for_node = ca_path.clone();
+    let joiner = TestNode::start_member_with(&me, &members, None, move |a| {
+        a.tls_cert = Some(cert.cert);
+        a.tls_key = Some(cert.key);
+        a.tls_ca = Some(ca_for_node);
+        a.join = true;
+    })
+    .await;
+    let denied = tonic::Code::PermissionDenied;
+    let ask = |who: &Issued, claims: u64| {
+        let tls = identity(&ca_path, Some(who));
+        let target = me.raft.clone();
+        async move {
+            let ch = channel(&target, Some(tls)).await.unwrap();
+            RaftServiceClient::new(ch)
+                .vote(pb::VoteRequest {
+                    vote: Some(vote(7, claims)),
+                    last_log_id: None,
+                    leadership_transfer: false,
+                })
+                .await
+        }
+    };
+    // Another host's member certificate; a client certificate of a member's host.
+    let stranger = ca.issue_member(dir.path(), "stranger", &["127.0.0.9"]);
+    let s = ask(&stranger, 1).await.unwrap_err();
+    assert_eq!(s.code(), denied, "{s:?}");
+    assert!(s.message().contains("names none"), "{s:?}");
+    let client_only = ca.issue(dir.path(), "client", &["127.0.0.2"]);
+    let s = ask(&client_only, 1).await.unwrap_err();
+    assert_eq!(s.code(), denied, "{s:?}");
+    // Member 1's certificate speaking for member 2.
+    let one = ca.issue_member(dir.path(), "one", &["127.0.0.2"]);
+    let s = ask(&one, 2).await.unwrap_err();
+    assert_eq!(s.code(), denied, "{s:?}");
+    assert!(s.message().contains("speaks for node 2"), "{s:?}");
+    // As itself it gets through to Raft (which refuses a vote from a node
+    // not yet admitted: UNAVAILABLE, not a refusal of who it is).
+    let s = ask(&one, 1).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+
+    let m = metrics_of(&joiner);
+    assert_eq!(m.current_term, 0);
+    assert_eq!(m.last_log_index, None);
+    assert_eq!(m.membership_config.membership().nodes().count(), 0);
+    joiner.node.shutdown().await;
 }
 
 /// The status code of a request that must have been refused.
@@ -404,7 +497,7 @@ async fn certificates_are_replaced_without_a_restart() {
 
     let renewed = sc
         .ca
-        .issue(sc.dir.path(), "node1", &["127.0.0.1", "localhost"]);
+        .issue_member(sc.dir.path(), "node1", &["127.0.0.1", "localhost"]);
     assert_ne!(renewed.der, first);
     for addr in [&a.grpc, &a.raft] {
         wait_for(Duration::from_secs(10), "the renewed certificate", || {
@@ -468,7 +561,7 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
     .unwrap();
     let ca = TestCa::new("om test CA");
     let ca_path = ca.write(dir.path(), "ca");
-    let node = ca.issue(dir.path(), "node", &["127.0.0.1"]);
+    let node = ca.issue_member(dir.path(), "node", &["127.0.0.1"]);
     let admin = ca.issue(dir.path(), "admin", &["admin.example"]);
     let (tls_node, ta) = {
         let (tokens, ca_path) = (tokens.clone(), ca_path.clone());
@@ -485,6 +578,7 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
         let tokens = tokens.clone();
         single(move |a| {
             a.token_file = Some(tokens);
+            a.insecure = true;
             a.admins = Some("alice".to_string());
         })
         .await
@@ -558,6 +652,7 @@ async fn omctl_hashes_tokens_and_presents_them() {
     std::fs::write(&tokens, &line).unwrap();
     let (n, a) = single(move |args| {
         args.token_file = Some(tokens);
+        args.insecure = true;
         args.admins = Some("gateway".to_string());
     })
     .await;

@@ -2,6 +2,9 @@
 //! as a whole or removed. The rules were validated by `apply::limits` (they
 //! depend on no state); here only the bucket must exist.
 //!
+//! From rules 8 the configuration records who set it (`configured_by`), and
+//! a scan page applies only while that principal holds DELETE on the bucket.
+//!
 //! LifecycleScan (rules 5): one page of a bucket's scan. The page must
 //! continue the stored scan exactly (same bucket, same configuration, same
 //! phase and cursor), else it is refused and changes nothing, so a page
@@ -56,6 +59,11 @@ impl Ctx<'_> {
                 rules: c.rules.clone(),
                 modification_time_ms: self.now,
                 update_id: self.index,
+                configured_by: if self.rules >= 8 {
+                    self.caller.cloned()
+                } else {
+                    None
+                },
             };
             table::put::<LifecycleTable>(self.db, b, &key, &mut rec)?;
         }
@@ -93,6 +101,22 @@ impl Ctx<'_> {
                 "the page was read under another configuration of {}/{}",
                 c.volume, c.bucket
             )));
+        }
+        if self.rules >= 8
+            && let Some(by) = &config.configured_by
+        {
+            // The rules delete with the rights of whoever set them, as
+            // they are now (the leader says whether `--admins` names them).
+            let acting = om_proto::store::Caller {
+                admin: c.configurer_admin,
+                ..by.clone()
+            };
+            crate::authz::check(
+                self.db,
+                &acting,
+                crate::authz::Resource::Bucket(&c.volume, &c.bucket),
+                crate::authz::DELETE,
+            )?;
         }
         let fso = bucket.layout == LAYOUT_FSO;
         if fso != (c.phase == PHASE_FILES) {

@@ -176,6 +176,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             crate::lifecycle::scan::check_page(c)?;
         }
         Op::ExpireRetryCache(_) | Op::VerifyMark(_) => {}
+        Op::InitCluster(c) => crate::cluster_id::check(&c.cluster_id)?,
         Op::DeleteKeys(c) => {
             bucket(&c.volume, &c.bucket)?;
             if c.keys.len() > MAX_DELETE_KEYS {

@@ -356,7 +356,13 @@ impl Authenticator {
         })
     }
 
-    fn audit_refusal(&self, operation: &str, request_id: String, status: &Status) {
+    fn audit_refusal(
+        &self,
+        operation: &str,
+        request_id: String,
+        principal: Option<&Principal>,
+        status: &Status,
+    ) {
         let Some(log) = &self.audit else { return };
         let reason = status
             .metadata()
@@ -366,10 +372,11 @@ impl Authenticator {
         log.record(crate::audit::Event {
             time_ms: crate::service::now_ms(),
             request_id,
-            principal: String::new(),
-            via: "none",
+            principal: principal.map(|p| p.name.clone()).unwrap_or_default(),
+            via: principal.map_or("none", |p| p.via),
             operation: operation.to_string(),
             result: reason.to_string(),
+            refusal: true,
             ..crate::audit::Event::default()
         });
     }
@@ -429,26 +436,37 @@ where
             Err(status) => {
                 metrics::counter!("om_unauthenticated_total").increment(1);
                 self.auth
-                    .audit_refusal(&operation, request_id.clone(), &status);
+                    .audit_refusal(&operation, request_id.clone(), None, &status);
                 return refused(status);
             }
         };
         let impersonate = match impersonation(req.headers()) {
             Ok(i) => i,
-            Err(status) => return refused(status),
+            Err(status) => {
+                self.auth
+                    .audit_refusal(&operation, request_id.clone(), Some(&principal), &status);
+                return refused(status);
+            }
         };
         let header = request_id.parse().ok();
+        let staleness = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
         let ctx = RequestCtx {
             principal,
             impersonate,
             operation,
             request_id,
+            staleness_ms: staleness.clone(),
         };
         let fut = crate::authz::scope(ctx, self.inner.call(req));
         Box::pin(async move {
             let mut resp = fut.await?;
             if let Some(v) = header {
                 resp.headers_mut().insert("om-request-id", v);
+            }
+            let age = staleness.load(std::sync::atomic::Ordering::Relaxed);
+            if age != u64::MAX {
+                resp.headers_mut()
+                    .insert("om-read-staleness-ms", http::HeaderValue::from(age));
             }
             Ok(resp)
         })

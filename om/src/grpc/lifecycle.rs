@@ -45,6 +45,7 @@ pub async fn get(
         rules: rec.rules,
         modification_time_ms: rec.modification_time_ms,
         update_id: rec.update_id,
+        configured_by: rec.configured_by.map(|c| c.user).unwrap_or_default(),
     })
 }
 

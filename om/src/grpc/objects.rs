@@ -867,6 +867,7 @@ mod tests {
             snapshot_index: u64::MAX,
             purged_index: u64::MAX,
             members: vec![member; MAX_MEMBERS],
+            cluster_id: "a".repeat(crate::cluster_id::MAX_BYTES),
         };
         assert!(status.encoded_len() < 64 * 1024, "{}", status.encoded_len());
     }

@@ -32,6 +32,7 @@ pub struct PeerGrpc {
     raft: Raft,
     admission: Admission,
     divergence: Arc<Divergence>,
+    cluster_id: Arc<crate::cluster_id::ClusterId>,
 }
 
 impl PeerGrpc {
@@ -39,11 +40,13 @@ impl PeerGrpc {
         raft: Raft,
         admission: Admission,
         divergence: Arc<Divergence>,
+        cluster_id: Arc<crate::cluster_id::ClusterId>,
     ) -> RaftPeerServer<Self> {
         RaftPeerServer::new(PeerGrpc {
             raft,
             admission,
             divergence,
+            cluster_id,
         })
         // Table digests of a large store: up to 16,384 chunk digests per table.
         .max_encoding_message_size(16 << 20)
@@ -72,6 +75,11 @@ impl RaftPeer for PeerGrpc {
             leader_id: leader,
             leader_raft_addr,
             admitted: self.admission.phase() == Phase::Open,
+            cluster_id: self
+                .cluster_id
+                .get()
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
         }))
     }
 
@@ -137,6 +145,17 @@ impl RaftPeer for PeerGrpc {
         &self,
         req: Request<RejoinRequest>,
     ) -> Result<Response<RejoinResponse>, Status> {
+        if let Some(peers) = req
+            .extensions()
+            .get::<om_raft_store::network::AuthenticatedPeers>()
+            && !peers.0.contains(&req.get_ref().node_id)
+        {
+            return Err(Status::permission_denied(format!(
+                "the request speaks for node {}, but the client certificate is that of node(s) {:?}",
+                req.get_ref().node_id,
+                peers.0
+            )));
+        }
         let r = req.into_inner();
         let m = self.raft.metrics().borrow_watched().clone();
         if m.state != openraft::ServerState::Leader {
@@ -234,6 +253,7 @@ pub async fn peer_state(
         leader_raft_addr: r.leader_raft_addr,
         admitted: r.admitted,
         last_log_index: r.last_log_index,
+        cluster_id: r.cluster_id,
     })
 }
 
@@ -316,63 +336,145 @@ where
     }
 }
 
-/// Who may call the Raft port under mutual TLS: a client whose certificate
-/// (already verified against the cluster CA during the handshake) names the
-/// host of a member's Raft address, among the current membership's nodes and
-/// the `--initial-cluster` list (members ask each other before a membership
-/// exists). A `--join` node that holds no membership yet takes any certificate
-/// of the cluster CA, since it cannot know who will add it.
+/// The subject alternative name (a URI) that marks a member's certificate.
+/// The Raft port admits no certificate without it, so a client certificate
+/// of the same CA that happens to name a member's host is still refused.
+pub const MEMBER_MARKER: &str = "urn:om:member";
+
+/// Whether the certificate `der` carries `MEMBER_MARKER`.
+pub fn is_member_certificate(der: &[u8]) -> bool {
+    use x509_parser::prelude::*;
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return false;
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return false;
+    };
+    san.value
+        .general_names
+        .iter()
+        .any(|n| matches!(n, GeneralName::URI(u) if *u == MEMBER_MARKER))
+}
+
+/// Who may call the Raft port.
+///
+/// Always: a request carrying another cluster's id (`om-cluster-id`) is
+/// refused once this node holds its own. Under mutual TLS, also: the
+/// client's certificate (verified against the CA during the handshake) must
+/// carry `MEMBER_MARKER` and name the host of a member's Raft address, taken
+/// from the current membership once there is one, else from the
+/// `--initial-cluster` list (members ask each other before a membership
+/// exists; a `--join` node is given the members it joins). The members whose
+/// hosts it names are passed on (`AuthenticatedPeers`), and a message that
+/// speaks for any other node is refused.
 pub struct MemberCheck {
     raft: Raft,
-    initial: Vec<String>,
+    initial: Vec<(u64, String)>,
+    tls: bool,
+    cluster_id: Arc<crate::cluster_id::ClusterId>,
     refused: std::sync::atomic::AtomicU64,
 }
 
 impl MemberCheck {
-    pub fn new(raft: Raft, initial: Vec<String>) -> Arc<Self> {
+    pub fn new(
+        raft: Raft,
+        initial: Vec<(u64, String)>,
+        tls: bool,
+        cluster_id: Arc<crate::cluster_id::ClusterId>,
+    ) -> Arc<Self> {
         Arc::new(MemberCheck {
             raft,
             initial,
+            tls,
+            cluster_id,
             refused: Default::default(),
         })
     }
 
-    /// Why a request arriving on a connection described by `info` is refused.
-    fn refuses(&self, info: Option<&crate::net::ConnInfo>) -> Option<Status> {
+    /// The members a request is admitted as (`None`: TLS off, no identity
+    /// to check), or why it is refused.
+    fn admit<B>(
+        &self,
+        req: &http::Request<B>,
+    ) -> Result<Option<om_raft_store::network::AuthenticatedPeers>, Status> {
+        let theirs = req
+            .headers()
+            .get(crate::cluster_id::HEADER)
+            .and_then(|v| v.to_str().ok());
+        if let (Some(theirs), Some(ours)) = (theirs, self.cluster_id.get())
+            && theirs != &*ours
+        {
+            return Err(super::refusal(
+                tonic::Code::PermissionDenied,
+                "CLUSTER_MISMATCH",
+                "",
+                &format!(
+                    "the sender belongs to cluster {:?}, this node to cluster {ours}",
+                    crate::validate::quote_prefix(theirs)
+                ),
+            ));
+        }
+        if !self.tls {
+            return Ok(None);
+        }
+        let info = req.extensions().get::<crate::net::ConnInfo>();
         let Some(cert) = info
             .and_then(|i| i.peer_certs.as_ref())
             .and_then(|c| c.first())
         else {
-            return Some(super::refusal(
+            return Err(super::refusal(
                 tonic::Code::Unauthenticated,
                 "NO_CLIENT_CERTIFICATE",
                 "",
                 "the Raft port serves only members: no client certificate",
             ));
         };
+        if !is_member_certificate(cert) {
+            return Err(super::refusal(
+                tonic::Code::PermissionDenied,
+                "NOT_A_MEMBER_CERTIFICATE",
+                "",
+                &format!(
+                    "the Raft port serves only members: the client certificate lacks the \
+                     member marker (URI subject alternative name {MEMBER_MARKER})"
+                ),
+            ));
+        }
         let m = self.raft.metrics().borrow_watched().clone();
-        let members = m.membership_config.membership();
-        if members.nodes().next().is_none() && self.initial.is_empty() {
-            // A node started with `--join` knows no member until the leader
-            // that adds it replicates the membership: until then any
-            // certificate of the cluster CA may reach it (it holds no data).
-            return None;
-        }
-        let addrs = members
+        let membership = m.membership_config.membership();
+        let current: Vec<(u64, String)> = membership
             .nodes()
-            .map(|(_, n)| n.raft_addr.as_str())
-            .chain(self.initial.iter().map(String::as_str));
-        if om_tls::names_any_host(cert, addrs) {
-            return None;
+            .map(|(id, n)| (*id, n.raft_addr.clone()))
+            .collect();
+        let members = if current.is_empty() {
+            &self.initial
+        } else {
+            &current
+        };
+        let ids = named_members(cert, members);
+        if ids.is_empty() {
+            return Err(super::refusal(
+                tonic::Code::PermissionDenied,
+                "NOT_A_MEMBER",
+                "",
+                "the Raft port serves only members: the client certificate names none of the \
+                 current members' Raft hosts",
+            ));
         }
-        Some(super::refusal(
-            tonic::Code::PermissionDenied,
-            "NOT_A_MEMBER",
-            "",
-            "the Raft port serves only members: the client certificate names none of the \
-             members' Raft hosts",
-        ))
+        Ok(Some(om_raft_store::network::AuthenticatedPeers(ids)))
     }
+}
+
+/// The ids among `members` whose Raft host `cert` names.
+fn named_members(
+    cert: &om_tls::rustls::pki_types::CertificateDer<'_>,
+    members: &[(u64, String)],
+) -> Vec<u64> {
+    members
+        .iter()
+        .filter(|(_, addr)| om_tls::names_host(cert, addr))
+        .map(|(id, _)| *id)
+        .collect()
 }
 
 /// Wraps a Raft-port service: with a `MemberCheck`, a request from a client
@@ -406,10 +508,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if let Some(check) = &self.check
-            && let Some(status) = check.refuses(req.extensions().get::<crate::net::ConnInfo>())
-        {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let admitted = match &self.check {
+            Some(check) => check.admit(&req),
+            None => Ok(None),
+        };
+        if let (Some(check), Err(status)) = (&self.check, admitted.as_ref()) {
+            let status = status.clone();
             metrics::counter!("om_raft_port_refused_total", "code" => format!("{:?}", status.code()))
                 .increment(1);
             // Logged at 1, 2, 4, 8... refusals: an outsider cannot flood the log.
@@ -427,6 +532,9 @@ where
             }
             let resp = status.into_http();
             return Box::pin(async move { Ok(resp) });
+        }
+        if let Ok(Some(peers)) = admitted {
+            req.extensions_mut().insert(peers);
         }
         Box::pin(self.inner.call(req))
     }

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use om_proto::store::{
-    BucketRecord, LifecycleRecord, LifecycleScanRecord, command::Op, command_result,
+    BucketRecord, Caller, LifecycleRecord, LifecycleScanRecord, command::Op, command_result,
 };
 use tokio::sync::watch;
 
 use super::scan::{self, PageLimits};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::service::{OmService, WriteId};
 use crate::store::iter::DeferredSeekIter;
@@ -126,7 +127,21 @@ async fn round(
             break;
         }
         let started = Instant::now();
-        let Some(page) = scan::page(
+        // The rules act with the rights of whoever set them, as they are now.
+        let acting = config.configured_by.clone().map(|by| Caller {
+            admin: svc.configured_admin(&by.user),
+            ..by
+        });
+        let here = Resource::Bucket(&bucket.volume, &bucket.name);
+        if let Some(c) = &acting
+            && let Err(e) = authz::check(svc.db(), c, here, authz::DELETE)
+        {
+            metrics::counter!("om_lifecycle_pages_refused_total").increment(1);
+            tracing::debug!(error = %e, bucket = %here, "lifecycle rules not applied: their \
+                configuring principal lacks DELETE");
+            continue;
+        }
+        let Some(mut page) = scan::page(
             svc.db(),
             &bucket,
             &config,
@@ -137,6 +152,11 @@ async fn round(
         else {
             continue;
         };
+        page.configurer_admin = acting.as_ref().is_some_and(|c| c.admin);
+        let mut by_rule: std::collections::BTreeMap<String, u64> = Default::default();
+        for item in &page.items {
+            *by_rule.entry(item.rule_id.clone()).or_default() += 1;
+        }
         let evaluated = page.evaluated;
         let completes = page.phase_done && scan::next_phase(page.phase) == scan::PHASE_IDLE;
         let pass_started = if page.start_pass {
@@ -154,9 +174,24 @@ async fn round(
                 worked = true;
                 metrics::counter!("om_lifecycle_evaluated_total").increment(evaluated);
                 let mut actions = 0;
+                let mut detail = Vec::new();
                 for (name, n) in r.actions {
+                    detail.push(format!("{name}={n}"));
                     metrics::counter!("om_lifecycle_actions_total", "action" => name).increment(n);
                     actions += n;
+                }
+                if actions > 0 {
+                    let rules: Vec<String> =
+                        by_rule.iter().map(|(id, n)| format!("{id}:{n}")).collect();
+                    svc.audit_lifecycle(
+                        here.to_string(),
+                        acting.as_ref(),
+                        format!(
+                            "actions {}; eligible by rule {}",
+                            detail.join(","),
+                            rules.join(",")
+                        ),
+                    );
                 }
                 if completes && let Some(t0) = pass_started {
                     let secs = svc.now_ms().saturating_sub(t0) as f64 / 1000.0;

@@ -213,12 +213,30 @@ impl OmService {
         if matches!(outcome, Err(OmError::NotLeader { .. })) {
             return;
         }
-        let (result, right) = match outcome {
-            Ok(_) => ("OK".to_string(), String::new()),
-            Err(OmError::Denied { right, .. }) => ("ACCESS_DENIED".to_string(), right.clone()),
-            Err(e) => (e.reason().to_string(), String::new()),
+        self.audit_outcome(&ctx, authz::target(op), outcome);
+    }
+
+    /// Audits the outcome of an administrative request (membership changes,
+    /// leader transfer) made in the current request.
+    pub fn audit_admin<T>(&self, resource: String, outcome: &Result<T, OmError>) {
+        // A refusal was audited where it was decided.
+        if matches!(outcome, Err(OmError::Denied { .. })) {
+            return;
+        }
+        if let (Some(_), Some(ctx)) = (&self.audit, authz::request()) {
+            self.audit_outcome(&ctx, resource, outcome);
+        }
+    }
+
+    fn audit_outcome<T>(&self, ctx: &RequestCtx, resource: String, outcome: &Result<T, OmError>) {
+        let (result, right, refusal) = match outcome {
+            Ok(_) => ("OK".to_string(), String::new(), false),
+            Err(OmError::Denied { right, .. }) => {
+                ("ACCESS_DENIED".to_string(), right.clone(), true)
+            }
+            Err(e) => (e.reason().to_string(), String::new(), false),
         };
-        self.audit_event(&ctx, authz::target(op), result, right);
+        self.audit_event(ctx, resource, result, right, refusal);
     }
 
     fn audit_refusal(&self, ctx: &RequestCtx, resource: &str, e: &OmError) {
@@ -226,10 +244,50 @@ impl OmService {
             OmError::Denied { right, .. } => right.clone(),
             _ => String::new(),
         };
-        self.audit_event(ctx, resource.to_string(), e.reason().to_string(), right);
+        self.audit_event(
+            ctx,
+            resource.to_string(),
+            e.reason().to_string(),
+            right,
+            true,
+        );
     }
 
-    fn audit_event(&self, ctx: &RequestCtx, resource: String, result: String, right: String) {
+    /// Audits what the lifecycle scanner did to `bucket` for the principal
+    /// that configured its rules (`by`; none when authentication was off).
+    pub fn audit_lifecycle(&self, bucket: String, by: Option<&Caller>, detail: String) {
+        let Some(log) = &self.audit else { return };
+        log.record(Event {
+            time_ms: self.now_ms(),
+            request_id: String::new(),
+            principal: by.map(|c| c.user.clone()).unwrap_or_default(),
+            via: "lifecycle",
+            impersonated_user: String::new(),
+            operation: "LifecycleExpiration".to_string(),
+            resource: bucket,
+            result: "OK".to_string(),
+            right: String::new(),
+            detail,
+            refusal: false,
+        });
+    }
+
+    /// Whether `--admins` names `user` (as the leader decides for commands
+    /// it proposes on someone's behalf).
+    pub fn configured_admin(&self, user: &str) -> bool {
+        self.policy
+            .as_ref()
+            .is_some_and(|p| p.admins.contains(user))
+    }
+
+    fn audit_event(
+        &self,
+        ctx: &RequestCtx,
+        resource: String,
+        result: String,
+        right: String,
+        refusal: bool,
+    ) {
         let Some(log) = &self.audit else { return };
         log.record(Event {
             time_ms: self.now_ms(),
@@ -245,6 +303,8 @@ impl OmService {
             resource,
             result,
             right,
+            detail: String::new(),
+            refusal,
         });
     }
 }

@@ -104,8 +104,22 @@ impl OmService {
         else {
             return Ok((None, config.map(|c| c.rules).unwrap_or_default()));
         };
-        let (cursor, cursor_version_id) =
-            scan::cursor_names(&s, &keys::object_prefix(volume, bucket));
+        // The cursor names a key: only for a caller who may list the bucket.
+        let caller = self.caller()?;
+        let may_list = match &caller {
+            None => true,
+            Some(c) => crate::authz::rights_on(
+                &self.db,
+                c,
+                crate::authz::Resource::Bucket(volume, bucket),
+            )?
+            .is_some_and(|r| r & crate::authz::LIST != 0),
+        };
+        let (cursor, cursor_version_id) = if may_list {
+            scan::cursor_names(&s, &keys::object_prefix(volume, bucket))
+        } else {
+            (String::new(), String::new())
+        };
         let current = config.as_ref().is_some_and(|c| scan::is_current(&s, &b, c));
         let status = LifecycleStatus {
             pass: s.pass,

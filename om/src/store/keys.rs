@@ -113,6 +113,8 @@ pub const LIFECYCLE_SCAN_CF: &str = "lifecycle_scan";
 
 /// The cluster's ACL (admins and impersonators) in `settings`.
 pub const CLUSTER_ACL_KEY: &[u8] = b"cluster_acl";
+/// The cluster's id (`ClusterIdRecord`) in `settings`.
+pub const CLUSTER_ID_KEY: &[u8] = b"cluster_id";
 
 /// `parent id`: every child of one directory (in `directories` or `files`).
 pub fn children_prefix(parent: u64) -> Vec<u8> {

@@ -8,9 +8,9 @@ use rocksdb::{ColumnFamily, DB, DBPinnableSlice, ReadOptions, WriteBatch};
 use super::keys;
 use crate::error::OmError;
 use om_proto::store::{
-    BucketRecord, ClusterAclRecord, DeletedBlocksRecord, DeletedDirRecord, DirectoryRecord,
-    KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord, RetryCacheRecord,
-    UploadRecord, VolumeRecord,
+    BucketRecord, ClusterAclRecord, ClusterIdRecord, DeletedBlocksRecord, DeletedDirRecord,
+    DirectoryRecord, KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord,
+    RetryCacheRecord, UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -39,6 +39,7 @@ record!(
     DirectoryRecord,
     DeletedDirRecord,
     ClusterAclRecord,
+    ClusterIdRecord,
     LifecycleRecord,
     LifecycleScanRecord
 );
@@ -141,7 +142,13 @@ table!(
     SettingsTable,
     keys::SETTINGS_CF,
     ClusterAclRecord,
-    "Cluster-wide settings; today only the cluster ACL (`keys::CLUSTER_ACL_KEY`)."
+    "Cluster-wide settings: the cluster ACL (`keys::CLUSTER_ACL_KEY`)."
+);
+table!(
+    ClusterIdTable,
+    keys::SETTINGS_CF,
+    ClusterIdRecord,
+    "Cluster-wide settings: the cluster's id (`keys::CLUSTER_ID_KEY`)."
 );
 
 table!(

@@ -32,7 +32,7 @@ use futures::StreamExt;
 use om_proto::raft as pb;
 use openraft::Snapshot;
 use tokio::io::AsyncWriteExt;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
 use super::{fatal, invalid};
 use crate::snapshot::SnapshotError;
@@ -124,7 +124,7 @@ impl Drop for Staging {
 pub(super) async fn install_snapshot(
     raft: &Raft,
     inbox: &SnapshotInbox,
-    mut input: Streaming<pb::SnapshotChunk>,
+    mut input: impl futures::Stream<Item = Result<pb::SnapshotChunk, Status>> + Unpin,
 ) -> Result<pb::SnapshotResponse, Status> {
     let store = inbox.snapshots.clone();
     let Ok(_permit) = store.incoming.clone().try_acquire_owned() else {
