@@ -599,12 +599,21 @@ impl Node {
     }
 
     /// Waits until this node sees a leader, or the timeout passes.
+    /// Waits until this node knows a leader and holds the cluster's id (a
+    /// new cluster's first leader names it in its first entries).
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, BoxError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let m = self
             .raft
             .wait(Some(timeout))
             .metrics(|m| m.current_leader.is_some(), "a leader")
             .await?;
+        while self.service.cluster_id().is_none() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err("the cluster was not named in time".into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok(m.current_leader.unwrap_or(0))
     }
 
@@ -925,7 +934,7 @@ async fn name_cluster(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }

@@ -69,7 +69,12 @@ async fn cluster_with(n: u64, tweak: impl Fn(&mut om::config::Args)) -> Cluster 
     let ops = c.client(OPS);
     wait_for(Duration::from_secs(20), "a leader", || {
         let ops = &ops;
-        async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
+        async move {
+            ops.cluster_status()
+                .await
+                .ok()
+                .filter(|s| s.has_leader && !s.cluster_id.is_empty())
+        }
     })
     .await;
     c
@@ -127,10 +132,15 @@ impl Cluster {
         .await
     }
 
+    /// Every node's audit lines, refusals included.
     fn audit_lines(&self) -> Vec<String> {
         (1..=self.addrs.len())
             .flat_map(|id| {
-                std::fs::read_to_string(self.dir.path().join(format!("audit-{id}.log")))
+                let path = self.dir.path().join(format!("audit-{id}.log"));
+                [om::audit::refusals_path(&path), path]
+            })
+            .flat_map(|p| {
+                std::fs::read_to_string(p)
                     .unwrap_or_default()
                     .lines()
                     .map(str::to_string)
@@ -723,20 +733,20 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     })
     .await;
     let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
-    ops.create_volume("vl", "bob").await.unwrap();
-    bob.create_bucket("vl", "bk", BucketLayout::ObjectStore)
+    ops.create_volume("vol-l", "bob").await.unwrap();
+    bob.create_bucket("vol-l", "bkt", BucketLayout::ObjectStore)
         .await
         .unwrap();
     for k in ["a", "b", "c"] {
-        bob.put_key("vl", "bk", k, 1).await.unwrap();
+        bob.put_key("vol-l", "bkt", k, 1).await.unwrap();
     }
     let alice_gets = |rights: &'static [AclRight], mode: AclMode| {
         let bob = &bob;
         async move {
             set_acl(
                 bob,
-                "vl",
-                "bk",
+                "vol-l",
+                "bkt",
                 mode,
                 grant(GranteeKind::User, "alice", rights),
             )
@@ -745,8 +755,8 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     };
     alice_gets(&[AclRight::Write], AclMode::Add).await;
     let put = |days| PutBucketLifecycleRequest {
-        volume: "vl".into(),
-        bucket: "bk".into(),
+        volume: "vol-l".into(),
+        bucket: "bkt".into(),
         rules: vec![expire_after(days)],
         ..Default::default()
     };
@@ -754,14 +764,14 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     assert_denied(
         alice.put_bucket_lifecycle(put(3)).await,
         "WRITE+DELETE",
-        "/vl/bk",
+        "/vol-l/bkt",
     );
     assert_denied(
         alice
-            .set_bucket_versioning("vl", "bk", BucketVersioning::Enabled)
+            .set_bucket_versioning("vol-l", "bkt", BucketVersioning::Enabled)
             .await,
         "WRITE+DELETE",
-        "/vl/bk",
+        "/vol-l/bkt",
     );
     assert_eq!(c.settled().await, before);
 
@@ -771,8 +781,8 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     alice_gets(&[AclRight::Delete], AclMode::Remove).await;
     let cfg = bob
         .get_bucket_lifecycle(GetBucketLifecycleRequest {
-            volume: "vl".into(),
-            bucket: "bk".into(),
+            volume: "vol-l".into(),
+            bucket: "bkt".into(),
             ..Default::default()
         })
         .await
@@ -780,7 +790,10 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     assert_eq!(cfg.configured_by, "alice");
     // Due after 3 to 4 days (of 1 s): wait 6 and the keys are all there.
     tokio::time::sleep(Duration::from_millis(6 * DAY_MS)).await;
-    assert_eq!(list_keys(&bob, "vl", "bk").await.unwrap(), ["a", "b", "c"]);
+    assert_eq!(
+        list_keys(&bob, "vol-l", "bkt").await.unwrap(),
+        ["a", "b", "c"]
+    );
     assert!(
         !c.audit_lines()
             .iter()
@@ -793,7 +806,7 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
         Duration::from_secs(20),
         "the rules to expire the keys",
         || async {
-            list_keys(&bob, "vl", "bk")
+            list_keys(&bob, "vol-l", "bkt")
                 .await
                 .ok()
                 .filter(|k| k.is_empty())
@@ -815,7 +828,7 @@ async fn lifecycle_deletes_only_with_its_configurers_right_to_delete() {
     .await;
     assert!(
         lines.iter().all(|l| l.contains("\"principal\":\"alice\"")
-            && l.contains("\"resource\":\"/vl/bk\"")
+            && l.contains("\"resource\":\"/vol-l/bkt\"")
             && l.contains("sweep:")),
         "{lines:?}"
     );
@@ -830,13 +843,13 @@ async fn another_principals_client_id_neither_poisons_nor_reads_the_retry_cache(
     use om_client::v1::ozone_manager_client::OzoneManagerClient;
     let c = cluster(1).await;
     let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
-    ops.create_volume("va", "alice").await.unwrap();
-    ops.create_volume("vb", "bob").await.unwrap();
+    ops.create_volume("vol-a", "alice").await.unwrap();
+    ops.create_volume("vol-b", "bob").await.unwrap();
     alice
-        .create_bucket("va", "ba", BucketLayout::ObjectStore)
+        .create_bucket("vol-a", "bkt-a", BucketLayout::ObjectStore)
         .await
         .unwrap();
-    bob.create_bucket("vb", "bb", BucketLayout::ObjectStore)
+    bob.create_bucket("vol-b", "bkt-b", BucketLayout::ObjectStore)
         .await
         .unwrap();
     let header = WriteHeader {
@@ -864,12 +877,15 @@ async fn another_principals_client_id_neither_poisons_nor_reads_the_retry_cache(
         })
         .await
     }
-    put(&bob, &header, "vb", "bb", 7).await.unwrap();
-    put(&alice, &header, "va", "ba", 5).await.unwrap();
-    assert_eq!(alice.lookup_key("va", "ba", "k").await.unwrap().size, 5);
-    assert_eq!(bob.lookup_key("vb", "bb", "k").await.unwrap().size, 7);
+    put(&bob, &header, "vol-b", "bkt-b", 7).await.unwrap();
+    put(&alice, &header, "vol-a", "bkt-a", 5).await.unwrap();
+    assert_eq!(
+        alice.lookup_key("vol-a", "bkt-a", "k").await.unwrap().size,
+        5
+    );
+    assert_eq!(bob.lookup_key("vol-b", "bkt-b", "k").await.unwrap().size, 7);
     // A real retry of each is still answered from the cache.
-    put(&alice, &header, "va", "ba", 5).await.unwrap();
+    put(&alice, &header, "vol-a", "bkt-a", 5).await.unwrap();
     c.shutdown().await;
 }
 
@@ -880,7 +896,7 @@ async fn another_principals_client_id_neither_poisons_nor_reads_the_retry_cache(
 async fn listings_and_scan_status_name_nothing_the_caller_may_not_read() {
     let c = cluster(1).await;
     let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
-    for v in ["v1", "v2-hidden", "v3", "v4-hidden", "v5"] {
+    for v in ["vol1", "vol2-hidden", "vol3", "vol4-hidden", "vol5"] {
         let owner = if v.ends_with("hidden") {
             "bob"
         } else {
@@ -899,39 +915,39 @@ async fn listings_and_scan_status_name_nothing_the_caller_may_not_read() {
         }
         after = page.next_start_after;
     }
-    assert_eq!(seen, ["v1", "v3", "v5"]);
+    assert_eq!(seen, ["vol1", "vol3", "vol5"]);
 
     // Alice may list Bob's volume, and read one of his buckets.
     set_acl(
         &bob,
-        "v2-hidden",
+        "vol2-hidden",
         "",
         AclMode::Add,
         grant(GranteeKind::User, "alice", &[AclRight::List]),
     )
     .await;
-    for b in ["b1", "b2", "b3"] {
-        bob.create_bucket("v2-hidden", b, BucketLayout::ObjectStore)
+    for b in ["bk1", "bk2", "bk3"] {
+        bob.create_bucket("vol2-hidden", b, BucketLayout::ObjectStore)
             .await
             .unwrap();
     }
     set_acl(
         &bob,
-        "v2-hidden",
-        "b2",
+        "vol2-hidden",
+        "bk2",
         AclMode::Add,
         grant(GranteeKind::User, "alice", &[AclRight::Read]),
     )
     .await;
-    let r = alice.list_buckets("v2-hidden", "", "", 1).await.unwrap();
+    let r = alice.list_buckets("vol2-hidden", "", "", 1).await.unwrap();
     let names: Vec<_> = r.buckets.iter().map(|b| b.name.clone()).collect();
-    assert_eq!(names, ["b2"], "{r:?}");
+    assert_eq!(names, ["bk2"], "{r:?}");
     assert!(
-        r.next_start_after.is_empty() || r.next_start_after == "b2",
+        r.next_start_after.is_empty() || r.next_start_after == "bk2",
         "{r:?}"
     );
     assert_eq!(
-        bob.list_buckets("v2-hidden", "", "", 100)
+        bob.list_buckets("vol2-hidden", "", "", 100)
             .await
             .unwrap()
             .buckets
