@@ -996,3 +996,77 @@ async fn refusals_cannot_evict_mutations_from_the_audit_log() {
     assert_eq!(mode, 0o700);
     c.shutdown().await;
 }
+
+/// A stale read is served by a current member within the read's bound: a
+/// bound tighter than the heartbeat is refused as UNAVAILABLE (STALE_STATE),
+/// and a removed node, whose grants froze at its removal, refuses stale
+/// reads altogether.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_reads_come_from_members_within_their_bound() {
+    let c = cluster(3).await;
+    let ops = c.client(OPS);
+    ops.create_volume("stale-vol", "alice").await.unwrap();
+    let leader = ops.cluster_status().await.unwrap().leader_id;
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap() as usize - 1;
+    let reader = c.stale(follower, ALICE);
+    wait_for(
+        Duration::from_secs(5),
+        "the follower to serve a stale read",
+        || async { reader.get_volume("stale-vol").await.ok() },
+    )
+    .await;
+    let tight = OmClient::new(
+        std::slice::from_ref(&c.addrs[follower].grpc),
+        ClientOptions {
+            stale_reads: true,
+            max_staleness_ms: 1,
+            deadline: Duration::from_millis(500),
+            ..Cluster::opts(ALICE)
+        },
+    )
+    .unwrap();
+    // Heartbeats come every 50 ms: some attempt finds the state older than 1 ms.
+    let refused = {
+        let mut refused = None;
+        for _ in 0..50 {
+            if let Err(e) = tight.get_volume("stale-vol").await {
+                refused = Some(e);
+                break;
+            }
+        }
+        refused.expect("a stale read older than its bound was served")
+    };
+    assert!(
+        format!("{refused:?}").contains("STALE_STATE"),
+        "{refused:?}"
+    );
+
+    ops.remove_node(follower as u64 + 1).await.unwrap();
+    // It refuses as soon as it holds the membership without itself, or, if
+    // that entry never reaches it, once its state is older than the default
+    // bound (10 s).
+    let removed = OmClient::new(
+        std::slice::from_ref(&c.addrs[follower].grpc),
+        ClientOptions {
+            stale_reads: true,
+            deadline: Duration::from_millis(500),
+            ..Cluster::opts(ALICE)
+        },
+    )
+    .unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "the removed node to refuse",
+        || async {
+            match removed.get_volume("stale-vol").await {
+                Err(e) => {
+                    let e = format!("{e:?}");
+                    (e.contains("NOT_A_MEMBER") || e.contains("STALE_STATE")).then_some(())
+                }
+                Ok(_) => None,
+            }
+        },
+    )
+    .await;
+    c.shutdown().await;
+}
