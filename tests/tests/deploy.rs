@@ -118,6 +118,7 @@ struct CertificateSpec {
     duration: Option<String>,
     renew_before: Option<String>,
     dns_names: Option<Vec<String>>,
+    uris: Option<Vec<String>>,
     usages: Option<Vec<String>>,
     private_key: Option<PrivateKey>,
     issuer_ref: IssuerRef,
@@ -399,6 +400,11 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
         .unwrap()
         .1;
     let dns = members_cert.dns_names.clone().unwrap();
+    // The Raft port admits only certificates with the member marker.
+    assert_eq!(
+        members_cert.uris.as_deref(),
+        Some(&[om::grpc::peer::MEMBER_MARKER.to_string()][..])
+    );
     for (i, mem) in members.iter().enumerate() {
         let host = format!("{name}-{i}.{peer_svc}.{ns}.svc.cluster.local");
         assert_eq!(mem.id, i as u64 + 1);
