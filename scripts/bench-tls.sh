@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Write and read throughput of a 3-node om cluster with mutual TLS on both
-# ports versus plaintext, in one run on this machine: the same cluster shape is
-# started twice (plaintext, then mTLS with certificates made here by openssl)
-# and `omctl bench` puts the same load on each. Prints both Markdown tables.
+# ports, and with everything that secures a cluster (TLS, bearer tokens,
+# ACLs, the audit log), versus plaintext, in one run on this machine: the same
+# cluster shape is started three times (plaintext; mTLS with certificates made
+# here by openssl; TLS + --token-file + ACLs for a non-admin user + --audit-log)
+# and `omctl bench` puts the same load on each. Prints the three Markdown
+# tables.
 #   scripts/bench-tls.sh [extra omctl bench flags, e.g. --seconds 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,12 +38,26 @@ issue() { # name subjectAltName extendedKeyUsage
 issue node "IP:127.0.0.1,DNS:localhost" "serverAuth,clientAuth"
 issue bench "DNS:bench" "clientAuth"
 
+issue admin "DNS:admin" "clientAuth"
+# The secured mode's users: the bench runs as `bench-user`, not an admin, so
+# every request is checked against ACLs; `admin` grants it what it needs.
+"$target/release/omctl" token new bench-user --append-to "$pki/tokens" >"$pki/bench-user.token"
+
 base=${BENCH_PORT_BASE:-23000}
-run() { # mode: plain | mtls
-  local mode=$1 tls=() ctl=()
-  if [ "$mode" = mtls ]; then
+run() { # mode: plain | mtls | secured
+  local mode=$1 tls=() ctl=() admin=()
+  local token_env=()
+  if [ "$mode" != plain ]; then
     tls=(--tls-cert "$pki/node.crt" --tls-key "$pki/node.key" --tls-ca "$pki/ca.crt")
+    # The members' certificate: omctl needs the member marker only on the
+    # Raft port, which it never calls.
     ctl=(--cacert "$pki/ca.crt" --cert "$pki/bench.crt" --key "$pki/bench.key")
+  fi
+  if [ "$mode" = secured ]; then
+    tls+=(--token-file "$pki/tokens" --admins admin)
+    admin=(--cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key")
+    ctl=(--cacert "$pki/ca.crt")
+    token_env=(env "OM_TOKEN=$(cat "$pki/bench-user.token")")
   fi
   local cluster=""
   for i in 1 2 3; do
@@ -50,19 +67,29 @@ run() { # mode: plain | mtls
     OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/$mode$i" \
       --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
       --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" "${tls[@]}" \
+      $([ "$mode" = secured ] && echo --audit-log "$work/audit-$i.log") \
       >"$work/$mode$i.log" 2>&1 &
     pids+=($!)
   done
   local eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
   local http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
+  local probe=("${ctl[@]}")
+  [ "$mode" = secured ] && probe=("${admin[@]}")
   for _ in $(seq 1 100); do
-    "$target/release/omctl" --endpoint "$eps" --timeout 1 "${ctl[@]}" volume list >/dev/null 2>&1 && break
+    "$target/release/omctl" --endpoint "$eps" --timeout 1 "${probe[@]}" volume list >/dev/null 2>&1 && break
     sleep 0.2
   done
+  if [ "$mode" = secured ]; then
+    "$target/release/omctl" --endpoint "$eps" --timeout 10 "${admin[@]}" acl add / user:bench-user:ALL >/dev/null
+  fi
   echo
   echo "### $mode"
   echo
-  "$target/release/omctl" --endpoint "$eps" --timeout 60 "${ctl[@]}" bench --om-metrics "$http" "${@:2}"
+  "${token_env[@]}" "$target/release/omctl" --endpoint "$eps" --timeout 60 "${ctl[@]}" bench --om-metrics "$http" "${@:2}"
+  if [ "$mode" = secured ]; then
+    echo
+    echo "audit lines written: $(cat "$work"/audit-*.log* 2>/dev/null | wc -l)"
+  fi
   stop_all
 }
 
@@ -70,3 +97,5 @@ echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(nproc) 
 run plain "$@"
 base=$((base + 100))
 run mtls "$@"
+base=$((base + 100))
+run secured "$@"

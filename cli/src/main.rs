@@ -20,6 +20,7 @@ mod lifecycle;
 mod objects;
 mod quota;
 mod tagging;
+mod token;
 mod versions;
 
 #[derive(Parser)]
@@ -96,15 +97,10 @@ impl Cli {
             cert: self.cert.clone(),
             key: self.key.clone(),
             ca: self.cacert.clone(),
+            crl: None,
         };
         Ok(Some(om_tls::ClientTls::load("omctl", files)?))
     }
-}
-
-#[derive(Subcommand)]
-enum TokenCmd {
-    /// Prints the token-file line of PRINCIPAL for the token read on stdin.
-    Hash { principal: String },
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -142,10 +138,10 @@ enum Cmd {
     /// Measure write and read throughput (and, side by side, etcd's); `bench
     /// load` and `bench mix` build a key space and run operation mixes on it.
     Bench(BenchCmd),
-    /// Bearer tokens: `token hash PRINCIPAL` reads a token on stdin and prints
-    /// its `--token-file` line (a random salt and the salted SHA-256).
+    /// Bearer tokens: `token new PRINCIPAL` makes one and its `--token-file`
+    /// line; `token hash PRINCIPAL` prints the line of a token read on stdin.
     #[command(subcommand)]
-    Token(TokenCmd),
+    Token(token::TokenCmd),
     /// ACLs of the cluster (`/`), a volume or a bucket: get, set, add, remove.
     #[command(subcommand)]
     Acl(acl::AclCmd),
@@ -998,29 +994,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Fs(f) => files::run(&c, out, f).await?,
         Cmd::Acl(a) => acl::run(&c, out, a).await?,
         Cmd::Whoami => acl::whoami(&c, out).await?,
-        Cmd::Token(TokenCmd::Hash { principal }) => {
-            if principal.is_empty()
-                || principal.len() > 256
-                || principal.chars().any(char::is_whitespace)
-            {
-                bail!("PRINCIPAL must be 1 to 256 bytes without whitespace");
-            }
-            let mut token = String::new();
-            std::io::stdin().read_line(&mut token)?;
-            let token = token.trim_end_matches(['\r', '\n']);
-            if token.is_empty() {
-                bail!("no token on stdin");
-            }
-            let salt: [u8; 16] = rand::random();
-            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-            ctx.update(&salt);
-            ctx.update(token.as_bytes());
-            println!(
-                "{principal} {} {}",
-                hex::encode(salt),
-                hex::encode(ctx.finish().as_ref())
-            );
-        }
+        Cmd::Token(t) => token::run(t, out)?,
         Cmd::Bench(BenchCmd {
             mode: Some(mode), ..
         }) => {

@@ -60,12 +60,18 @@ pub struct Args {
     /// certificates it signed.
     #[arg(long, env = "OM_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// PEM certificate revocation lists of that CA: a revoked client or
+    /// member certificate is refused in the handshake, on both ports and by
+    /// this node dialing other members. Reread when the file changes.
+    #[arg(long, env = "OM_TLS_CRL")]
+    pub tls_crl: Option<PathBuf>,
     /// Serve plaintext on addresses other than loopback (refused otherwise).
     #[arg(long, env = "OM_INSECURE")]
     pub insecure: bool,
-    /// Bearer tokens the public port accepts, one `PRINCIPAL SALT SHA256`
-    /// line each (`omctl token hash` prints one). With it, a client presents
-    /// a token or a client certificate.
+    /// Bearer tokens the public port accepts, one `PRINCIPAL omt_ID SALT
+    /// SHA256 [GROUPS]` line each (`omctl token new` makes a token and its
+    /// line). With it, a client presents a token or a client certificate.
+    /// Reread when the file changes.
     #[arg(long, env = "OM_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// Cluster admins, comma-separated principal names (certificate or token
@@ -191,6 +197,7 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
+    tls_crl: Option<PathBuf>,
     insecure: Option<bool>,
     token_file: Option<PathBuf>,
     admins: Option<String>,
@@ -314,7 +321,11 @@ impl Config {
             cert: args.tls_cert.or(file.tls_cert),
             key: args.tls_key.or(file.tls_key),
             ca: args.tls_ca.or(file.tls_ca),
+            crl: args.tls_crl.or(file.tls_crl),
         };
+        if tls.crl.is_some() && tls.ca.is_none() {
+            return Err("--tls-crl without --tls-ca: revocation lists belong to a CA".to_string());
+        }
         if tls.cert.is_some() != tls.key.is_some() {
             return Err("--tls-cert and --tls-key go together".to_string());
         }

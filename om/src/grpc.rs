@@ -52,6 +52,7 @@ fn capped(m: String) -> String {
 pub use objects::MAX_RECORD_BLOCKS;
 pub mod auth;
 pub mod peer;
+pub mod tokens;
 
 /// Maps an error to a status carrying an `ErrorDetail` and `om-reason` metadata.
 /// A refusal made before a request reaches the service (authentication,

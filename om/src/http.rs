@@ -4,7 +4,9 @@
 //! asked, so requests can be served and stopping another member leaves a
 //! caught-up quorum).
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -15,6 +17,38 @@ use openraft::async_runtime::WatchReceiver;
 
 use crate::rejoin::{Admission, Phase};
 use crate::service::OmService;
+
+/// Longest a request's head may take to arrive: a client that sends it
+/// byte by byte (or not at all after its first bytes) is closed then.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `app` over HTTP/1.1 on `listener` until `stop` completes: every
+/// request's head must arrive within `HEADER_READ_TIMEOUT`, on top of the
+/// port's own limits (`net`). Connections still open at `stop` are closed
+/// by the port's `Closer`.
+pub async fn serve(
+    mut listener: crate::net::LimitedListener,
+    app: Router,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut stop => return,
+            c = listener.accept_limited() => c,
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+        });
+    }
+}
 
 #[derive(Clone)]
 struct HttpState {

@@ -11,6 +11,23 @@
 //!   the port's idle timeout is closed. gRPC ports also send HTTP/2 keepalive
 //!   pings at a third of it, so a live client (which answers pings) is never
 //!   idle, while a socket that never speaks (or a peer that vanished) is.
+//! - **Strangers.** A connection starts unproven and must prove itself
+//!   within the port's `prove_timeout`, or it is closed: by finishing its
+//!   TLS handshake (on the Raft port with a member's certificate; a
+//!   non-member's connection is closed right after it), by its first
+//!   authenticated request (the public port, when credentials are
+//!   required), or, without TLS, by its first bytes (an HTTP/2 port: the
+//!   whole client preface). Unproven connections share a pool of a quarter
+//!   of the cap (`pending`), one address at most a quarter of it; when the
+//!   pool is full the oldest unproven connection is closed to make room, so a
+//!   client that proves itself quickly always gets in. One address holds at
+//!   most `per_source` connections in all. Whatever strangers do, they hold
+//!   at most the pool, and the rest of the cap is left to proven
+//!   connections. An address whose connection proved membership on the Raft
+//!   port is trusted (neither limit applies) for an hour after its last
+//!   member connection, so members get through. Addresses behind one NAT
+//!   share their limits. A handler can close the connection a request came
+//!   on (`ConnInfo::close`).
 //! - **Accept errors.** EMFILE, ENFILE, ENOBUFS and ENOMEM do not end the
 //!   server (axum would sleep a second, tonic would retry at once and spin):
 //!   the loop backs off exponentially (`accept_backoff`) and tries again, and
@@ -45,9 +62,45 @@ pub struct PortPolicy {
     pub name: &'static str,
     pub max_connections: usize,
     pub idle_timeout: Duration,
+    /// Most connections one source address may hold (trusted ones aside).
+    pub per_source: usize,
+    /// Most unproven connections at once (trusted sources aside).
+    pub pending: usize,
+    /// How long a connection may stay unproven.
+    pub prove_timeout: Duration,
+    /// Without TLS, a connection is proven once it sent this many bytes (0:
+    /// only by `prove`).
+    pub proof_bytes: usize,
 }
 
+/// How long a connection may take to prove itself by default: finish its
+/// TLS handshake, or send its first bytes.
+pub const PROVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes a plaintext HTTP/2 connection proves itself with: the client
+/// connection preface.
+pub const H2_PREFACE_BYTES: usize = 24;
+
+mod strangers;
+use strangers::{Admitted, Pool, SourceGuard, Sources, Unproven};
+
 impl PortPolicy {
+    /// A port of `max_connections`: one source may hold an eighth of them
+    /// (at least 4), unproven connections a quarter (at least 4; one source
+    /// a quarter of those, at least 1), for `PROVE_TIMEOUT` each; without
+    /// TLS a connection's first byte proves it (set `proof_bytes` to
+    /// `H2_PREFACE_BYTES` for gRPC ports).
+    pub fn new(name: &'static str, max_connections: usize, idle_timeout: Duration) -> Self {
+        PortPolicy {
+            name,
+            max_connections,
+            idle_timeout,
+            per_source: (max_connections / 8).max(4),
+            pending: (max_connections / 4).max(4),
+            prove_timeout: PROVE_TIMEOUT,
+            proof_bytes: 1,
+        }
+    }
+
     /// Interval (and ack timeout) of the HTTP/2 keepalive pings the gRPC
     /// servers send: a third of the idle timeout, so a client that answers is
     /// heard from well before it could be taken for idle.
@@ -64,6 +117,15 @@ pub struct PortStats {
     pub idle_closed: AtomicU64,
     pub accept_errors: AtomicU64,
     pub open: AtomicU64,
+    /// Reset because their source held `per_source` connections already.
+    pub source_refused: AtomicU64,
+    /// Reset because their source held its share of the unproven pool.
+    pub pending_refused: AtomicU64,
+    /// Unproven connections closed to make room for a newer one.
+    pub evicted: AtomicU64,
+    /// Closed for not proving themselves in time, or, on the Raft port, for
+    /// a certificate that names no member.
+    pub unproven_closed: AtomicU64,
 }
 
 /// First wait after an accept error.
@@ -140,6 +202,8 @@ pub struct LimitedListener<A = TcpListener> {
     acceptor: A,
     policy: PortPolicy,
     permits: Arc<Semaphore>,
+    pool: Arc<Pool>,
+    sources: Arc<Sources>,
     stats: Arc<PortStats>,
     closer: Closer,
     failures: u32,
@@ -151,6 +215,11 @@ impl<A: Acceptor> LimitedListener<A> {
             acceptor,
             policy,
             permits: Arc::new(Semaphore::new(policy.max_connections)),
+            pool: Arc::new(Pool::new(
+                policy.pending.min(policy.max_connections),
+                (policy.pending / 4).max(1),
+            )),
+            sources: Arc::default(),
             stats: Arc::default(),
             closer: Closer::default(),
             failures: 0,
@@ -192,20 +261,62 @@ impl<A: Acceptor> LimitedListener<A> {
                 tracing::info!(port, failures = self.failures, "accepting again");
                 self.failures = 0;
             }
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                let n = self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("om_net_connections_refused_total", "port" => port).increment(1);
+            let ip = addr.ip();
+            let refuse = |stream: TcpStream, counter: &AtomicU64, metric: &'static str| {
+                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                metrics::counter!(metric, "port" => port).increment(1);
+                // Logged at 1, 2, 4, 8... refusals: a flood cannot flood the log.
                 if n.is_power_of_two() {
-                    tracing::warn!(
-                        port,
-                        cap = self.policy.max_connections,
-                        refused = n + 1,
-                        "connection cap reached; resetting new connections"
-                    );
+                    tracing::warn!(port, %ip, refused = n, metric, "connection reset");
                 }
                 let _ = stream.set_zero_linger();
                 drop(stream);
+            };
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                refuse(
+                    stream,
+                    &self.stats.refused,
+                    "om_net_connections_refused_total",
+                );
                 continue;
+            };
+            let trusted = self.sources.is_trusted(ip);
+            if !trusted && !self.sources.take(ip, self.policy.per_source) {
+                refuse(
+                    stream,
+                    &self.stats.source_refused,
+                    "om_net_connections_per_source_refused_total",
+                );
+                continue;
+            }
+            let source = SourceGuard {
+                counted: (!trusted).then_some(ip),
+                ip,
+                sources: self.sources.clone(),
+                member: AtomicBool::new(false),
+            };
+            let conn = Closer::default();
+            let unproven = if trusted {
+                None
+            } else {
+                match self.pool.admit(ip, conn.clone()) {
+                    Admitted::In(u) => Some(u),
+                    Admitted::Evicted(u) => {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        metrics::counter!("om_net_connections_unproven_evicted_total", "port" => port)
+                            .increment(1);
+                        Some(u)
+                    }
+                    Admitted::Refused => {
+                        drop(source);
+                        refuse(
+                            stream,
+                            &self.stats.pending_refused,
+                            "om_net_connections_unproven_refused_total",
+                        );
+                        continue;
+                    }
+                }
             };
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(error = %e, "set_nodelay");
@@ -213,6 +324,7 @@ impl<A: Acceptor> LimitedListener<A> {
             self.stats.accepted.fetch_add(1, Ordering::Relaxed);
             let open = self.stats.open.fetch_add(1, Ordering::Relaxed) + 1;
             metrics::gauge!("om_net_connections", "port" => port).set(open as f64);
+            let conn_closing = Box::pin(conn.0.notify.clone().notified_owned());
             let stream = LimitedStream {
                 inner: stream,
                 idle: self.policy.idle_timeout,
@@ -220,57 +332,117 @@ impl<A: Acceptor> LimitedListener<A> {
                 timer: Box::pin(tokio::time::sleep(self.policy.idle_timeout)),
                 closing: Box::pin(self.closer.0.notify.clone().notified_owned()),
                 closer: self.closer.clone(),
+                conn,
+                conn_closing,
                 stats: self.stats.clone(),
                 port,
                 _permit: permit,
+                source,
+                proof: Arc::new(Proof {
+                    proven: AtomicBool::new(unproven.is_none()),
+                    unproven,
+                    pool: self.pool.clone(),
+                }),
+                proof_bytes: self.policy.proof_bytes,
+                read_bytes: 0,
+                prove_timer: Box::pin(tokio::time::sleep(self.policy.prove_timeout)),
             };
             return (stream, addr);
         }
     }
 
     /// The listener as the stream of connections tonic serves, over TLS when
-    /// `tls` is given; it never yields an error. Handshakes run in their own
-    /// tasks (each bounded by `om_tls::HANDSHAKE_TIMEOUT` and holding its
-    /// connection's permit), so a slow client delays no other; a failed
+    /// `tls` is given; it never yields an error. A connection proves itself
+    /// as `proof` says. Handshakes run in their own tasks (each bounded by
+    /// the port's `prove_timeout` and `om_tls::HANDSHAKE_TIMEOUT`, and holding
+    /// its connection's permits), so a slow client delays no other; a failed
     /// handshake closes the connection and is counted. The accept task ends
     /// when the server drops the stream, releasing the port.
     pub fn into_incoming(
         self,
         tls: Option<Arc<om_tls::ServerTls>>,
+        proof: ProveBy,
     ) -> std::pin::Pin<Box<dyn futures::Stream<Item = io::Result<Conn>> + Send>> {
         let Some(tls) = tls else {
-            return Box::pin(futures::stream::unfold(self, |mut l| async move {
-                let (s, _) = l.accept_limited().await;
-                Some((Ok(om_tls::MaybeTls::Plain(s)), l))
-            }));
+            return Box::pin(futures::stream::unfold(
+                (self, proof),
+                |(mut l, proof)| async move {
+                    let (mut s, _) = l.accept_limited().await;
+                    if matches!(proof, ProveBy::Request) {
+                        s.prove_by_others();
+                    }
+                    Some((Ok(om_tls::MaybeTls::Plain(s)), (l, proof)))
+                },
+            ));
         };
         let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Conn>>(64);
         let mut l = self;
         tokio::spawn(async move {
             let port = l.policy.name;
             loop {
-                let (s, addr) = tokio::select! {
+                let (mut s, addr) = tokio::select! {
                     _ = tx.closed() => return,
                     c = l.accept_limited() => c,
                 };
-                let (tx, tls) = (tx.clone(), tls.clone());
+                s.prove_by_others();
+                let (tx, tls, proof) = (tx.clone(), tls.clone(), proof.clone());
+                let stats = l.stats.clone();
                 tokio::spawn(async move {
-                    match tls.accept(s).await {
-                        Ok(t) => {
-                            let _ = tx.send(Ok(om_tls::MaybeTls::Tls(Box::new(t)))).await;
-                        }
+                    let t = match tls.accept(s).await {
+                        Ok(t) => om_tls::MaybeTls::Tls(Box::new(t)),
                         Err(e) => {
                             metrics::counter!("om_net_tls_handshake_failures_total", "port" => port)
                                 .increment(1);
                             tracing::debug!(port, %addr, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                    };
+                    let om_tls::MaybeTls::Tls(inner) = &t else {
+                        unreachable!()
+                    };
+                    let stream = inner.get_ref().0;
+                    match &proof {
+                        ProveBy::Handshake => stream.prove(),
+                        ProveBy::Request => {}
+                        ProveBy::Member(admit) => {
+                            use tonic::transport::server::Connected;
+                            if !admit(&t.connect_info()) {
+                                stats.unproven_closed.fetch_add(1, Ordering::Relaxed);
+                                metrics::counter!("om_net_connections_unproven_closed_total", "port" => port)
+                                    .increment(1);
+                                tracing::debug!(port, %addr, "closed after the handshake: not a member");
+                                return;
+                            }
+                            stream.trust_source();
+                            stream.prove();
                         }
                     }
+                    let _ = tx.send(Ok(t)).await;
                 });
             }
         });
         Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
     }
 }
+
+/// How a gRPC port's connections prove themselves (see the module's
+/// "Strangers"); without TLS, by their first `PortPolicy::proof_bytes`
+/// unless `Request`.
+#[derive(Clone)]
+pub enum ProveBy {
+    /// Finishing the TLS handshake.
+    Handshake,
+    /// Finishing the TLS handshake with a certificate `Admit` takes for a
+    /// member's; another is closed at once, and the member's address is
+    /// trusted.
+    Member(Admit),
+    /// Their first authenticated request (`ConnInfo::prove`), the public
+    /// port's when credentials are required.
+    Request,
+}
+
+/// Decides, from a finished handshake, whether a connection may stay.
+pub type Admit = Arc<dyn Fn(&ConnInfo) -> bool + Send + Sync>;
 
 /// A connection a gRPC port serves: plain, or TLS over a `LimitedStream`.
 pub type Conn = om_tls::ServerStream<LimitedStream>;
@@ -281,6 +453,16 @@ pub use om_tls::ConnInfo;
 impl om_tls::PeerAddr for LimitedStream {
     fn peer_addr(&self) -> Option<SocketAddr> {
         self.inner.peer_addr().ok()
+    }
+
+    fn close_handle(&self) -> Option<om_tls::ConnHook> {
+        let conn = self.conn.clone();
+        Some(om_tls::ConnHook(Arc::new(move || conn.close())))
+    }
+
+    fn prove_handle(&self) -> Option<om_tls::ConnHook> {
+        let proof = self.proof.clone();
+        Some(om_tls::ConnHook(Arc::new(move || proof.prove())))
     }
 }
 
@@ -298,7 +480,8 @@ impl<A: Acceptor> axum::serve::Listener for LimitedListener<A> {
 }
 
 /// An accepted connection: holds its port's permit, closes itself after
-/// the idle timeout without traffic, and fails once its port is closed.
+/// the idle timeout without traffic or when it does not prove itself in
+/// time, and fails once its port (or the connection itself) is closed.
 pub struct LimitedStream {
     inner: TcpStream,
     idle: Duration,
@@ -308,28 +491,104 @@ pub struct LimitedStream {
     /// so a close between creation and the first poll is not missed).
     closing: Pin<Box<OwnedNotified>>,
     closer: Closer,
+    /// This connection's own closer (see `close_handle`), and its wake-up.
+    conn: Closer,
+    conn_closing: Pin<Box<OwnedNotified>>,
     stats: Arc<PortStats>,
     port: &'static str,
     _permit: OwnedSemaphorePermit,
+    source: SourceGuard,
+    proof: Arc<Proof>,
+    /// Without TLS, proven once this many bytes were read (0: never so).
+    proof_bytes: usize,
+    read_bytes: usize,
+    prove_timer: Pin<Box<Sleep>>,
+}
+
+/// Whether a connection proved itself, and its place in the unproven pool
+/// until it does.
+struct Proof {
+    proven: AtomicBool,
+    unproven: Option<Arc<Unproven>>,
+    pool: Arc<Pool>,
+}
+
+impl Proof {
+    fn prove(&self) {
+        if !self.proven.swap(true, Ordering::Relaxed)
+            && let Some(u) = &self.unproven
+        {
+            self.pool.release(u);
+        }
+    }
+}
+
+impl Drop for Proof {
+    fn drop(&mut self) {
+        if let Some(u) = &self.unproven {
+            self.pool.release(u);
+        }
+    }
 }
 
 impl LimitedStream {
-    /// Errors once the port is closed (a flag read: every read and write
-    /// checks it).
+    /// The connection proved itself: it leaves the unproven pool and its
+    /// prove deadline no longer applies.
+    pub fn prove(&self) {
+        self.proof.prove();
+    }
+
+    /// The connection proved membership: its address is trusted from now on,
+    /// and again when the connection ends (see the module's "Strangers").
+    pub fn trust_source(&self) {
+        self.source.member.store(true, Ordering::Relaxed);
+        self.source.sources.trust(self.source.ip);
+    }
+
+    /// Stops its first bytes from proving the connection: TLS, or a port
+    /// where only an authenticated request does.
+    fn prove_by_others(&mut self) {
+        self.proof_bytes = 0;
+    }
+
+    fn is_proven(&self) -> bool {
+        self.proof.proven.load(Ordering::Relaxed)
+    }
+
+    /// Errors once the port or the connection is closed (a flag read: every
+    /// read and write checks it).
     fn check_closed(&self) -> io::Result<()> {
-        if self.closer.is_closed() {
+        if self.closer.is_closed() || self.conn.is_closed() {
             return Err(Closer::closed_error());
         }
         Ok(())
     }
 
-    /// For an operation about to wait: errors if the port is closed,
-    /// otherwise registers `cx` to be woken when it closes.
+    /// For an operation about to wait: errors if the port or connection is
+    /// closed, otherwise registers `cx` to be woken when either closes.
     fn poll_closed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if self.closer.is_closed() || self.closing.as_mut().poll(cx).is_ready() {
+        if self.check_closed().is_err()
+            || self.closing.as_mut().poll(cx).is_ready()
+            || self.conn_closing.as_mut().poll(cx).is_ready()
+        {
             return Err(Closer::closed_error());
         }
         Ok(())
+    }
+
+    /// Errors once the prove deadline passed on an unproven connection,
+    /// otherwise registers `cx` to be woken at it.
+    fn poll_unproven(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.is_proven() || self.prove_timer.as_mut().poll(cx).is_pending() {
+            return Ok(());
+        }
+        self.stats.unproven_closed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("om_net_connections_unproven_closed_total", "port" => self.port)
+            .increment(1);
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the connection did not prove itself in time",
+        ))
     }
 
     /// What a waiting write or flush returns: still pending, unless the
@@ -386,10 +645,20 @@ impl AsyncRead for LimitedStream {
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     this.last_activity = Instant::now();
+                    if this.proof_bytes > 0 && !this.is_proven() {
+                        this.read_bytes += buf.filled().len() - before;
+                        if this.read_bytes >= this.proof_bytes {
+                            this.prove();
+                        }
+                    }
                 }
                 Poll::Ready(r)
             }
-            Poll::Pending => match this.poll_closed(cx).and_then(|()| this.poll_idle(cx)) {
+            Poll::Pending => match this
+                .poll_closed(cx)
+                .and_then(|()| this.poll_idle(cx))
+                .and_then(|()| this.poll_unproven(cx))
+            {
                 Ok(()) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),
             },
@@ -461,202 +730,4 @@ impl AsyncWrite for LimitedStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        assert_eq!(accept_backoff(1), ACCEPT_BACKOFF_MIN);
-        assert_eq!(accept_backoff(2), ACCEPT_BACKOFF_MIN * 2);
-        assert_eq!(accept_backoff(4), ACCEPT_BACKOFF_MIN * 8);
-        assert_eq!(accept_backoff(20), ACCEPT_BACKOFF_MAX);
-        assert_eq!(accept_backoff(u32::MAX), ACCEPT_BACKOFF_MAX);
-    }
-
-    /// A listener whose accepts fail with EMFILE while `failing` is set,
-    /// counting every accept attempt.
-    struct Exhausted {
-        inner: TcpListener,
-        failing: Arc<std::sync::atomic::AtomicBool>,
-        attempts: Arc<AtomicU64>,
-    }
-
-    impl Acceptor for Exhausted {
-        fn poll_accept(
-            &mut self,
-            cx: &mut Context<'_>,
-        ) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
-            self.attempts.fetch_add(1, Ordering::Relaxed);
-            if self.failing.load(Ordering::Relaxed) {
-                return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EMFILE)));
-            }
-            self.inner.poll_accept(cx)
-        }
-
-        fn local_addr(&self) -> io::Result<SocketAddr> {
-            self.inner.local_addr()
-        }
-    }
-
-    fn policy(max: usize, idle: Duration) -> PortPolicy {
-        PortPolicy {
-            name: "test",
-            max_connections: max,
-            idle_timeout: idle,
-        }
-    }
-
-    #[tokio::test]
-    async fn accept_survives_descriptor_exhaustion_with_backoff() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let attempts = Arc::new(AtomicU64::new(0));
-        let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let mut l = LimitedListener::new(
-            Exhausted {
-                inner,
-                failing: failing.clone(),
-                attempts: attempts.clone(),
-            },
-            policy(4, Duration::from_secs(60)),
-        );
-        // While every accept fails, the loop keeps trying, but with backoff:
-        // a spinning loop would count millions of attempts in this window.
-        let r = tokio::time::timeout(Duration::from_millis(600), l.accept_limited()).await;
-        assert!(r.is_err(), "nothing can be accepted while accept fails");
-        let tried = attempts.load(Ordering::Relaxed);
-        assert!((2..=30).contains(&tried), "{tried} accept attempts");
-        assert_eq!(l.stats().accept_errors.load(Ordering::Relaxed), tried);
-        // Once descriptors are back, the same listener serves again.
-        failing.store(false, Ordering::Relaxed);
-        let client = tokio::spawn(async move { TcpStream::connect(addr).await.unwrap() });
-        let (_s, _) = l.accept_limited().await;
-        let _c = client.await.unwrap();
-        assert_eq!(l.stats().accepted.load(Ordering::Relaxed), 1);
-    }
-
-    #[tokio::test]
-    async fn connections_past_the_cap_are_reset_and_permits_come_back() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let mut l = LimitedListener::new(inner, policy(2, Duration::from_secs(60)));
-        let stats = l.stats();
-        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let server = {
-            let held = held.clone();
-            tokio::spawn(async move {
-                loop {
-                    let (s, _) = l.accept_limited().await;
-                    held.lock().unwrap().push(s);
-                }
-            })
-        };
-        let held_count = |n: usize| {
-            let held = held.clone();
-            async move {
-                while held.lock().unwrap().len() != n {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        };
-        let _a = TcpStream::connect(addr).await.unwrap();
-        let _b = TcpStream::connect(addr).await.unwrap();
-        held_count(2).await;
-        // A third connection finds the cap full: it is reset, not queued.
-        let mut third = TcpStream::connect(addr).await.unwrap();
-        let mut buf = [0u8; 1];
-        let r = third.read(&mut buf).await;
-        assert!(
-            matches!(r, Ok(0)) || r.is_err(),
-            "a connection past the cap is closed: {r:?}"
-        );
-        assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
-        // Closing one frees its permit for the next.
-        drop(held.lock().unwrap().remove(0));
-        let _d = TcpStream::connect(addr).await.unwrap();
-        held_count(2).await;
-        assert_eq!(stats.accepted.load(Ordering::Relaxed), 3);
-        assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
-        assert_eq!(stats.open.load(Ordering::Relaxed), 2);
-        server.abort();
-    }
-
-    #[tokio::test]
-    async fn a_silent_connection_is_closed_after_the_idle_timeout() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let mut l = LimitedListener::new(inner, policy(4, Duration::from_millis(400)));
-        let stats = l.stats();
-        let mut talker = TcpStream::connect(addr).await.unwrap();
-        let (mut served_talker, _) = l.accept_limited().await;
-        let _silent = TcpStream::connect(addr).await.unwrap();
-        let (mut served_silent, _) = l.accept_limited().await;
-        // The talker sends a byte every 100 ms for a whole second, more than
-        // twice the timeout; the server echoes each.
-        let echo = tokio::spawn(async move {
-            let mut buf = [0u8; 1];
-            let mut n = 0;
-            while n < 10 && served_talker.read_exact(&mut buf).await.is_ok() {
-                served_talker.write_all(&buf).await.unwrap();
-                n += 1;
-            }
-            n
-        });
-        let idle = tokio::spawn(async move {
-            let mut buf = [0u8; 1];
-            served_silent.read(&mut buf).await
-        });
-        for _ in 0..10 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            talker.write_all(b"x").await.unwrap();
-            let mut b = [0u8; 1];
-            talker.read_exact(&mut b).await.unwrap();
-        }
-        assert_eq!(
-            echo.await.unwrap(),
-            10,
-            "the talking connection stayed open"
-        );
-        let r = idle.await.unwrap();
-        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
-        assert_eq!(stats.idle_closed.load(Ordering::Relaxed), 1);
-    }
-
-    /// Closing a port fails a read waiting on one of its connections, any
-    /// later read or write on another, and the connections accepted after.
-    #[tokio::test]
-    async fn closing_a_port_fails_its_connections_reads_and_writes() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let mut l = LimitedListener::new(inner, policy(4, Duration::from_secs(60)));
-        let closer = l.closer();
-        let mut a = TcpStream::connect(addr).await.unwrap();
-        let (mut served_a, _) = l.accept_limited().await;
-        let _b = TcpStream::connect(addr).await.unwrap();
-        let (mut served_b, _) = l.accept_limited().await;
-        // Still open: a byte goes through.
-        a.write_all(b"x").await.unwrap();
-        let mut buf = [0u8; 1];
-        served_a.read_exact(&mut buf).await.unwrap();
-        let waiting = tokio::spawn(async move {
-            let mut buf = [0u8; 1];
-            served_a.read(&mut buf).await
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "the read waits for the peer");
-        closer.close();
-        let r = waiting.await.unwrap();
-        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
-        assert_eq!(
-            served_b.write_all(b"y").await.unwrap_err().kind(),
-            io::ErrorKind::ConnectionAborted
-        );
-        let _c = TcpStream::connect(addr).await.unwrap();
-        let (mut served_c, _) = l.accept_limited().await;
-        assert_eq!(
-            served_c.read(&mut buf).await.unwrap_err().kind(),
-            io::ErrorKind::ConnectionAborted
-        );
-    }
-}
+mod tests;

@@ -42,6 +42,9 @@ pub struct NodeOptions {
     /// How often certificate files are checked for changes (default
     /// `om_tls::RELOAD_INTERVAL`).
     pub tls_reload_interval: Option<Duration>,
+    /// How long a connection may stay unproven (default
+    /// `net::PROVE_TIMEOUT`).
+    pub prove_timeout: Option<Duration>,
 }
 
 /// The TLS configurations of a node, all from `--tls-cert/--tls-key/--tls-ca`.
@@ -220,7 +223,7 @@ impl Node {
         );
         let tls = NodeTls::load(&cfg)?;
         let tokens = match &cfg.token_file {
-            Some(p) => Some(crate::grpc::auth::TokenFile::load(p)?),
+            Some(p) => Some(crate::grpc::auth::TokenStore::load(p)?),
             None => None,
         };
         let audit = match &cfg.audit_log {
@@ -235,11 +238,17 @@ impl Node {
             )),
             None => None,
         };
-        let authenticator = Arc::new(crate::grpc::auth::Authenticator {
-            required: cfg.tls.ca.is_some() || tokens.is_some(),
+        if let Some(t) = &tokens {
+            om_tls::spawn_reload(
+                t.clone(),
+                opts.tls_reload_interval.unwrap_or(om_tls::RELOAD_INTERVAL),
+            );
+        }
+        let authenticator = Arc::new(crate::grpc::auth::Authenticator::new(
+            cfg.tls.ca.is_some() || tokens.is_some(),
             tokens,
-            audit: audit.clone(),
-        });
+            audit.clone(),
+        ));
         if authenticator.required {
             if cfg.admins.is_empty() {
                 tracing::warn!(
@@ -308,10 +317,15 @@ impl Node {
         let grpc_addr = grpc_listener.local_addr()?;
         let raft_addr = raft_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
-        let policy = |name, max_connections| PortPolicy {
-            name,
-            max_connections,
-            idle_timeout: cfg.idle_timeout,
+        let policy = |name, max_connections| {
+            let mut p = PortPolicy::new(name, max_connections, cfg.idle_timeout);
+            if name != "http" {
+                p.proof_bytes = crate::net::H2_PREFACE_BYTES;
+            }
+            if let Some(t) = opts.prove_timeout {
+                p.prove_timeout = t;
+            }
+            p
         };
         let grpc_policy = policy("grpc", budget.grpc_connections);
         let raft_policy = policy("raft", budget.raft_connections);
@@ -387,6 +401,14 @@ impl Node {
             tls.is_some(),
             cluster_id.clone(),
         ));
+        // Under TLS a Raft-port connection whose certificate names no member
+        // is closed right after its handshake.
+        let raft_proof = match members_only.clone() {
+            Some(check) => {
+                crate::net::ProveBy::Member(Arc::new(move |info| check.admits_connection(info)))
+            }
+            None => crate::net::ProveBy::Handshake,
+        };
         let raft_svc = MembersOnly::new(
             RaftGate::new(
                 RaftGrpcService::new(raft.clone())
@@ -407,6 +429,13 @@ impl Node {
             members_only,
         );
         let raft_tls = tls.as_ref().map(|t| t.raft.clone());
+        // With credentials required, a public connection proves itself by
+        // its first authenticated request.
+        let grpc_proof = if authenticator.required {
+            crate::net::ProveBy::Request
+        } else {
+            crate::net::ProveBy::Handshake
+        };
         let grpc_tls = tls.as_ref().map(|t| t.grpc.clone());
         if let Some(t) = &tls {
             for r in [
@@ -427,7 +456,10 @@ impl Node {
                 .http2_keepalive_timeout(Some(raft_policy.keepalive()))
                 .add_service(raft_svc)
                 .add_service(peer_svc)
-                .serve_with_incoming_shutdown(raft_listener.into_incoming(raft_tls), stopped(rx))
+                .serve_with_incoming_shutdown(
+                    raft_listener.into_incoming(raft_tls, raft_proof),
+                    stopped(rx),
+                )
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "raft server failed");
@@ -492,7 +524,10 @@ impl Node {
                     crate::grpc::MalformedAsInvalid(cluster),
                     authenticator,
                 ))
-                .serve_with_incoming_shutdown(grpc_listener.into_incoming(grpc_tls), stopped(rx))
+                .serve_with_incoming_shutdown(
+                    grpc_listener.into_incoming(grpc_tls, grpc_proof),
+                    stopped(rx),
+                )
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "gRPC server failed");
@@ -507,14 +542,11 @@ impl Node {
             db_options,
         );
         let rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let r = axum::serve(http_listener, app)
-                .with_graceful_shutdown(stopped(rx))
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        }));
+        tasks.push(tokio::spawn(crate::http::serve(
+            http_listener,
+            app,
+            stopped(rx),
+        )));
 
         tasks.push(tokio::spawn(crate::snapshot_policy::run(
             raft.clone(),

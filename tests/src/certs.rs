@@ -18,7 +18,12 @@ pub struct Issued {
     pub key: PathBuf,
     /// The certificate's DER bytes, to recognize it on the wire.
     pub der: Vec<u8>,
+    /// Its serial number (what a revocation list names).
+    pub serial: u64,
 }
+
+/// Serial numbers of the certificates issued in this process.
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
 
 impl TestCa {
     pub fn new(name: &str) -> TestCa {
@@ -72,6 +77,32 @@ impl TestCa {
         })
     }
 
+    /// Writes (replacing it in one rename) `dir/NAME.crl`: this CA's
+    /// revocation list naming `revoked`.
+    pub fn write_crl(&self, dir: &Path, name: &str, revoked: &[&Issued]) -> PathBuf {
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2020, 1, 1),
+            next_update: rcgen::date_time_ymd(2099, 1, 1),
+            crl_number: (revoked.len() as u64 + 1).into(),
+            issuing_distribution_point: None,
+            revoked_certs: revoked
+                .iter()
+                .map(|c| rcgen::RevokedCertParams {
+                    serial_number: c.serial.into(),
+                    revocation_time: rcgen::date_time_ymd(2020, 1, 1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        let crl = params.signed_by(&issuer).unwrap();
+        let p = dir.join(format!("{name}.crl"));
+        replace(&p, crl.pem().unwrap().as_bytes());
+        p
+    }
+
     fn issue_with(
         &self,
         dir: &Path,
@@ -87,6 +118,8 @@ impl TestCa {
             rcgen::DnType::CommonName,
             names.first().copied().unwrap_or(stem),
         );
+        let serial = NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        p.serial_number = Some(serial.into());
         tweak(&mut p);
         let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
         let cert = p.signed_by(&key, &issuer).unwrap();
@@ -94,6 +127,7 @@ impl TestCa {
             cert: dir.join(format!("{stem}.crt")),
             key: dir.join(format!("{stem}.key")),
             der: cert.der().to_vec(),
+            serial,
         };
         // Key first, then certificate, each replaced in one rename, as a
         // Secret update swaps its files.

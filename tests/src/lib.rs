@@ -170,6 +170,7 @@ pub fn mtls() -> Option<&'static Pki> {
                 cert: Some(client_cert.cert),
                 key: Some(client_cert.key),
                 ca: Some(ca_path.clone()),
+                crl: None,
             },
         )
         .expect("client TLS");
@@ -193,6 +194,7 @@ pub fn mtls_member() -> Option<Arc<om_tls::ClientTls>> {
                 cert: Some(p.member.cert.clone()),
                 key: Some(p.member.key.clone()),
                 ca: Some(p.ca_path.clone()),
+                crl: None,
             },
         )
         .expect("member TLS")

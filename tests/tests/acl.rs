@@ -9,10 +9,10 @@ use om_client::v1::*;
 use om_client::{ClientError, ClientOptions, OmClient};
 use om_tests::{MemberAddrs, TestNode, cluster_addrs, wait_for};
 
-const OPS: &str = "ops-token";
-const ALICE: &str = "alice-token";
-const BOB: &str = "bob-token";
-const GW: &str = "gw-token";
+const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
+const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
+const BOB: &str = "omt_000000000000000c_bob-secret-bob-secret-bob-secret-bob";
+const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
 
 /// A token file: ops (admin), alice (group eng), bob, gw (a gateway).
 fn token_file(dir: &Path) -> PathBuf {
@@ -965,24 +965,58 @@ async fn listings_and_scan_status_name_nothing_the_caller_may_not_read() {
 async fn refusals_cannot_evict_mutations_from_the_audit_log() {
     use std::os::unix::fs::PermissionsExt;
     let c = cluster_with(1, |a| {
-        a.audit_log_max_bytes = Some(4096);
+        a.audit_log_max_bytes = Some(1536);
         a.audit_log_keep = Some(1);
     })
     .await;
     let ops = c.client(OPS);
     ops.create_volume("kept", "").await.unwrap();
-    let stranger = c.client("not-a-token");
+    let stranger = c.client("omt_000000000000000a_forged-forged-forged-forged-forged");
+    let mut reasons = std::collections::BTreeSet::new();
     for _ in 0..300 {
-        assert!(stranger.create_volume("x", "").await.is_err());
+        reasons.insert(
+            stranger
+                .create_volume("x", "")
+                .await
+                .unwrap_err()
+                .reason()
+                .to_string(),
+        );
     }
-    // Leadership handed to the node that holds it: audited either way.
-    let _ = ops.transfer_leader(1).await;
+    // Past its burst of failures the source is refused before its token is
+    // looked at (and only its first failures are audited).
+    assert_eq!(
+        reasons.into_iter().collect::<Vec<_>>(),
+        ["INVALID_TOKEN", "TOO_MANY_AUTH_FAILURES"]
+    );
+    // Leadership handed to the node that holds it: audited either way. The
+    // address's allowance refills within a fraction of a second.
+    wait_for(
+        Duration::from_secs(5),
+        "the address to be admitted again",
+        || async {
+            ops.transfer_leader(1)
+                .await
+                .err()
+                .is_none_or(|e| e.reason() != "TOO_MANY_AUTH_FAILURES")
+                .then_some(())
+        },
+    )
+    .await;
     let path = c.dir.path().join("audit-1.log");
     wait_for(Duration::from_secs(5), "the refusals file", || async {
         let r = std::fs::read_to_string(om::audit::refusals_path(&path)).unwrap_or_default();
         r.contains("INVALID_TOKEN").then_some(())
     })
     .await;
+    // The refusals audited before the limit filled their file past its
+    // size: it rotated, and the mutations' file did not.
+    let mut rotated = om::audit::refusals_path(&path).into_os_string();
+    rotated.push(".1");
+    assert!(
+        std::path::Path::new(&rotated).exists(),
+        "the refusals rotated"
+    );
     let main = std::fs::read_to_string(&path).unwrap();
     assert!(main.contains("\"resource\":\"/kept\""), "{main}");
     assert!(!main.contains("INVALID_TOKEN"), "{main}");

@@ -11,8 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service};
+use k8s_openapi::api::core::v1::{CSIVolumeSource, ConfigMap, Container, Namespace, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use om_client::{ClientOptions, OmClient};
 use om_tests::certs::TestCa;
@@ -22,6 +25,13 @@ use serde::de::DeserializeOwned;
 fn kube_dir() -> PathBuf {
     om_tests::repo_root().join("deploy/kubernetes")
 }
+
+/// Files of the folder the kustomization leaves out on purpose: they need
+/// more installed than the base does.
+const OPTIONAL: &[&str] = &["approver-policy.yaml"];
+
+/// cert-manager's CSI driver, which also prefixes its volume attributes.
+const CSI_DRIVER: &str = "csi.cert-manager.io";
 
 /// The YAML documents of `file`.
 fn documents(file: &Path) -> Vec<serde_norway::Value> {
@@ -140,6 +150,97 @@ struct IssuerRef {
     kind: String,
 }
 
+// approver-policy's CertificateRequestPolicy (policy.cert-manager.io/v1alpha1),
+// the fields approver-policy.yaml uses.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PolicySpec {
+    allowed: Option<PolicyAllowed>,
+    constraints: Option<PolicyConstraints>,
+    selector: PolicySelector,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PolicyAllowed {
+    common_name: Option<AllowedString>,
+    dns_names: Option<AllowedStrings>,
+    uris: Option<AllowedStrings>,
+    #[serde(rename = "isCA")]
+    is_ca: Option<bool>,
+    usages: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct AllowedString {
+    value: Option<String>,
+    required: Option<bool>,
+    validations: Option<Vec<ValidationRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct AllowedStrings {
+    values: Option<Vec<String>>,
+    required: Option<bool>,
+    validations: Option<Vec<ValidationRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ValidationRule {
+    rule: String,
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PolicyConstraints {
+    min_duration: Option<String>,
+    max_duration: Option<String>,
+    private_key: Option<KeyConstraints>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct KeyConstraints {
+    algorithm: Option<String>,
+    min_size: Option<u32>,
+    max_size: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PolicySelector {
+    issuer_ref: Option<PolicyIssuerRef>,
+    namespace: Option<PolicyNamespace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PolicyIssuerRef {
+    name: Option<String>,
+    kind: Option<String>,
+    group: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PolicyNamespace {
+    match_names: Option<Vec<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Kustomization {
@@ -237,6 +338,62 @@ fn om_toml(m: &Manifests) -> toml::Table {
     toml::from_str(&data["om.toml"]).unwrap()
 }
 
+/// The StatefulSet's volume `name`, served by cert-manager's CSI driver.
+fn csi_volume<'a>(sts: &'a StatefulSet, name: &str) -> &'a CSIVolumeSource {
+    let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let volume = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no volume {name}"));
+    let csi = volume
+        .csi
+        .as_ref()
+        .unwrap_or_else(|| panic!("volume {name} is not a CSI volume"));
+    assert_eq!(csi.driver, CSI_DRIVER);
+    csi
+}
+
+/// The CSI driver's attribute `key` of `csi`.
+fn csi_attribute<'a>(csi: &'a CSIVolumeSource, key: &str) -> &'a str {
+    csi.volume_attributes
+        .as_ref()
+        .and_then(|a| a.get(&format!("{CSI_DRIVER}/{key}")))
+        .unwrap_or_else(|| panic!("no {CSI_DRIVER}/{key}"))
+}
+
+/// A comma-separated attribute, split as the CSI driver splits it.
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',').map(|x| x.trim().to_string()).collect()
+}
+
+/// The DNS names the CSI driver puts in pod `pod`'s certificate: its
+/// `dns-names` attribute with the pod's variables expanded.
+fn csi_dns_names(csi: &CSIVolumeSource, pod: &str, ns: &str) -> Vec<String> {
+    let template = csi_attribute(csi, "dns-names");
+    let names = template
+        .replace("${POD_NAME}", pod)
+        .replace("${POD_NAMESPACE}", ns);
+    assert!(
+        !names.contains('$'),
+        "{template}: a variable other than POD_NAME and POD_NAMESPACE"
+    );
+    split_list(&names)
+}
+
+/// approver-policy's wildcard match: `*` stands for any string, dots
+/// included.
+fn wildcard(pattern: &str, s: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == s,
+        Some((head, tail)) => s.strip_prefix(head).is_some_and(|rest| {
+            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && wildcard(tail, &rest[i..]))
+        }),
+    }
+}
+
 /// Every `"om_…"` metric name om's sources register.
 fn metric_catalog() -> BTreeSet<String> {
     let root = om_tests::repo_root();
@@ -291,6 +448,10 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
     // Every file of the folder is used.
     let mut listed: BTreeSet<String> = k.resources.iter().cloned().collect();
     listed.extend(k.config_map_generator.iter().flat_map(|g| g.files.clone()));
+    for f in OPTIONAL {
+        assert!(!listed.contains(*f), "{f} is optional, not in the base");
+        listed.insert(f.to_string());
+    }
     listed.insert("kustomization.yaml".into());
     let present: BTreeSet<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -393,18 +554,75 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
     let members =
         om::config::parse_initial_cluster(cfg["initial_cluster"].as_str().unwrap()).unwrap();
     assert_eq!(members.len(), 3);
-    let members_cert = &m
-        .certificates
+    // Each pod's member certificate comes from cert-manager's CSI driver,
+    // as the volume holding om's certificate files: issued by the CA
+    // Issuer of certificates.yaml, with the member marker, for both ends of
+    // a connection, renewed before it expires, its files where om reads
+    // them, readable by om's group.
+    let tls_cert = cfg["tls_cert"].as_str().unwrap();
+    let tls_mount = mounts
         .iter()
-        .find(|(n, _)| n == "om-members")
-        .unwrap()
-        .1;
-    let dns = members_cert.dns_names.clone().unwrap();
+        .find(|v| tls_cert.starts_with(&format!("{}/", v.mount_path)))
+        .expect("the certificate's volume");
+    let tls = csi_volume(sts, &tls_mount.name);
+    let attr = |key: &str| csi_attribute(tls, key);
+    assert_eq!(tls.read_only, Some(true), "the CSI driver mounts read-only");
+    assert_eq!(attr("issuer-kind"), "Issuer");
+    let issuer = attr("issuer-name");
+    assert!(
+        m.issuers.iter().any(|(n, s)| n == issuer && s.ca.is_some()),
+        "{issuer} is a CA Issuer of certificates.yaml"
+    );
     // The Raft port admits only certificates with the member marker.
     assert_eq!(
-        members_cert.uris.as_deref(),
-        Some(&[om::grpc::peer::MEMBER_MARKER.to_string()][..])
+        split_list(attr("uri-sans")),
+        vec![om::grpc::peer::MEMBER_MARKER.to_string()]
     );
+    let usages = split_list(attr("key-usages"));
+    for u in ["server auth", "client auth"] {
+        assert!(usages.iter().any(|x| x == u), "{usages:?} lacks {u}");
+    }
+    assert_eq!(attr("key-algorithm"), "ECDSA");
+    assert_eq!(attr("key-size"), "256");
+    let hours = |key: &str| -> u64 {
+        attr(key)
+            .strip_suffix('h')
+            .and_then(|h| h.parse().ok())
+            .unwrap_or_else(|| panic!("{key}: whole hours expected"))
+    };
+    assert!(
+        hours("renew-before") < hours("duration"),
+        "renewed before it expires"
+    );
+    let tls_dir = format!("{}/", tls_mount.mount_path);
+    for (key, file) in [
+        ("certificate-file", "tls_cert"),
+        ("privatekey-file", "tls_key"),
+        ("ca-file", "tls_ca"),
+    ] {
+        assert_eq!(
+            cfg[file].as_str().unwrap().strip_prefix(&tls_dir),
+            Some(attr(key)),
+            "{file}"
+        );
+    }
+    assert_eq!(
+        Some(attr("fs-group").parse::<i64>().unwrap()),
+        psc.fs_group,
+        "the key is readable by om's group only"
+    );
+    // Pod NAME-i's certificate names member i's Raft host and no other
+    // member's (om binds a request to the members whose hosts the
+    // certificate names: checked with om's own matching), no wildcard, and
+    // the client service, which clients verify.
+    let client_svc = m
+        .services
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .find(|n| *n != peer_svc)
+        .expect("the client service");
+    let ca = TestCa::new("om cluster CA");
+    let issued = tempfile::tempdir().unwrap();
     for (i, mem) in members.iter().enumerate() {
         let host = format!("{name}-{i}.{peer_svc}.{ns}.svc.cluster.local");
         assert_eq!(mem.id, i as u64 + 1);
@@ -414,28 +632,47 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
             om::config::node_id_of_host(&format!("{name}-{i}")).unwrap(),
             mem.id
         );
-        let wildcard = format!("*.{}", host.split_once('.').unwrap().1);
-        assert!(
-            dns.contains(&wildcard),
-            "the member certificate names {host}"
-        );
+        let names = csi_dns_names(tls, &format!("{name}-{i}"), &ns);
+        assert!(names.iter().all(|n| !n.contains('*')), "{names:?}");
+        assert!(names.contains(&host), "{names:?} lacks {host}");
+        for svc in [
+            format!("{client_svc}.{ns}.svc"),
+            format!("{client_svc}.{ns}.svc.cluster.local"),
+        ] {
+            assert!(names.contains(&svc), "{names:?} lacks {svc}");
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let cert = ca.issue_member(issued.path(), &format!("{name}-{i}"), &refs);
+        let der = om_tls::rustls::pki_types::CertificateDer::from(cert.der);
+        for (j, other) in members.iter().enumerate() {
+            assert_eq!(
+                om_tls::names_any_host(&der, [other.raft_addr.as_str()]),
+                i == j,
+                "{name}-{i}'s certificate and member {}",
+                other.id
+            );
+        }
     }
-    // The Secret the pods mount is the members' certificate's; issuers exist.
-    let tls_secret = pod
-        .volumes
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find_map(|v| v.secret.as_ref().and_then(|s| s.secret_name.clone()))
-        .unwrap();
-    assert_eq!(members_cert.secret_name, tls_secret);
-    for (_, cert) in &m.certificates {
+    // Issuers exist. A Certificate's Secret is readable by whoever reads the
+    // namespace's Secrets: none carries the member marker or a wildcard.
+    for (n, cert) in &m.certificates {
         assert!(
-            m.issuers.iter().any(|(n, _)| *n == cert.issuer_ref.name),
+            m.issuers.iter().any(|(i, _)| *i == cert.issuer_ref.name),
             "{}",
             cert.issuer_ref.name
         );
         assert_eq!(cert.issuer_ref.kind, "Issuer");
+        assert!(
+            cert.uris
+                .iter()
+                .flatten()
+                .all(|u| u != om::grpc::peer::MEMBER_MARKER),
+            "{n}"
+        );
+        assert!(
+            cert.dns_names.iter().flatten().all(|d| !d.contains('*')),
+            "{n}"
+        );
     }
     assert!(m.issuers.iter().any(|(_, s)| s.self_signed.is_some()));
     assert!(m.issuers.iter().any(|(_, s)| s.ca.is_some()));
@@ -497,6 +734,159 @@ fn manifests_are_strict_kubernetes_objects_that_fit_together() {
         assert_eq!(port(&mon.endpoints[0].port), i32::from(9874u16));
         assert_eq!(Some(mon.selector.clone()), Some(spec.selector.clone()));
         let _ = &mon.endpoints[0].interval;
+    }
+}
+
+/// `approver-policy.yaml`, optional (it needs cert-manager's
+/// approver-policy): strict CertificateRequestPolicy and RBAC objects. The
+/// member policy allows what every pod's CSI volume asks om-ca for, and only
+/// the CSI driver may use it; every Certificate of certificates.yaml is
+/// allowed by a policy of its own that admits no member marker, used only
+/// by cert-manager's controller.
+#[test]
+fn the_optional_approver_policy_fits_the_manifests() {
+    let (k, m) = load();
+    let sts = m.statefulset.as_ref().unwrap();
+    let sts_name = sts.metadata.name.clone().unwrap();
+    let replicas = sts.spec.as_ref().unwrap().replicas.unwrap();
+    let mut policies: Vec<(String, PolicySpec)> = Vec::new();
+    // Roles and ClusterRoles by name; bindings as (role name, subjects).
+    let mut roles: Vec<(String, Vec<PolicyRule>)> = Vec::new();
+    let mut bindings: Vec<(String, Vec<Subject>)> = Vec::new();
+    for (i, doc) in documents(&kube_dir().join("approver-policy.yaml"))
+        .iter()
+        .enumerate()
+    {
+        let what = format!("approver-policy.yaml #{i}");
+        match doc["kind"].as_str().unwrap_or_default() {
+            "CertificateRequestPolicy" => {
+                let c: Custom<PolicySpec> = strict(doc, &what);
+                assert_eq!(c.api_version, "policy.cert-manager.io/v1alpha1");
+                policies.push((c.metadata.name.unwrap(), c.spec));
+            }
+            "Role" => {
+                let r: Role = strict(doc, &what);
+                assert_eq!(r.metadata.namespace.as_deref(), Some(k.namespace.as_str()));
+                roles.push((r.metadata.name.unwrap(), r.rules.unwrap_or_default()));
+            }
+            "ClusterRole" => {
+                let r: ClusterRole = strict(doc, &what);
+                roles.push((r.metadata.name.unwrap(), r.rules.unwrap_or_default()));
+            }
+            "RoleBinding" => {
+                let b: RoleBinding = strict(doc, &what);
+                assert_eq!(b.metadata.namespace.as_deref(), Some(k.namespace.as_str()));
+                bindings.push((b.role_ref.name, b.subjects.unwrap_or_default()));
+            }
+            "ClusterRoleBinding" => {
+                let b: ClusterRoleBinding = strict(doc, &what);
+                bindings.push((b.role_ref.name, b.subjects.unwrap_or_default()));
+            }
+            other => panic!("{what}: unexpected kind {other:?}"),
+        }
+    }
+    // Who may use policy `name`: the subjects bound to a role granting
+    // `use` on it.
+    let users = |name: &str| -> Vec<String> {
+        let granting: Vec<&str> = roles
+            .iter()
+            .filter(|(_, rules)| {
+                rules.iter().any(|r| {
+                    r.verbs.iter().any(|v| v == "use")
+                        && r.resources
+                            .iter()
+                            .flatten()
+                            .any(|x| x == "certificaterequestpolicies")
+                        && r.resource_names
+                            .as_ref()
+                            .is_none_or(|names| names.iter().any(|x| x == name))
+                })
+            })
+            .map(|(role, _)| role.as_str())
+            .collect();
+        bindings
+            .iter()
+            .filter(|(role, _)| granting.contains(&role.as_str()))
+            .flat_map(|(_, subjects)| subjects.iter().map(|s| format!("{}:{}", s.kind, s.name)))
+            .collect()
+    };
+    let selected_issuer =
+        |p: &PolicySpec| p.selector.issuer_ref.as_ref().and_then(|r| r.name.clone());
+
+    // The member policy: for the CSI volume's issuer, the member marker
+    // required, every name and usage a pod's volume asks for allowed, the
+    // key it makes.
+    let tls = csi_volume(sts, "tls");
+    let issuer = csi_attribute(tls, "issuer-name");
+    let (member_name, member) = policies
+        .iter()
+        .find(|(_, p)| {
+            selected_issuer(p).as_deref() == Some(issuer)
+                && p.allowed.as_ref().is_some_and(|a| a.uris.is_some())
+        })
+        .expect("a policy for the members' certificates");
+    let allowed = member.allowed.as_ref().unwrap();
+    let uris = allowed.uris.as_ref().unwrap();
+    assert_eq!(
+        uris.values.as_deref(),
+        Some(&[om::grpc::peer::MEMBER_MARKER.to_string()][..])
+    );
+    assert_eq!(uris.required, Some(true), "{member_name}");
+    let dns = allowed
+        .dns_names
+        .as_ref()
+        .and_then(|d| d.values.clone())
+        .unwrap_or_default();
+    for i in 0..replicas {
+        for n in csi_dns_names(tls, &format!("{sts_name}-{i}"), &k.namespace) {
+            assert!(
+                dns.iter().any(|p| wildcard(p, &n)),
+                "{member_name} refuses {n}"
+            );
+        }
+    }
+    let usages = allowed.usages.clone().unwrap_or_default();
+    for u in split_list(csi_attribute(tls, "key-usages")) {
+        assert!(usages.contains(&u), "{member_name} refuses usage {u}");
+    }
+    let key = member
+        .constraints
+        .as_ref()
+        .and_then(|c| c.private_key.as_ref())
+        .expect("a key constraint");
+    assert_eq!(
+        key.algorithm.as_deref(),
+        Some(csi_attribute(tls, "key-algorithm"))
+    );
+    assert_eq!(
+        users(member_name.as_str()),
+        vec!["ServiceAccount:cert-manager-csi-driver".to_string()]
+    );
+
+    // Each Certificate: a policy for its issuer and common name, not the
+    // member policy, allowing no URI (so no member marker), used only by
+    // cert-manager's controller.
+    for (n, cert) in &m.certificates {
+        let (policy_name, policy) = policies
+            .iter()
+            .find(|(_, p)| {
+                selected_issuer(p).as_deref() == Some(cert.issuer_ref.name.as_str())
+                    && p.allowed
+                        .as_ref()
+                        .and_then(|a| a.common_name.as_ref())
+                        .and_then(|c| c.value.as_deref())
+                        == cert.common_name.as_deref()
+            })
+            .unwrap_or_else(|| panic!("no policy allows Certificate {n}"));
+        assert_ne!(policy_name, member_name);
+        let a = policy.allowed.as_ref().unwrap();
+        assert!(a.uris.is_none(), "{policy_name} allows URIs");
+        assert_eq!(a.is_ca.unwrap_or(false), cert.is_ca.unwrap_or(false));
+        let who = users(policy_name.as_str());
+        assert!(
+            !who.is_empty() && who.iter().all(|u| u == "ServiceAccount:cert-manager"),
+            "{policy_name}: {who:?}"
+        );
     }
 }
 
@@ -626,23 +1016,23 @@ struct Sts {
     client: Arc<OmClient>,
 }
 
-/// Ordinals a test may run (0..MAX_PODS); the member certificate names each
-/// one's address, as the wildcard does in Kubernetes.
+/// Ordinals a test may run (0..MAX_PODS); each pod has its own member
+/// certificate naming only its own address, as the CSI driver's names only
+/// its own host in Kubernetes.
 const MAX_PODS: usize = 4;
 
 impl Sts {
     /// Starts `replicas` pods at once (Parallel pod management) on
     /// 127.0.NET.N and waits until each is ready.
     async fn start(net: u8, replicas: usize) -> Sts {
-        let (_, m) = load();
+        let (k, m) = load();
         let sts = m.statefulset.as_ref().unwrap();
         let c = om_container(sts);
+        let tls_volume = csi_volume(sts, "tls");
         let dir = tempfile::tempdir().unwrap();
         let ca = TestCa::new("om cluster CA");
         let ca_path = ca.write(dir.path(), "ca");
         let ips: Vec<String> = (1..=MAX_PODS).map(|n| format!("127.0.{net}.{n}")).collect();
-        let names: Vec<&str> = ips.iter().map(String::as_str).collect();
-        let member = ca.issue_member(dir.path(), "member", &names);
         let admin = ca.issue(dir.path(), "admin", &["om-admin"]);
         let base = m.config.as_ref().unwrap().data.as_ref().unwrap()["om.toml"].clone();
         let mut command: Vec<String> = c.command.clone().unwrap();
@@ -658,6 +1048,28 @@ impl Sts {
             .map(|i| {
                 let pod_dir = dir.path().join(format!("om-{i}"));
                 std::fs::create_dir_all(&pod_dir).unwrap();
+                // The pod's own member certificate, with the names the CSI
+                // driver gives om-i, its peer name mapped to its address as
+                // in the config below.
+                let names: Vec<String> =
+                    csi_dns_names(tls_volume, &format!("om-{i}"), &k.namespace)
+                        .into_iter()
+                        .map(|n| {
+                            match (0..MAX_PODS)
+                                .find(|j| n == format!("om-{j}.om-peers.om.svc.cluster.local"))
+                            {
+                                Some(j) => ips[j].clone(),
+                                None => n,
+                            }
+                        })
+                        .collect();
+                assert_eq!(
+                    names.iter().filter(|n| ips.contains(n)).collect::<Vec<_>>(),
+                    vec![&ips[i]],
+                    "om-{i} names its own address only"
+                );
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let member = ca.issue_member(&pod_dir, "member", &refs);
                 let mut text = base.clone();
                 for (j, ip) in ips.iter().enumerate() {
                     text = text.replace(&format!("om-{j}.om-peers.om.svc.cluster.local"), ip);
@@ -693,6 +1105,7 @@ impl Sts {
                 cert: Some(admin.cert.clone()),
                 key: Some(admin.key.clone()),
                 ca: Some(ca_path.clone()),
+                crl: None,
             },
         )
         .unwrap();

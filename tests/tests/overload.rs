@@ -185,7 +185,16 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
     .await;
     assert!(refused >= FLOOD - cap, "{refused} of {FLOOD} refused");
     let m = http_get(om.http, "/metrics").await;
-    let counted = sample(&m, "om_net_connections_refused_total{port=\"grpc\"}");
+    // Past the cap, past one address's share or past the unproven pool.
+    let counted = sample(&m, "om_net_connections_refused_total{port=\"grpc\"}")
+        + sample(
+            &m,
+            "om_net_connections_per_source_refused_total{port=\"grpc\"}",
+        )
+        + sample(
+            &m,
+            "om_net_connections_unproven_refused_total{port=\"grpc\"}",
+        );
     assert!(
         counted >= (FLOOD - cap - refused_at_connect) as f64,
         "refusals counted: {counted}"
@@ -197,7 +206,14 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
     })
     .await;
     let m = http_get(om.http, "/metrics").await;
-    assert!(sample(&m, "om_net_connections_idle_closed_total{port=\"grpc\"}") >= 1.0);
+    assert!(
+        sample(&m, "om_net_connections_idle_closed_total{port=\"grpc\"}")
+            + sample(
+                &m,
+                "om_net_connections_unproven_closed_total{port=\"grpc\"}"
+            )
+            >= 1.0
+    );
     drop(flood);
 
     // Once the flood is over: healthy, ready, new clients served, and
@@ -229,6 +245,32 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
     );
 }
 
+/// Connects to `addr` from `source` (a loopback address) and proves the
+/// connection as a client would: the HTTP/2 preface (the server's SETTINGS
+/// come back once it read it) or, on the HTTP port, a whole request (its
+/// answer comes back). `None` when the server reset it.
+async fn proven_connection(
+    addr: std::net::SocketAddr,
+    source: std::net::IpAddr,
+    http: bool,
+) -> Option<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind((source, 0).into()).unwrap();
+    let mut s = sock.connect(addr).await.ok()?;
+    let hello: &[u8] = if http {
+        b"GET /healthz HTTP/1.1\r\nHost: om\r\n\r\n"
+    } else {
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    };
+    s.write_all(hello).await.ok()?;
+    let mut buf = [0u8; 512];
+    match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(s),
+        _ => None,
+    }
+}
+
 /// Each port (public gRPC, Raft, HTTP) has its own configured cap: the
 /// connections past it are reset and counted, the ones within it are served,
 /// and closing them gives their places back.
@@ -246,38 +288,31 @@ async fn every_port_resets_connections_past_its_own_cap() {
         (3, 8, 2)
     );
     let ports = [
-        (n.node.grpc_addr, 3),
-        (n.node.raft_addr, 8),
-        (n.node.http_addr, 2),
+        (n.node.grpc_addr, 3, false),
+        (n.node.raft_addr, 8, false),
+        (n.node.http_addr, 2, true),
     ];
-    for ((addr, cap), stats) in ports.into_iter().zip(n.node.port_stats.iter()) {
+    for ((addr, cap, http), stats) in ports.into_iter().zip(n.node.port_stats.iter()) {
         let ordering = std::sync::atomic::Ordering::Relaxed;
         let open_before = stats.open.load(ordering) as usize;
+        let refused_before = stats.refused.load(ordering) as usize;
+        // Proven connections, each from its own address (one source may
+        // hold only part of a port).
         let mut held = Vec::new();
-        // A reset can beat the client's own view of its connect.
-        let mut reset_at_connect = 0;
-        for _ in 0..cap + 4 {
-            match tokio::net::TcpStream::connect(addr).await {
-                Ok(s) => held.push(s),
-                Err(_) => reset_at_connect += 1,
+        let mut reset = 0;
+        for i in 0..cap + 4 {
+            let source = std::net::IpAddr::from([127, 0, 1, 10 + i as u8]);
+            match proven_connection(addr, source, http).await {
+                Some(s) => held.push(s),
+                None => reset += 1,
             }
         }
         let excess = cap + 4 - (cap - open_before);
-        wait_for(
-            Duration::from_secs(10),
-            "connections past the cap reset",
-            || {
-                let refused = stats.refused.load(ordering) as usize;
-                async move { (refused >= excess).then_some(()) }
-            },
-        )
-        .await;
-        let closed = wait_for(Duration::from_secs(10), "the client to see it", || {
-            let c = held.iter().filter(|s| closed_by_server(s)).count() + reset_at_connect;
-            async move { (c >= excess).then_some(c) }
-        })
-        .await;
-        assert_eq!(closed, excess, "{addr}: only the excess is closed");
+        assert_eq!(reset, excess, "{addr}: only the excess is reset");
+        assert_eq!(
+            stats.refused.load(ordering) as usize - refused_before,
+            excess
+        );
         assert_eq!(stats.open.load(ordering) as usize, cap);
         drop(held);
         wait_for(Duration::from_secs(10), "places given back", || {
@@ -292,5 +327,90 @@ async fn every_port_resets_connections_past_its_own_cap() {
             .starts_with("HTTP/1.1 200")
     );
     n.client().create_volume("vol1", "").await.unwrap();
+    n.stop().await;
+}
+
+/// Silent sockets from many addresses cannot hold a port: one address gets
+/// at most its share, a full pool of unproven connections makes room for
+/// newcomers by closing its oldest, the unproven ones are closed at the
+/// prove deadline, a request head that never ends is closed too, and
+/// meanwhile `/healthz` answers and clients are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_strangers_hold_no_port() {
+    let n = TestNode::start_with(|a| {
+        a.max_grpc_connections = Some(32);
+        a.max_raft_connections = Some(16);
+        a.max_http_connections = Some(8);
+    })
+    .await;
+    n.client().create_volume("before", "").await.unwrap();
+    let ordering = std::sync::atomic::Ordering::Relaxed;
+    let mut silent = Vec::new();
+    let mut reset_at_connect = 0;
+    // 40 addresses, 10 silent sockets each, on each port: far more than
+    // every cap together.
+    for port in [n.node.grpc_addr, n.node.raft_addr, n.node.http_addr] {
+        for host in 0..40u8 {
+            for _ in 0..10 {
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(([127, 0, 2, 10 + host], 0).into()).unwrap();
+                match sock.connect(port).await {
+                    Ok(s) => silent.push(s),
+                    Err(_) => reset_at_connect += 1,
+                }
+            }
+        }
+    }
+    let stats = &n.node.port_stats;
+    // Each address got its share of the unproven pool and no more; the
+    // pool made room for newcomers by closing its oldest.
+    for (s, name) in stats.iter().zip(["grpc", "raft", "http"]) {
+        let share = s.pending_refused.load(ordering);
+        let evicted = s.evicted.load(ordering);
+        assert!(share > 0 && evicted > 0, "{name}: {share} {evicted}");
+    }
+    // While the flood holds what it can: health, a client of an address of
+    // its own.
+    assert!(
+        http_get(n.node.http_addr, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    n.client().create_volume("during", "").await.unwrap();
+    // A request head that starts and never ends is closed too (its first
+    // bytes proved the connection; the head must arrive within 5 s).
+    let slow = {
+        use tokio::io::AsyncWriteExt;
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(([127, 0, 3, 1], 0).into()).unwrap();
+        let mut s = sock.connect(n.node.http_addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: om\r\n")
+            .await
+            .unwrap();
+        s
+    };
+    // At the prove deadline every silent socket is closed.
+    wait_for(Duration::from_secs(15), "silent sockets closed", || {
+        let all = silent.iter().all(closed_by_server);
+        async move { all.then_some(()) }
+    })
+    .await;
+    let closed: u64 = stats
+        .iter()
+        .map(|s| s.unproven_closed.load(ordering) + s.idle_closed.load(ordering))
+        .sum();
+    assert!(closed > 0);
+    assert!(reset_at_connect < silent.len());
+    wait_for(
+        Duration::from_secs(15),
+        "the unfinished head closed",
+        || {
+            let c = closed_by_server(&slow);
+            async move { c.then_some(()) }
+        },
+    )
+    .await;
+    drop(silent);
+    n.client().create_volume("after", "").await.unwrap();
     n.stop().await;
 }

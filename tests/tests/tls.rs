@@ -13,6 +13,8 @@ use om_proto::raft as pb;
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_tests::certs::{Issued, TestCa};
+
+const ALICE_TOKEN: &str = "omt_00000000000000a1_alice-s3cret-alice-s3cret-alice-s3cret";
 use om_tests::{MemberAddrs, TestNode, cluster_addrs, metrics_of, wait_for};
 use om_tls::rustls::pki_types::pem::PemObject;
 use om_tls::{ClientTls, TlsFiles};
@@ -26,6 +28,7 @@ fn identity(ca: &Path, cert: Option<&Issued>) -> Arc<ClientTls> {
             cert: cert.map(|c| c.cert.clone()),
             key: cert.map(|c| c.key.clone()),
             ca: Some(ca.to_path_buf()),
+            crl: None,
         },
     )
     .unwrap()
@@ -260,10 +263,12 @@ async fn the_raft_port_serves_only_members() {
         .ca
         .issue(sc.dir.path(), "outsider", &["outsider.example"]);
     let outsider = identity(&sc.ca_path, Some(&outsider_cert));
-    let ch = channel(target, Some(outsider.clone())).await.unwrap();
+    // Its connection is closed right after the handshake, and whatever it
+    // managed to send is refused.
+    assert!(closed_after_handshake(target, &outsider).await);
+    let ch = lazy_channel(target, Some(outsider.clone()));
     let mut raft = RaftServiceClient::new(ch.clone());
     let high = before[0].0 + 100;
-    let denied = tonic::Code::PermissionDenied;
     let v = raft
         .vote(pb::VoteRequest {
             vote: Some(vote(high, 9)),
@@ -271,7 +276,7 @@ async fn the_raft_port_serves_only_members() {
             leadership_transfer: false,
         })
         .await;
-    assert_eq!(code(v), denied);
+    refused(v);
     let forged = pb::Entry {
         log_id: Some(pb::LogId {
             leader_id: Some(pb::LeaderId {
@@ -290,7 +295,7 @@ async fn the_raft_port_serves_only_members() {
             leader_commit: None,
         })
         .await;
-    assert_eq!(code(a), denied);
+    refused(a);
     let s = raft
         .install_snapshot(futures::stream::iter(vec![pb::SnapshotChunk {
             vote: Some(vote(high, 9)),
@@ -302,7 +307,7 @@ async fn the_raft_port_serves_only_members() {
             ..Default::default()
         }]))
         .await;
-    assert_eq!(code(s), denied);
+    refused(s);
     let t = raft
         .transfer_leader(pb::TransferLeaderRequest {
             from: Some(vote(before[0].0, leader)),
@@ -310,10 +315,10 @@ async fn the_raft_port_serves_only_members() {
             last_log_id: None,
         })
         .await;
-    assert_eq!(code(t), denied);
+    refused(t);
     let mut peer = RaftPeerClient::new(ch);
     let p = peer.peer_state(pb::PeerStateRequest { node_id: 9 }).await;
-    assert_eq!(code(p), denied);
+    refused(p);
     let r = peer
         .rejoin(pb::RejoinRequest {
             node_id: 1,
@@ -322,7 +327,7 @@ async fn the_raft_port_serves_only_members() {
             stuck: true,
         })
         .await;
-    assert_eq!(code(r), denied);
+    refused(r);
 
     // Without a client certificate, or with one from another CA, the
     // handshake itself fails.
@@ -349,31 +354,31 @@ async fn the_raft_port_serves_only_members() {
     }
 
     // A client certificate naming a member's host is not a member's: it
-    // lacks the member marker.
+    // lacks the member marker, and its connection is closed likewise.
     let client_only = sc.ca.issue(sc.dir.path(), "client-ip", &["127.0.0.1"]);
-    let ch = channel(target, Some(identity(&sc.ca_path, Some(&client_only))))
-        .await
-        .unwrap();
-    let s = RaftServiceClient::new(ch.clone())
-        .vote(pb::VoteRequest {
-            vote: Some(vote(high, 2)),
-            last_log_id: None,
-            leadership_transfer: false,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(s.code(), denied, "{s:?}");
-    assert!(s.message().contains("member marker"), "{s:?}");
-    let p = RaftPeerClient::new(ch)
-        .peer_state(pb::PeerStateRequest { node_id: 2 })
-        .await;
-    assert_eq!(code(p), denied);
+    let client_only = identity(&sc.ca_path, Some(&client_only));
+    assert!(closed_after_handshake(target, &client_only).await);
+    let ch = lazy_channel(target, Some(client_only));
+    refused(
+        RaftServiceClient::new(ch.clone())
+            .vote(pb::VoteRequest {
+                vote: Some(vote(high, 2)),
+                last_log_id: None,
+                leadership_transfer: false,
+            })
+            .await,
+    );
+    refused(
+        RaftPeerClient::new(ch)
+            .peer_state(pb::PeerStateRequest { node_id: 2 })
+            .await,
+    );
 
     // A member's identity is served (the check refuses outsiders, not all).
     let member = sc.ca.issue_member(sc.dir.path(), "member", &["127.0.0.1"]);
-    let ch = channel(target, Some(identity(&sc.ca_path, Some(&member))))
-        .await
-        .unwrap();
+    let member = identity(&sc.ca_path, Some(&member));
+    assert!(!closed_after_handshake(target, &member).await);
+    let ch = channel(target, Some(member)).await.unwrap();
     let answer = RaftPeerClient::new(ch)
         .peer_state(pb::PeerStateRequest { node_id: 2 })
         .await
@@ -433,7 +438,7 @@ async fn a_joiner_admits_only_the_members_it_was_given() {
         let tls = identity(&ca_path, Some(who));
         let target = me.raft.clone();
         async move {
-            let ch = channel(&target, Some(tls)).await.unwrap();
+            let ch = lazy_channel(&target, Some(tls));
             RaftServiceClient::new(ch)
                 .vote(pb::VoteRequest {
                     vote: Some(vote(7, claims)),
@@ -443,14 +448,14 @@ async fn a_joiner_admits_only_the_members_it_was_given() {
                 .await
         }
     };
-    // Another host's member certificate; a client certificate of a member's host.
+    // Another host's member certificate; a client certificate of a member's
+    // host: closed after the handshake, nothing served.
     let stranger = ca.issue_member(dir.path(), "stranger", &["127.0.0.9"]);
-    let s = ask(&stranger, 1).await.unwrap_err();
-    assert_eq!(s.code(), denied, "{s:?}");
-    assert!(s.message().contains("names none"), "{s:?}");
     let client_only = ca.issue(dir.path(), "client", &["127.0.0.2"]);
-    let s = ask(&client_only, 1).await.unwrap_err();
-    assert_eq!(s.code(), denied, "{s:?}");
+    for who in [&stranger, &client_only] {
+        assert!(closed_after_handshake(&me.raft, &identity(&ca_path, Some(who))).await);
+        refused(ask(who, 1).await);
+    }
     // Member 1's certificate speaking for member 2 (in an append: a sealed
     // node refuses every vote before looking at it).
     let one = ca.issue_member(dir.path(), "one", &["127.0.0.2"]);
@@ -478,11 +483,48 @@ async fn a_joiner_admits_only_the_members_it_was_given() {
     joiner.node.shutdown().await;
 }
 
-/// The status code of a request that must have been refused.
-fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> tonic::Code {
-    match r {
-        Ok(_) => panic!("an outsider's request was served"),
-        Err(s) => s.code(),
+/// A request that must have been refused: by a status, or by its
+/// connection being closed.
+fn refused<T>(r: Result<tonic::Response<T>, tonic::Status>) {
+    let s = r.err().expect("an outsider's request was served");
+    assert!(
+        matches!(
+            s.code(),
+            tonic::Code::PermissionDenied
+                | tonic::Code::Unauthenticated
+                | tonic::Code::Unavailable
+                | tonic::Code::Unknown
+                | tonic::Code::Cancelled
+        ),
+        "{s:?}"
+    );
+}
+
+/// A channel that connects on its first request.
+fn lazy_channel(addr: &str, tls: Option<Arc<ClientTls>>) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(om_tls::Connector::new(tls))
+}
+
+/// Whether the server closes a connection right after its TLS handshake
+/// (its certificate names no member), rather than waiting for requests.
+async fn closed_after_handshake(addr: &str, tls: &ClientTls) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut s = match om_tls::connect(addr, Some(tls)).await {
+        Ok(s) => s,
+        Err(_) => return true,
+    };
+    let mut buf = [0u8; 64];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            // A session ticket or the server's HTTP/2 settings: read on.
+            Ok(Ok(_)) => continue,
+        }
     }
 }
 
@@ -570,7 +612,7 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
         &tokens,
         format!(
             "# operators\n{}\n",
-            om::grpc::auth::token_line("alice", "alice-s3cret", b"0123456789abcdef")
+            om::grpc::auth::token_line("alice", ALICE_TOKEN, b"0123456789abcdef")
         ),
     )
     .unwrap();
@@ -613,13 +655,20 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
                 .await
                 .unwrap();
         }
-        let alice = token_client(a, tls.clone(), Some("alice-s3cret"));
+        let alice = token_client(a, tls.clone(), Some(ALICE_TOKEN));
         alice.create_volume("by-token", "").await.unwrap();
         let before = alice.list_volumes("", "", 100).await.unwrap();
+        // Trailing space; the id right but not the secret; the secret but
+        // another id.
+        let spaced = format!("{ALICE_TOKEN} ");
+        let wrong_secret = ALICE_TOKEN.replace("_al", "_xl");
+        let wrong_id = ALICE_TOKEN.replace("0a1_", "0a2_");
         for (token, reason) in [
             (None, "CREDENTIALS_REQUIRED"),
             (Some("forged"), "INVALID_TOKEN"),
-            (Some("alice-s3cret "), "INVALID_TOKEN"),
+            (Some(spaced.as_str()), "INVALID_TOKEN"),
+            (Some(wrong_secret.as_str()), "INVALID_TOKEN"),
+            (Some(wrong_id.as_str()), "INVALID_TOKEN"),
         ] {
             let e = token_client(a, tls.clone(), token)
                 .create_volume("intruder", "")
@@ -632,19 +681,50 @@ async fn bearer_tokens_or_certificates_authenticate_the_public_port() {
             );
         }
         assert_eq!(alice.list_volumes("", "", 100).await.unwrap(), before);
+        // The cluster's membership and addresses are not for strangers either.
+        let e = token_client(a, tls.clone(), None)
+            .cluster_status()
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "CREDENTIALS_REQUIRED", "{e}");
+        assert!(alice.cluster_status().await.is_ok());
     }
     tls_node.node.shutdown().await;
     plain_node.node.shutdown().await;
 }
 
-/// `omctl token hash` prints a line the server accepts for that token, and
-/// `omctl --token` (here through OM_TOKEN) authenticates with it.
+/// `omctl token new` makes a token and appends its line to the token file;
+/// `omctl token hash` makes the line of a token it is given; the server
+/// accepts both through `OM_TOKEN`, rereads the file while serving (a new
+/// token works, a removed line is refused) and refuses tokens of another
+/// form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn omctl_hashes_tokens_and_presents_them() {
+async fn omctl_makes_tokens_the_server_rereads() {
     use std::io::Write;
     let omctl = om_tests::binary("omctl");
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let new_token = |who: &str| {
+        let out = std::process::Command::new(&omctl)
+            .args(["token", "new", who, "--groups", "ops"])
+            .arg("--append-to")
+            .arg(&tokens)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let gw = new_token("gateway");
+    assert!(gw.starts_with("omt_") && gw.len() == 85, "{gw}");
+    let file = std::fs::read_to_string(&tokens).unwrap();
+    assert!(
+        file.starts_with("gateway omt_") && !file.contains(&gw[21..]),
+        "{file}"
+    );
+    // A token made elsewhere, in the same form.
+    let own = "omt_1234567890abcdef_0123456789abcdef0123456789abcdef";
     let mut child = std::process::Command::new(&omctl)
-        .args(["token", "hash", "gateway"])
+        .args(["token", "hash", "ci"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -653,44 +733,264 @@ async fn omctl_hashes_tokens_and_presents_them() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"gw-t0ken\n")
+        .write_all(format!("{own}\n").as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    let line = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        line.starts_with("gateway ") && !line.contains("gw-t0ken"),
-        "{line}"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, &line).unwrap();
-    let (n, a) = single(move |args| {
-        args.token_file = Some(tokens);
-        args.insecure = true;
-        args.admins = Some("gateway".to_string());
-    })
-    .await;
-    let run = |token: Option<&str>| {
-        let mut cmd = std::process::Command::new(&omctl);
-        cmd.args([
-            "--endpoint",
-            &a.grpc,
-            "--timeout",
-            "5",
-            "volume",
-            "create",
-            "from-omctl",
-        ]);
-        cmd.env_remove("OM_TOKEN");
-        if let Some(t) = token {
-            cmd.env("OM_TOKEN", t);
-        }
-        cmd.output().unwrap()
+    let ci_line = String::from_utf8(out.stdout).unwrap();
+    assert!(ci_line.starts_with("ci omt_1234567890abcdef "), "{ci_line}");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&tokens)
+        .unwrap()
+        .write_all(ci_line.as_bytes())
+        .unwrap();
+    let bad = std::process::Command::new(&omctl)
+        .args(["token", "hash", "ci"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    bad.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(b"gw-t0ken\n")
+        .unwrap();
+    let bad = bad.wait_with_output().unwrap();
+    assert!(!bad.status.success(), "a token without an id is refused");
+    let addrs = cluster_addrs(1);
+    let a = addrs[0].clone();
+    let n = {
+        let tokens = tokens.clone();
+        TestNode::start_member_opts(
+            tempfile::tempdir().unwrap(),
+            &a,
+            &addrs,
+            NodeOptions {
+                tls_reload_interval: Some(Duration::from_millis(100)),
+                ..NodeOptions::default()
+            },
+            move |args| {
+                args.token_file = Some(tokens);
+                args.insecure = true;
+                args.admins = Some("gateway,ci,late".to_string());
+            },
+        )
+        .await
     };
-    let denied = run(Some("wrong"));
+    let run = |token: &str, volume: &str| {
+        std::process::Command::new(&omctl)
+            .args([
+                "--endpoint",
+                &a.grpc,
+                "--timeout",
+                "5",
+                "volume",
+                "create",
+                volume,
+            ])
+            .env("OM_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let denied = run(
+        "omt_1234567890abcdef_wrongwrongwrongwrongwrongwrongwrong",
+        "v-denied",
+    );
     assert!(!denied.status.success());
     assert!(String::from_utf8_lossy(&denied.stderr).contains("INVALID_TOKEN"));
-    assert!(run(Some("gw-t0ken")).status.success());
+    assert!(run(&gw, "v-gateway").status.success());
+    assert!(run(own, "v-ci").status.success());
+    // Added while serving: accepted within the reload interval.
+    let late = new_token("late");
+    wait_for(Duration::from_secs(10), "the new token", || async {
+        run(&late, "v-late").status.success().then_some(())
+    })
+    .await;
+    // The gateway's line removed: its token is refused from then on.
+    let kept: String = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("gateway "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&tokens, kept).unwrap();
+    wait_for(Duration::from_secs(10), "the revocation", || async {
+        let out = run(&gw, "v-revoked");
+        (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("INVALID_TOKEN"))
+            .then_some(())
+    })
+    .await;
+    n.node.shutdown().await;
+}
+
+/// With `--tls-crl`, a certificate the CA revoked is refused in the
+/// handshake once the list names it (the file is reread while serving);
+/// others still connect. A certificate whose name is not a valid principal
+/// (here one that would read as two names in a grant) is refused as
+/// INVALID_CERTIFICATE_NAME, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_and_misnamed_certificates_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("om test CA");
+    let ca_path = ca.write(dir.path(), "ca");
+    let crl = ca.write_crl(dir.path(), "ca", &[]);
+    let node = ca.issue_member(dir.path(), "node", &["127.0.0.1"]);
+    let admin = ca.issue(dir.path(), "admin", &["admin.example"]);
+    let carol = ca.issue(dir.path(), "carol", &["carol.example"]);
+    let misnamed = ca.issue(dir.path(), "misnamed", &["admin.example,carol.example"]);
+    let addrs = cluster_addrs(1);
+    let a = addrs[0].clone();
+    let n = {
+        let ca_path = ca_path.clone();
+        let crl = crl.clone();
+        TestNode::start_member_opts(
+            tempfile::tempdir().unwrap(),
+            &a,
+            &addrs,
+            NodeOptions {
+                tls_reload_interval: Some(Duration::from_millis(100)),
+                ..NodeOptions::default()
+            },
+            move |args| {
+                args.tls_cert = Some(node.cert);
+                args.tls_key = Some(node.key);
+                args.tls_ca = Some(ca_path);
+                args.tls_crl = Some(crl);
+                args.admins = Some("admin.example,carol.example".to_string());
+            },
+        )
+        .await
+    };
+    let as_ = |who: &Issued| {
+        client(
+            &[a.clone()],
+            Some(identity(&ca_path, Some(who))),
+            Duration::from_secs(5),
+        )
+    };
+    as_(&admin).create_volume("before", "").await.unwrap();
+    let before = as_(&carol).list_volumes("", "", 100).await.unwrap();
+    let e = as_(&misnamed)
+        .create_volume("misnamed", "")
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "INVALID_CERTIFICATE_NAME", "{e}");
+    // Revoke admin's certificate: new connections with it fail their
+    // handshake once the list is reread.
+    ca.write_crl(dir.path(), "ca", &[&admin]);
+    wait_for(Duration::from_secs(10), "the revocation", || async {
+        as_(&admin)
+            .list_volumes("", "", 1)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    // Never served: the handshake fails, so no answer of om's comes back.
+    let e = as_(&admin).create_volume("revoked", "").await.unwrap_err();
+    assert!(matches!(e, om_client::ClientError::Unavailable(_)), "{e}");
+    assert_eq!(as_(&carol).list_volumes("", "", 100).await.unwrap(), before);
+    n.node.shutdown().await;
+}
+
+/// Answers every call of service `NAME` with NOT_LEADER naming `leader`:
+/// a node (or anything on a client's endpoint list) pointing the client
+/// elsewhere.
+#[derive(Clone)]
+struct Hinting<const N: usize> {
+    leader: String,
+}
+
+const HINTED_SERVICES: [&str; 2] = ["om.v1.OzoneManager", "om.v1.Cluster"];
+
+impl<const N: usize> tonic::server::NamedService for Hinting<N> {
+    const NAME: &'static str = HINTED_SERVICES[N];
+}
+
+impl<const N: usize, B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Hinting<N> {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: tonic::codegen::http::Request<B>) -> Self::Future {
+        let mut s = tonic::Status::failed_precondition("not the leader");
+        s.metadata_mut()
+            .insert("om-reason", "NOT_LEADER".parse().unwrap());
+        s.metadata_mut()
+            .insert("om-leader", self.leader.parse().unwrap());
+        std::future::ready(Ok(s.into_http()))
+    }
+}
+
+/// The client library follows a leader hint only to an address it was
+/// given or to a member in the hinting node's membership: a node that
+/// points at a stranger never gets the client to connect there (and send
+/// its token), while a hint to an address of its own list is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_hints_lead_only_to_known_members() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The stranger counts every connection it gets.
+    let stranger = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stranger_addr = stranger.local_addr().unwrap().to_string();
+    let hits = Arc::new(AtomicUsize::new(0));
+    {
+        let hits = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = stranger.accept().await {
+                hits.fetch_add(1, Ordering::SeqCst);
+                drop(s);
+            }
+        });
+    }
+    let hinting = |leader: String| async move {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(Hinting::<0> {
+                    leader: leader.clone(),
+                })
+                .add_service(Hinting::<1> { leader })
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(l)),
+        );
+        addr
+    };
+    let liar = hinting(stranger_addr.clone()).await;
+    let token = "omt_00000000000000a1_alice-s3cret-alice-s3cret-alice-s3cret";
+    let c = OmClient::new(
+        std::slice::from_ref(&liar),
+        ClientOptions {
+            deadline: Duration::from_secs(2),
+            attempt_timeout: Duration::from_millis(500),
+            token: Some(token.to_string()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(c.create_volume("vol", "").await.is_err());
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the stranger was contacted");
+
+    // A hint to an endpoint the client was given is followed: a real node.
+    let (n, a) = single(|_| {}).await;
+    let pointer = hinting(a.grpc.clone()).await;
+    let c = OmClient::new(
+        &[pointer, a.grpc.clone()],
+        ClientOptions {
+            deadline: Duration::from_secs(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.create_volume("followed", "").await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
     n.node.shutdown().await;
 }

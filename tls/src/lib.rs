@@ -65,6 +65,11 @@ pub struct TlsFiles {
     pub key: Option<PathBuf>,
     /// CA certificates the other side's certificate must chain to.
     pub ca: Option<PathBuf>,
+    /// Certificate revocation lists (PEM): a certificate of the other side
+    /// that the list of its issuer revokes is refused during the handshake
+    /// (the leaf only; a certificate whose issuer has no list here passes).
+    /// Reread with the other files; connections already open stay.
+    pub crl: Option<PathBuf>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -124,8 +129,38 @@ fn parse_roots(path: &Path, pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> 
 /// The bytes of every configured file, to tell whether anything changed.
 type Snapshot = Vec<Option<Vec<u8>>>;
 
+fn parse_crls(
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, TlsError> {
+    rustls::pki_types::CertificateRevocationListDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Parse {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        })
+}
+
+/// The revocation lists configured, empty when none is.
+fn crls_of(
+    files: &TlsFiles,
+    snap: &Snapshot,
+) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, TlsError> {
+    let Some(p) = &files.crl else {
+        return Ok(Vec::new());
+    };
+    let crls = parse_crls(p, snap[3].as_deref().unwrap_or_default())?;
+    if crls.is_empty() {
+        return Err(TlsError::Parse {
+            path: p.clone(),
+            what: "no revocation list in the file".to_string(),
+        });
+    }
+    Ok(crls)
+}
+
 fn snapshot(files: &TlsFiles) -> Result<Snapshot, TlsError> {
-    [&files.cert, &files.key, &files.ca]
+    [&files.cert, &files.key, &files.ca, &files.crl]
         .into_iter()
         .map(|p| p.as_deref().map(read).transpose())
         .collect()
@@ -165,7 +200,10 @@ fn server_config(
                 ));
             };
             let roots = parse_roots(ca_path, snap[2].as_deref().unwrap_or_default())?;
-            let mut b = WebPkiClientVerifier::builder(roots);
+            let mut b = WebPkiClientVerifier::builder(roots)
+                .with_crls(crls_of(files, snap)?)
+                .only_check_end_entity_revocation()
+                .allow_unknown_revocation_status();
             if auth == ClientAuth::Optional {
                 b = b.allow_unauthenticated();
             }
@@ -190,7 +228,13 @@ fn client_config(files: &TlsFiles, snap: &Snapshot) -> Result<Arc<ClientConfig>,
         ));
     };
     let roots = parse_roots(ca_path, snap[2].as_deref().unwrap_or_default())?;
-    let builder = ClientConfig::builder().with_root_certificates(roots);
+    let verifier = rustls::client::WebPkiServerVerifier::builder(roots)
+        .with_crls(crls_of(files, snap)?)
+        .only_check_end_entity_revocation()
+        .allow_unknown_revocation_status()
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = ClientConfig::builder().with_webpki_verifier(verifier);
     let mut cfg = match (&files.cert, &files.key) {
         (Some(cert_path), Some(key_path)) => {
             let certs = parse_certs(cert_path, snap[0].as_deref().unwrap_or_default())?;
@@ -375,14 +419,14 @@ pub fn spawn_reload(r: Arc<dyn Reloader>, every: Duration) {
             let name = r.name().to_string();
             match tokio::task::spawn_blocking(move || r.reload()).await {
                 Ok(Ok(true)) => {
-                    tracing::info!(port = %name, "TLS certificate files changed: new connections use them");
+                    tracing::info!(port = %name, "files changed: what they hold is in force now");
                     last_error.clear();
                 }
                 Ok(Ok(false)) => last_error.clear(),
                 Ok(Err(e)) => {
                     let e = e.to_string();
                     if e != last_error {
-                        tracing::warn!(port = %name, error = %e, "TLS certificate files changed but cannot be used; keeping the previous ones");
+                        tracing::warn!(port = %name, error = %e, "files changed but cannot be used; keeping the previous ones");
                         last_error = e;
                     }
                 }
@@ -488,15 +532,46 @@ where
 /// A stream that knows the address at its other end.
 pub trait PeerAddr {
     fn peer_addr(&self) -> Option<std::net::SocketAddr>;
+
+    /// What closes this connection from a request's handler, if it can be.
+    fn close_handle(&self) -> Option<ConnHook> {
+        None
+    }
+
+    /// What marks this connection proven (see the server's `net` module)
+    /// from a request's handler, if it can be.
+    fn prove_handle(&self) -> Option<ConnHook> {
+        None
+    }
+}
+
+/// Acts on the connection a request came on: closes it (its reads and
+/// writes fail from then on), or marks it proven.
+#[derive(Clone)]
+pub struct ConnHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl ConnHook {
+    pub fn call(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for ConnHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnHook")
+    }
 }
 
 /// What a request knows of its connection (tonic puts it in the request's
-/// extensions): the client's address and, over TLS, the certificate chain
-/// it presented (verified during the handshake).
+/// extensions): the client's address, over TLS the certificate chain it
+/// presented (verified during the handshake), and hooks to close it or mark
+/// it proven.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
     pub remote: Option<std::net::SocketAddr>,
     pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+    pub close: Option<ConnHook>,
+    pub prove: Option<ConnHook>,
 }
 
 impl<S> tonic::transport::server::Connected for ServerStream<S>
@@ -510,11 +585,15 @@ where
             MaybeTls::Plain(s) => ConnInfo {
                 remote: s.peer_addr(),
                 peer_certs: None,
+                close: s.close_handle(),
+                prove: s.prove_handle(),
             },
             MaybeTls::Tls(t) => {
                 let (s, session) = t.get_ref();
                 ConnInfo {
                     remote: s.peer_addr(),
+                    close: s.close_handle(),
+                    prove: s.prove_handle(),
                     peer_certs: session
                         .peer_certificates()
                         .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
@@ -679,6 +758,7 @@ mod tests {
             cert: Some(dir.path().join("tls.crt")),
             key: Some(dir.path().join("tls.key")),
             ca: Some(dir.path().join("ca.crt")),
+            crl: None,
         };
         std::fs::write(files.cert.as_ref().unwrap(), &cert).unwrap();
         std::fs::write(files.key.as_ref().unwrap(), &key).unwrap();

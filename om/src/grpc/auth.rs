@@ -2,12 +2,8 @@
 //! certificate (verified against `--tls-ca` during the TLS handshake) or from
 //! a bearer token checked against `--token-file`.
 //!
-//! The token file holds one line per token, `PRINCIPAL SALT SHA256 [GROUPS]`
-//! with the salt and `SHA-256(salt || token)` in hex (`omctl token hash
-//! PRINCIPAL` prints one) and optionally the principal's groups,
-//! comma-separated; blank lines and `#` comments are skipped. The tokens
-//! themselves are never stored. A certificate's groups are its subject's
-//! Organization (O) attributes, as Kubernetes reads them.
+//! Tokens and their file are described in `tokens`. A certificate's groups
+//! are its subject's Organization (O) attributes, as Kubernetes reads them.
 //!
 //! `Authenticate` wraps the public services: when credentials are required
 //! (a CA or a token file is configured) a request without a valid certificate
@@ -20,7 +16,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -32,135 +27,10 @@ use tonic::server::NamedService;
 pub use crate::authz::Principal;
 use crate::authz::{Impersonation, MAX_GROUPS, RequestCtx, valid_name};
 
-/// Longest token file read.
-pub const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
-/// Longest principal name.
-pub const MAX_PRINCIPAL_BYTES: usize = 256;
-/// Longest bearer token accepted in a request.
-pub const MAX_TOKEN_BYTES: usize = 4096;
-
-struct TokenEntry {
-    principal: String,
-    groups: Vec<String>,
-    salt: Vec<u8>,
-    hash: Vec<u8>,
-}
-
-/// The parsed `--token-file`.
-pub struct TokenFile {
-    entries: Vec<TokenEntry>,
-}
-
-fn sha256(salt: &[u8], token: &[u8]) -> Vec<u8> {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    ctx.update(salt);
-    ctx.update(token);
-    ctx.finish().as_ref().to_vec()
-}
-
-/// Whether two digests are equal, looking at every byte whatever differs.
-fn same_digest(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The token-file line for `principal` holding `token`, salted with `salt`.
-pub fn token_line(principal: &str, token: &str, salt: &[u8]) -> String {
-    format!(
-        "{principal} {} {}",
-        hex::encode(salt),
-        hex::encode(sha256(salt, token.as_bytes()))
-    )
-}
-
-impl TokenFile {
-    pub fn parse(text: &str) -> Result<TokenFile, String> {
-        let mut entries = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (principal, salt, hash, groups) = match fields[..] {
-                [p, s, h] => (p, s, h, ""),
-                [p, s, h, g] => (p, s, h, g),
-                _ => {
-                    return Err(format!(
-                        "line {}: expected PRINCIPAL SALT SHA256 [GROUP,...], got {} fields",
-                        n + 1,
-                        fields.len()
-                    ));
-                }
-            };
-            let groups: Vec<String> = groups
-                .split(',')
-                .filter(|g| !g.is_empty())
-                .map(str::to_string)
-                .collect();
-            if groups.len() > MAX_GROUPS || !groups.iter().all(|g| valid_name(g)) {
-                return Err(format!(
-                    "line {}: at most {MAX_GROUPS} groups, each 1 to 256 bytes without ':'",
-                    n + 1
-                ));
-            }
-            if principal.len() > MAX_PRINCIPAL_BYTES {
-                return Err(format!(
-                    "line {}: principal longer than {MAX_PRINCIPAL_BYTES} bytes",
-                    n + 1
-                ));
-            }
-            let salt = hex::decode(salt).map_err(|e| format!("line {}: salt: {e}", n + 1))?;
-            let hash = hex::decode(hash).map_err(|e| format!("line {}: hash: {e}", n + 1))?;
-            if salt.len() < 8 || hash.len() != 32 {
-                return Err(format!(
-                    "line {}: the salt must be at least 8 bytes and the hash a SHA-256 (32 bytes)",
-                    n + 1
-                ));
-            }
-            entries.push(TokenEntry {
-                principal: principal.to_string(),
-                groups,
-                salt,
-                hash,
-            });
-        }
-        Ok(TokenFile { entries })
-    }
-
-    pub fn load(path: &Path) -> Result<TokenFile, String> {
-        use std::io::Read;
-        let mut text = String::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
-            return Err(format!(
-                "{}: larger than {MAX_TOKEN_FILE_BYTES} bytes",
-                path.display()
-            ));
-        }
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// The principal `token` belongs to.
-    pub fn principal_of(&self, token: &str) -> Option<&str> {
-        self.entry_of(token).map(|e| e.principal.as_str())
-    }
-
-    fn entry_of(&self, token: &str) -> Option<&TokenEntry> {
-        self.entries
-            .iter()
-            .find(|e| same_digest(&sha256(&e.salt, token.as_bytes()), &e.hash))
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-}
+use super::tokens::FailureLimiter;
+pub use super::tokens::{
+    MAX_PRINCIPAL_BYTES, MAX_TOKEN_BYTES, TokenFile, TokenStore, new_token, token_line,
+};
 
 /// A client certificate's name (its first DNS subject alternative name,
 /// else its subject's common name) and groups: the subject's Organization
@@ -194,9 +64,26 @@ pub fn certificate_identity(der: &[u8]) -> Option<(String, Vec<String>)> {
 pub struct Authenticator {
     /// Credentials are required (a CA or a token file is configured).
     pub required: bool,
-    pub tokens: Option<TokenFile>,
+    pub tokens: Option<Arc<TokenStore>>,
     /// Where refusals are audited.
     pub audit: Option<Arc<crate::audit::AuditLog>>,
+    /// Failed authentications per source.
+    pub failures: FailureLimiter,
+}
+
+impl Authenticator {
+    pub fn new(
+        required: bool,
+        tokens: Option<Arc<TokenStore>>,
+        audit: Option<Arc<crate::audit::AuditLog>>,
+    ) -> Self {
+        Authenticator {
+            required,
+            tokens,
+            audit,
+            failures: FailureLimiter::default(),
+        }
+    }
 }
 
 /// Metadata naming the end user a gateway acts for.
@@ -281,17 +168,47 @@ impl Authenticator {
         headers: &http::HeaderMap,
         info: Option<&crate::net::ConnInfo>,
     ) -> Result<Principal, Status> {
+        let source = info.and_then(|i| i.remote).map(|a| a.ip());
+        let from_certificate = info.is_some_and(|i| i.peer_certs.is_some());
+        if !from_certificate && !self.failures.admits(source) {
+            metrics::counter!("om_auth_failures_limited_total").increment(1);
+            return Err(super::refusal(
+                tonic::Code::ResourceExhausted,
+                "TOO_MANY_AUTH_FAILURES",
+                "authorization",
+                "too many failed authentications from this address; retry later",
+            ));
+        }
+        let r = self.check_credentials(headers, info);
+        // Coming without credentials costs nothing to check: not counted.
+        if let Err(e) = &r
+            && e.metadata().get("om-reason").and_then(|v| v.to_str().ok())
+                != Some("CREDENTIALS_REQUIRED")
+        {
+            self.failures.failed(source);
+        }
+        r
+    }
+
+    fn check_credentials(
+        &self,
+        headers: &http::HeaderMap,
+        info: Option<&crate::net::ConnInfo>,
+    ) -> Result<Principal, Status> {
         if let Some(cert) = info
             .and_then(|i| i.peer_certs.as_ref())
             .and_then(|c| c.first())
         {
             return match certificate_identity(cert) {
-                Some((name, _)) if name.len() > MAX_PRINCIPAL_BYTES => Err(super::refusal(
-                    tonic::Code::Unauthenticated,
-                    "CERTIFICATE_WITHOUT_NAME",
-                    "",
-                    "the client certificate's name is longer than 256 bytes",
-                )),
+                Some((name, _)) if name.len() > MAX_PRINCIPAL_BYTES || !valid_name(&name) => {
+                    Err(super::refusal(
+                        tonic::Code::Unauthenticated,
+                        "INVALID_CERTIFICATE_NAME",
+                        "",
+                        "the client certificate's name (first DNS name, else common name) must \
+                         be 1 to 256 bytes without whitespace, control characters, ',' or ':'",
+                    ))
+                }
                 Some((name, groups)) => Ok(Principal {
                     name,
                     groups,
@@ -327,7 +244,7 @@ impl Authenticator {
                         "the authorization header is not `Bearer TOKEN`",
                     )
                 })?;
-            return match tokens.entry_of(token) {
+            return match tokens.current().entry_of(token) {
                 Some(e) => Ok(Principal {
                     name: e.principal.clone(),
                     groups: e.groups.clone(),
@@ -369,6 +286,11 @@ impl Authenticator {
             .get("om-reason")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("UNAUTHENTICATED");
+        if reason == "TOO_MANY_AUTH_FAILURES" {
+            // Counted in om_auth_failures_limited_total; the source's first
+            // failures are in the log already.
+            return;
+        }
         log.record(crate::audit::Event {
             time_ms: crate::service::now_ms(),
             request_id,
@@ -432,7 +354,13 @@ where
             Box::pin(async move { Ok(resp) })
         };
         let principal = match self.auth.authenticate(req.headers(), info) {
-            Ok(p) => p,
+            Ok(p) => {
+                // An authenticated request proves its connection.
+                if let Some(prove) = info.and_then(|i| i.prove.as_ref()) {
+                    prove.call();
+                }
+                p
+            }
             Err(status) => {
                 metrics::counter!("om_unauthenticated_total").increment(1);
                 self.auth
@@ -478,34 +406,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_match_their_line_only() {
-        let text = format!(
-            "# operators\n{}\n\n{}\n",
-            token_line("alice", "s3cret-a", b"saltsalt"),
-            token_line("gateway", "s3cret-g", b"another salt")
-        );
-        let f = TokenFile::parse(&text).unwrap();
-        assert_eq!(f.len(), 2);
-        assert_eq!(f.principal_of("s3cret-a"), Some("alice"));
-        assert_eq!(f.principal_of("s3cret-g"), Some("gateway"));
-        assert_eq!(f.principal_of("s3cret-"), None);
-        assert_eq!(f.principal_of(""), None);
-        assert!(!text.contains("s3cret"), "the file holds no token");
-    }
-
-    #[test]
-    fn bad_lines_are_refused_with_their_number() {
-        for (text, want) in [
-            ("alice abc", "line 1"),
-            ("\nalice zz 00", "line 2"),
-            ("alice 0011 00", "salt"),
-        ] {
-            let e = TokenFile::parse(text).err().unwrap();
-            assert!(e.contains(want), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
     fn impersonation_headers_are_checked() {
         let mut h = http::HeaderMap::new();
         assert_eq!(impersonation(&h).unwrap(), None);
@@ -538,24 +438,18 @@ mod tests {
 
     #[test]
     fn without_required_credentials_callers_are_anonymous() {
-        let open = Authenticator {
-            required: false,
-            tokens: None,
-            audit: None,
-        };
+        let open = Authenticator::new(false, None, None);
         let p = open.authenticate(&http::HeaderMap::new(), None).unwrap();
         assert_eq!(p.name, "anonymous");
-        let closed = Authenticator {
-            required: true,
-            tokens: Some(
-                TokenFile::parse(&format!(
-                    "{} ops,eng",
-                    token_line("bob", "t0k3n", b"12345678")
-                ))
-                .unwrap(),
-            ),
-            audit: None,
-        };
+        const BOB: &str = "omt_0123456789abcdef_t0k3nt0k3nt0k3nt0k3nt0k3nt0k3nt0k3n";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            format!("{} ops,eng", token_line("bob", BOB, b"12345678")),
+        )
+        .unwrap();
+        let closed = Authenticator::new(true, Some(TokenStore::load(&file).unwrap()), None);
         let e = closed
             .authenticate(&http::HeaderMap::new(), None)
             .unwrap_err();
@@ -565,7 +459,10 @@ mod tests {
             "CREDENTIALS_REQUIRED"
         );
         let mut h = http::HeaderMap::new();
-        h.insert(http::header::AUTHORIZATION, "Bearer t0k3n".parse().unwrap());
+        h.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {BOB}").parse().unwrap(),
+        );
         let bob = closed.authenticate(&h, None).unwrap();
         assert_eq!(
             (bob.name.as_str(), &bob.groups[..]),
@@ -583,5 +480,55 @@ mod tests {
             "Basic dDBrM24=".parse().unwrap(),
         );
         assert!(closed.authenticate(&h, None).is_err());
+    }
+
+    /// A source whose attempts keep failing is refused before its token is
+    /// checked, even a valid one; other sources are not.
+    #[test]
+    fn failed_attempts_are_limited_per_source() {
+        const T: &str = "omt_00000000000000aa_validvalidvalidvalidvalidvalidvalid";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, token_line("carol", T, b"12345678")).unwrap();
+        let mut auth = Authenticator::new(true, Some(TokenStore::load(&file).unwrap()), None);
+        // No refill to speak of during the test.
+        auth.failures = FailureLimiter::new(super::super::tokens::FAILURE_BURST, 0.001);
+        let from = |ip: &str| crate::net::ConnInfo {
+            remote: Some(format!("{ip}:4000").parse().unwrap()),
+            peer_certs: None,
+            close: None,
+            prove: None,
+        };
+        let bearer = |t: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::header::AUTHORIZATION,
+                format!("Bearer {t}").parse().unwrap(),
+            );
+            h
+        };
+        let (attacker, user) = (from("192.0.2.7"), from("192.0.2.8"));
+        let reason = |r: Result<Principal, Status>| {
+            r.unwrap_err()
+                .metadata()
+                .get("om-reason")
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        for _ in 0..super::super::tokens::FAILURE_BURST as usize {
+            let r = auth.authenticate(
+                &bearer("omt_00000000000000aa_forgedforgedforgedforgedforged00"),
+                Some(&attacker),
+            );
+            assert_eq!(reason(r), "INVALID_TOKEN");
+        }
+        let r = auth.authenticate(&bearer(T), Some(&attacker));
+        assert_eq!(reason(r), "TOO_MANY_AUTH_FAILURES");
+        assert_eq!(
+            auth.authenticate(&bearer(T), Some(&user)).unwrap().name,
+            "carol"
+        );
     }
 }

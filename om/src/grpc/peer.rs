@@ -418,6 +418,20 @@ impl MemberCheck {
             return Ok(None);
         }
         let info = req.extensions().get::<crate::net::ConnInfo>();
+        let ids = self.members_named(info)?;
+        Ok(Some(om_raft_store::network::AuthenticatedPeers(ids)))
+    }
+
+    /// Whether a connection that finished its handshake may stay: it
+    /// presented a member certificate naming a member (see `members_named`).
+    pub fn admits_connection(&self, info: &crate::net::ConnInfo) -> bool {
+        self.members_named(Some(info)).is_ok()
+    }
+
+    /// The members whose Raft host the connection's certificate names, once
+    /// it carries the member marker; else why it is refused. Members are the
+    /// current membership, or `--initial-cluster` before there is one.
+    fn members_named(&self, info: Option<&crate::net::ConnInfo>) -> Result<Vec<u64>, Status> {
         let Some(cert) = info
             .and_then(|i| i.peer_certs.as_ref())
             .and_then(|c| c.first())
@@ -461,7 +475,7 @@ impl MemberCheck {
                  current members' Raft hosts",
             ));
         }
-        Ok(Some(om_raft_store::network::AuthenticatedPeers(ids)))
+        Ok(ids)
     }
 }
 
@@ -529,6 +543,18 @@ where
                     refused = n,
                     "Raft port request refused"
                 );
+            }
+            // The whole connection is refused, not only this request.
+            if let Some(close) = req
+                .extensions()
+                .get::<crate::net::ConnInfo>()
+                .and_then(|i| i.close.clone())
+            {
+                tokio::spawn(async move {
+                    // After the refusal has been written.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    close.call();
+                });
             }
             let resp = status.into_http();
             return Box::pin(async move { Ok(resp) });
