@@ -9,10 +9,14 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-profile soak-retry-cache fmt lint
+.PHONY: setup setup-test run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-profile soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
+
+# What the tests need besides (promtool for the alert rules).
+setup-test:
+	@bash scripts/setup.sh --tests
 
 build: setup
 	$(CARGO) build --release --workspace --bins
@@ -25,7 +29,7 @@ run: build
 # rustc's incremental cache can go stale across toolchains and clones sharing a
 # target directory (a link then fails on an undefined hidden symbol): a failed
 # build is retried once without that cache; a real compile error fails twice.
-test: setup
+test: setup-test
 	$(CARGO) build --release --workspace --all-targets || { \
 	  echo "build failed; retrying once without the incremental cache" >&2; \
 	  rm -rf "$${CARGO_TARGET_DIR:-target}/release/incremental"; \

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Installs what building om needs beyond the Rust toolchain, and nothing when it
-# is already there: a C++ compiler and make for RocksDB, and libclang for the
-# RocksDB bindings (bindgen). Runs as root or through sudo.
+# Installs what building and testing om needs beyond the Rust toolchain, and
+# nothing when it is already there: a C++ compiler and make for RocksDB,
+# libclang for the RocksDB bindings (bindgen), and promtool for the alert tests
+# (tests/tests/deploy.rs; Debian's prometheus package, which also brings the
+# Prometheus server: with systemd running, its postinst enables and starts
+# prometheus.service on port 9090; in containers without an init it does not).
+# Runs as root or through sudo.
 #
-#   scripts/setup.sh                 install what is missing
-#   scripts/setup.sh --print-needs   only print the packages it would install
+#   scripts/setup.sh                      install what building needs and is missing
+#   scripts/setup.sh --tests              the same, and what the tests need (make test)
+#   scripts/setup.sh --print-needs        only print the packages building needs
+#                                         that it would install
+#   scripts/setup.sh --print-test-needs   only print the packages the tests need
+#                                         that it would install
 #
 # libclang is detected by the files bindgen's loader (clang-sys, runtime linking)
 # actually opens: libclang.so, libclang-N.so, libclang.so.N and libclang-N.so.N.
@@ -63,10 +71,21 @@ need=()
 has_command c++ || need+=(g++)
 has_command make || need+=(make)
 have_libclang || need+=(libclang-dev)
+test_need=()
+has_command promtool || test_need+=(prometheus)
 
-if [ "${1:-}" = "--print-needs" ]; then
-  echo "${need[*]}"
-  exit 0
+case "${1:-}" in
+  --print-needs)
+    echo "${need[*]}"
+    exit 0
+    ;;
+  --print-test-needs)
+    echo "${test_need[*]}"
+    exit 0
+    ;;
+esac
+if [ "${1:-}" = "--tests" ]; then
+  need+=("${test_need[@]}")
 fi
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -169,8 +169,18 @@ impl Authenticator {
         info: Option<&crate::net::ConnInfo>,
     ) -> Result<Principal, Status> {
         let source = info.and_then(|i| i.remote).map(|a| a.ip());
-        let from_certificate = info.is_some_and(|i| i.peer_certs.is_some());
-        if !from_certificate && !self.failures.admits(source) {
+        let r = self.check_credentials(headers, info);
+        let Err(e) = &r else { return r };
+        // Coming without credentials costs nothing to check: not counted.
+        if e.metadata().get("om-reason").and_then(|v| v.to_str().ok())
+            == Some("CREDENTIALS_REQUIRED")
+        {
+            return r;
+        }
+        // A source past its allowance of failures gets a refusal that says
+        // so (and is not audited); its valid credentials still work, so
+        // clients sharing its address are not locked out.
+        if !self.failures.admits(source) {
             metrics::counter!("om_auth_failures_limited_total").increment(1);
             return Err(super::refusal(
                 tonic::Code::ResourceExhausted,
@@ -179,14 +189,7 @@ impl Authenticator {
                 "too many failed authentications from this address; retry later",
             ));
         }
-        let r = self.check_credentials(headers, info);
-        // Coming without credentials costs nothing to check: not counted.
-        if let Err(e) = &r
-            && e.metadata().get("om-reason").and_then(|v| v.to_str().ok())
-                != Some("CREDENTIALS_REQUIRED")
-        {
-            self.failures.failed(source);
-        }
+        self.failures.failed(source);
         r
     }
 
@@ -482,8 +485,8 @@ mod tests {
         assert!(closed.authenticate(&h, None).is_err());
     }
 
-    /// A source whose attempts keep failing is refused before its token is
-    /// checked, even a valid one; other sources are not.
+    /// A source whose attempts keep failing gets TOO_MANY_AUTH_FAILURES for
+    /// its failures, while a valid token from the same address still works.
     #[test]
     fn failed_attempts_are_limited_per_source() {
         const T: &str = "omt_00000000000000aa_validvalidvalidvalidvalidvalidvalid";
@@ -524,11 +527,19 @@ mod tests {
             );
             assert_eq!(reason(r), "INVALID_TOKEN");
         }
-        let r = auth.authenticate(&bearer(T), Some(&attacker));
+        let forged = bearer("omt_00000000000000aa_forgedforgedforgedforgedforged00");
+        let r = auth.authenticate(&forged, Some(&attacker));
         assert_eq!(reason(r), "TOO_MANY_AUTH_FAILURES");
+        let r = auth.authenticate(&forged, Some(&user));
         assert_eq!(
-            auth.authenticate(&bearer(T), Some(&user)).unwrap().name,
-            "carol"
+            reason(r),
+            "INVALID_TOKEN",
+            "another address has its own allowance"
+        );
+        let carol = auth.authenticate(&bearer(T), Some(&attacker)).unwrap();
+        assert_eq!(
+            carol.name, "carol",
+            "valid tokens from the address still work"
         );
     }
 }

@@ -13,8 +13,11 @@
 //! most `MAX_TOKEN_BYTES`, whatever the file's length: a microsecond, so it
 //! runs inline on the async workers without holding them. A fast hash is
 //! enough because the secrets are random (256 bits), not chosen passwords.
-//! A source (IP address) whose attempts keep failing is refused before its
-//! token is even looked at (`FailureLimiter`).
+//! A source (IP address) whose attempts keep failing gets a refusal that
+//! tells it to back off, not audited (`FailureLimiter`); valid credentials
+//! from the same address keep working, so clients behind one NAT are not
+//! locked out by another's mistakes. Guessing is hopeless anyway: a secret
+//! has at least 190 bits.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -281,9 +284,9 @@ pub const FAILURES_PER_SEC: f64 = 5.0;
 const MAX_SOURCES: usize = 16_384;
 
 /// Counts failed authentications per source IP address (a token bucket of
-/// `FAILURE_BURST` refilled at `FAILURES_PER_SEC`); a source whose bucket is
-/// empty is refused before its credentials are checked. Addresses behind
-/// one NAT share a bucket.
+/// `FAILURE_BURST` refilled at `FAILURES_PER_SEC`); the failures of a source
+/// whose bucket is empty are answered TOO_MANY_AUTH_FAILURES and not
+/// audited. Addresses behind one NAT share a bucket.
 pub struct FailureLimiter {
     burst: f64,
     per_sec: f64,
