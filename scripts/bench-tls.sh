@@ -35,7 +35,7 @@ issue() { # name subjectAltName extendedKeyUsage
   openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
     -days 30 -out "$pki/$1.crt" -extfile <(printf "subjectAltName=%s\nextendedKeyUsage=%s\n" "$2" "$3") 2>/dev/null
 }
-issue node "IP:127.0.0.1,DNS:localhost" "serverAuth,clientAuth"
+issue node "IP:127.0.0.1,DNS:localhost,URI:urn:om:member" "serverAuth,clientAuth"
 issue bench "DNS:bench" "clientAuth"
 
 issue admin "DNS:admin" "clientAuth"
@@ -52,6 +52,10 @@ run() { # mode: plain | mtls | secured
     # The members' certificate: omctl needs the member marker only on the
     # Raft port, which it never calls.
     ctl=(--cacert "$pki/ca.crt" --cert "$pki/bench.crt" --key "$pki/bench.key")
+  fi
+  if [ "$mode" = mtls ]; then
+    # The bench's certificate names an admin: no ACL to look at.
+    tls+=(--admins bench)
   fi
   if [ "$mode" = secured ]; then
     tls+=(--token-file "$pki/tokens" --admins admin)
