@@ -865,7 +865,7 @@ async fn revoked_and_misnamed_certificates_are_refused() {
     };
     let as_ = |who: &Issued| {
         client(
-            &[a.clone()],
+            std::slice::from_ref(&a),
             Some(identity(&ca_path, Some(who))),
             Duration::from_secs(5),
         )
