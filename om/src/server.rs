@@ -29,6 +29,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Longest a stopping leader waits for another voter to take over.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping node's public servers and background tasks get to
+/// finish what they are doing, all together; what is left is cancelled.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Hooks for tests; production nodes use the default.
 #[derive(Default, Clone)]
@@ -45,6 +48,8 @@ pub struct NodeOptions {
     /// How long a connection may stay unproven (default
     /// `net::PROVE_TIMEOUT`).
     pub prove_timeout: Option<Duration>,
+    /// Background tasks that never stop by themselves (tests of shutdown).
+    pub stubborn_tasks: usize,
 }
 
 /// The TLS configurations of a node, all from `--tls-cert/--tls-key/--tls-ca`.
@@ -368,6 +373,9 @@ impl Node {
         let service = Arc::new(service);
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
+        for _ in 0..opts.stubborn_tasks {
+            tasks.push(tokio::spawn(std::future::pending::<()>()));
+        }
 
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
@@ -675,15 +683,16 @@ impl Node {
         // period. The Raft port's connections stay open meanwhile: after a
         // handover, a write still waiting here learns its commit from the new
         // leader's appends.
-        for mut t in tasks {
-            if tokio::time::timeout(Duration::from_secs(2), &mut t)
-                .await
-                .is_err()
-            {
+        // All at once, within one grace period: waiting for them one after
+        // another would add a grace period per task that does not stop.
+        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        futures::future::join_all(tasks.into_iter().map(|mut t| async move {
+            if tokio::time::timeout_at(grace, &mut t).await.is_err() {
                 t.abort();
                 let _ = t.await;
             }
-        }
+        }))
+        .await;
         // Past the grace period, what clients still hold open is closed, and
         // so are peers' streams (appends, a snapshot transfer), which would
         // keep their connections, and the database, until the peer hung up.

@@ -684,3 +684,32 @@ async fn another_clusters_node_or_traffic_is_refused() {
         n.node.shutdown().await;
     }
 }
+
+/// A node stops within one grace period however many of its background
+/// tasks ignore the stop: they get the grace period together, then are
+/// cancelled (waiting for them one after another took a grace period each,
+/// past Kubernetes' 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_its_tasks_one_grace_period_together() {
+    let addrs = cluster_addrs(1);
+    let n = TestNode::start_member_opts(
+        tempfile::tempdir().unwrap(),
+        &addrs[0],
+        &addrs,
+        om::server::NodeOptions {
+            stubborn_tasks: 12,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    n.client().create_volume("before-stop", "").await.unwrap();
+    let started = std::time::Instant::now();
+    n.node.shutdown().await;
+    let took = started.elapsed();
+    let grace = om::server::SHUTDOWN_GRACE;
+    assert!(
+        took >= grace && took < grace + Duration::from_secs(4),
+        "shutdown took {took:?}"
+    );
+}
