@@ -703,7 +703,11 @@ async fn shutdown_gives_its_tasks_one_grace_period_together() {
         |_| {},
     )
     .await;
-    n.client().create_volume("before-stop", "").await.unwrap();
+    OmClient::new(&[n.endpoint()], om_tests::client_options())
+        .unwrap()
+        .create_volume("before-stop", "")
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     n.node.shutdown().await;
     let took = started.elapsed();

@@ -346,7 +346,6 @@ async fn silent_strangers_hold_no_port() {
     n.client().create_volume("before", "").await.unwrap();
     let ordering = std::sync::atomic::Ordering::Relaxed;
     let mut silent = Vec::new();
-    let mut reset_at_connect = 0;
     // 40 addresses, 10 silent sockets each, on each port: far more than
     // every cap together.
     for port in [n.node.grpc_addr, n.node.raft_addr, n.node.http_addr] {
@@ -356,7 +355,8 @@ async fn silent_strangers_hold_no_port() {
                 sock.bind(([127, 0, 2, 10 + host], 0).into()).unwrap();
                 match sock.connect(port).await {
                     Ok(s) => silent.push(s),
-                    Err(_) => reset_at_connect += 1,
+                    // Reset at connect: its address's share was used up.
+                    Err(_) => {}
                 }
             }
         }
@@ -400,7 +400,6 @@ async fn silent_strangers_hold_no_port() {
         .map(|s| s.unproven_closed.load(ordering) + s.idle_closed.load(ordering))
         .sum();
     assert!(closed > 0);
-    assert!(reset_at_connect < silent.len());
     wait_for(
         Duration::from_secs(15),
         "the unfinished head closed",
