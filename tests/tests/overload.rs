@@ -353,10 +353,9 @@ async fn silent_strangers_hold_no_port() {
             for _ in 0..10 {
                 let sock = tokio::net::TcpSocket::new_v4().unwrap();
                 sock.bind(([127, 0, 2, 10 + host], 0).into()).unwrap();
-                match sock.connect(port).await {
-                    Ok(s) => silent.push(s),
-                    // Reset at connect: its address's share was used up.
-                    Err(_) => {}
+                // A reset at connect means its address's share was used up.
+                if let Ok(s) = sock.connect(port).await {
+                    silent.push(s);
                 }
             }
         }
