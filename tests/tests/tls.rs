@@ -575,16 +575,26 @@ async fn certificates_are_replaced_without_a_restart() {
 
 /// Starts a single node with `tweak`'s settings on an empty directory.
 async fn single(tweak: impl FnOnce(&mut om::config::Args)) -> (TestNode, MemberAddrs) {
+    single_with(NodeOptions::default(), tweak).await
+}
+
+/// `single`, rereading its certificate and token files every 100 ms.
+async fn single_rereading(tweak: impl FnOnce(&mut om::config::Args)) -> (TestNode, MemberAddrs) {
+    let opts = NodeOptions {
+        tls_reload_interval: Some(Duration::from_millis(100)),
+        ..NodeOptions::default()
+    };
+    single_with(opts, tweak).await
+}
+
+async fn single_with(
+    opts: NodeOptions,
+    tweak: impl FnOnce(&mut om::config::Args),
+) -> (TestNode, MemberAddrs) {
     let addrs = cluster_addrs(1);
     let a = addrs[0].clone();
-    let n = TestNode::start_member_opts(
-        tempfile::tempdir().unwrap(),
-        &a,
-        &addrs,
-        NodeOptions::default(),
-        tweak,
-    )
-    .await;
+    let n =
+        TestNode::start_member_opts(tempfile::tempdir().unwrap(), &a, &addrs, opts, tweak).await;
     (n, a)
 }
 
@@ -759,24 +769,13 @@ async fn omctl_makes_tokens_the_server_rereads() {
         .unwrap();
     let bad = bad.wait_with_output().unwrap();
     assert!(!bad.status.success(), "a token without an id is refused");
-    let addrs = cluster_addrs(1);
-    let a = addrs[0].clone();
-    let n = {
+    let (n, a) = {
         let tokens = tokens.clone();
-        TestNode::start_member_opts(
-            tempfile::tempdir().unwrap(),
-            &a,
-            &addrs,
-            NodeOptions {
-                tls_reload_interval: Some(Duration::from_millis(100)),
-                ..NodeOptions::default()
-            },
-            move |args| {
-                args.token_file = Some(tokens);
-                args.insecure = true;
-                args.admins = Some("gateway,ci,late".to_string());
-            },
-        )
+        single_rereading(move |args| {
+            args.token_file = Some(tokens);
+            args.insecure = true;
+            args.admins = Some("gateway,ci,late".to_string());
+        })
         .await
     };
     let run = |token: &str, volume: &str| {
@@ -840,27 +839,16 @@ async fn revoked_and_misnamed_certificates_are_refused() {
     let admin = ca.issue(dir.path(), "admin", &["admin.example"]);
     let carol = ca.issue(dir.path(), "carol", &["carol.example"]);
     let misnamed = ca.issue(dir.path(), "misnamed", &["admin.example,carol.example"]);
-    let addrs = cluster_addrs(1);
-    let a = addrs[0].clone();
-    let n = {
+    let (n, a) = {
         let ca_path = ca_path.clone();
         let crl = crl.clone();
-        TestNode::start_member_opts(
-            tempfile::tempdir().unwrap(),
-            &a,
-            &addrs,
-            NodeOptions {
-                tls_reload_interval: Some(Duration::from_millis(100)),
-                ..NodeOptions::default()
-            },
-            move |args| {
-                args.tls_cert = Some(node.cert);
-                args.tls_key = Some(node.key);
-                args.tls_ca = Some(ca_path);
-                args.tls_crl = Some(crl);
-                args.admins = Some("admin.example,carol.example".to_string());
-            },
-        )
+        single_rereading(move |args| {
+            args.tls_cert = Some(node.cert);
+            args.tls_key = Some(node.key);
+            args.tls_ca = Some(ca_path);
+            args.tls_crl = Some(crl);
+            args.admins = Some("admin.example,carol.example".to_string());
+        })
         .await
     };
     let as_ = |who: &Issued| {
