@@ -20,6 +20,7 @@ use tonic::{Code, Status};
 
 pub use om_proto::v1;
 
+pub mod backup;
 mod versioning;
 
 /// An error as the client sees it.

@@ -13,6 +13,7 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use serde_json::{Value, json};
 
 mod acl;
+mod backup_cmd;
 mod bench;
 mod bench_mix;
 mod files;
@@ -147,6 +148,10 @@ enum Cmd {
     Acl(acl::AclCmd),
     /// Who the server takes this client for, and whether it is an admin.
     Whoami,
+    /// Backups: create (online, incremental), list, verify, prune. Restore
+    /// with `om restore`.
+    #[command(subcommand)]
+    Backup(backup_cmd::BackupCmd),
 }
 
 #[derive(clap::Args)]
@@ -995,6 +1000,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Acl(a) => acl::run(&c, out, a).await?,
         Cmd::Whoami => acl::whoami(&c, out).await?,
         Cmd::Token(t) => token::run(t, out)?,
+        Cmd::Backup(b) => backup_cmd::run(&c, out, b).await?,
         Cmd::Bench(BenchCmd {
             mode: Some(mode), ..
         }) => {

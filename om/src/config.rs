@@ -18,10 +18,10 @@ use serde::Deserialize;
 #[command(name = "om", version)]
 pub struct Args {
     /// TOML file with any of the settings below (keys as the long flags, with `_`).
-    #[arg(long, env = "OM_CONFIG")]
+    #[arg(long, env = "OM_CONFIG", global = true)]
     pub config: Option<PathBuf>,
     /// Directory holding the RocksDB database and snapshots [default: data].
-    #[arg(long, env = "OM_DATA_DIR")]
+    #[arg(long, env = "OM_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
     /// Address of the public gRPC API [default: 127.0.0.1:9862].
     #[arg(long, env = "OM_GRPC_ADDR")]
@@ -30,18 +30,23 @@ pub struct Args {
     #[arg(long, env = "OM_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
     /// This node's Raft id, unique in the cluster [default: 1].
-    #[arg(long, env = "OM_NODE_ID")]
+    #[arg(long, env = "OM_NODE_ID", global = true)]
     pub node_id: Option<u64>,
     /// Take the node id from the host name's trailing ordinal, as a
     /// StatefulSet names its pods: `om-0` is node 1, `om-2` node 3.
-    #[arg(long, env = "OM_NODE_ID_FROM_HOSTNAME", conflicts_with = "node_id")]
+    #[arg(
+        long,
+        env = "OM_NODE_ID_FROM_HOSTNAME",
+        conflicts_with = "node_id",
+        global = true
+    )]
     pub node_id_from_hostname: bool,
     /// Address of the internal Raft service [default: 127.0.0.1:9872].
     #[arg(long, env = "OM_RAFT_ADDR")]
     pub raft_addr: Option<SocketAddr>,
     /// Static initial members, `ID=RAFT_ADDR[/GRPC_ADDR],...`; every member gets
     /// the same list and the lowest id initializes the cluster.
-    #[arg(long, env = "OM_INITIAL_CLUSTER")]
+    #[arg(long, env = "OM_INITIAL_CLUSTER", global = true)]
     pub initial_cluster: Option<String>,
     /// Start empty and wait to be added by `omctl cluster add-node`.
     #[arg(long, env = "OM_JOIN")]
@@ -180,6 +185,42 @@ pub struct Args {
     /// completed, in milliseconds [default: 3600000].
     #[arg(long, env = "OM_LIFECYCLE_INTERVAL_MS")]
     pub lifecycle_interval_ms: Option<u64>,
+    /// Most bytes per second all backups together read from this node's
+    /// disk, in MiB [default: 64].
+    #[arg(long, env = "OM_BACKUP_RATE_MIB_S")]
+    pub backup_rate_mib_s: Option<u64>,
+    /// Memory RocksDB may use for memtables and its block cache, e.g.
+    /// `2GiB` or `512MiB` [default: 40 % of the cgroup memory limit, or
+    /// 1 GiB without one; at least 64 MiB]. See README "Memory".
+    #[arg(long, env = "OM_MEMORY_BUDGET")]
+    pub memory_budget: Option<String>,
+    /// Disaster recovery after losing a majority for good: start as the only
+    /// voter of the cluster, keeping this node's data (README "Losing a
+    /// majority"). Done once per data directory: a marker file keeps a
+    /// restart with the flag still set from doing it again.
+    #[arg(long, env = "OM_FORCE_NEW_CLUSTER")]
+    pub force_new_cluster: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What `om` does besides serving.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Writes this member's store for a NEW cluster from a backup made by
+    /// `omctl backup create`, into an empty data directory; then start `om`
+    /// on it. Restore every member of the new cluster from the same backup,
+    /// with the same --initial-cluster. Uses --data-dir, --node-id (or
+    /// --node-id-from-hostname), --initial-cluster and --config as `om` does.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// A backup directory (`DEST/ID`), or the backups' directory `DEST`
+    /// for its newest backup.
+    #[arg(long)]
+    pub from: PathBuf,
 }
 
 /// The same settings as read from a TOML file.
@@ -226,6 +267,8 @@ struct FileConfig {
     lifecycle_evaluations_per_s: Option<u64>,
     lifecycle_actions_per_s: Option<u64>,
     lifecycle_interval_ms: Option<u64>,
+    backup_rate_mib_s: Option<u64>,
+    memory_budget: Option<String>,
 }
 
 /// Smallest response byte budget: room for the token and markers every
@@ -280,6 +323,12 @@ pub struct Config {
     pub fd_overrides: crate::limits::Overrides,
     pub idle_timeout: Duration,
     pub lifecycle: crate::lifecycle::scanner::Settings,
+    /// Bytes per second backups may read.
+    pub backup_rate: u64,
+    /// Bytes RocksDB may spend on memtables and block cache.
+    pub memory_budget: u64,
+    /// Start as the only voter (once per data directory).
+    pub force_new_cluster: bool,
 }
 
 impl Config {
@@ -408,6 +457,22 @@ impl Config {
         if heartbeat_ms == 0 || heartbeat_ms >= election_ms {
             return Err("heartbeat must be positive and below the election timeout".to_string());
         }
+        let memory_budget = match args
+            .memory_budget
+            .as_deref()
+            .or(file.memory_budget.as_deref())
+        {
+            Some(s) => {
+                crate::memory::parse_bytes(s).map_err(|e| format!("--memory-budget: {e}"))?
+            }
+            None => crate::memory::default_budget(),
+        };
+        if memory_budget < crate::memory::MIN_BUDGET {
+            return Err(format!(
+                "--memory-budget must be at least {} MiB",
+                crate::memory::MIN_BUDGET >> 20
+            ));
+        }
         Ok(Config {
             data_dir: args
                 .data_dir
@@ -518,6 +583,12 @@ impl Config {
                         .map_or(d.interval, Duration::from_millis),
                 }
             },
+            backup_rate: args
+                .backup_rate_mib_s
+                .or(file.backup_rate_mib_s)
+                .map_or(crate::backup::DEFAULT_RATE, |m| m.max(1) << 20),
+            memory_budget,
+            force_new_cluster: args.force_new_cluster,
         })
     }
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::cluster_server::Cluster;
 use om_proto::v1::ozone_manager_server::OzoneManager;
@@ -1256,6 +1257,45 @@ pub fn cluster_status(svc: &OmService) -> ClusterStatusResponse {
 
 #[tonic::async_trait]
 impl Cluster for ClusterGrpc {
+    type ReadBackupFileStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<BackupFileChunk, Status>> + Send + 'static>,
+    >;
+
+    async fn start_backup(
+        &self,
+        _req: Request<StartBackupRequest>,
+    ) -> Result<Response<StartBackupResponse>, Status> {
+        observe("StartBackup", self.svc.start_backup()).await
+    }
+
+    async fn read_backup_file(
+        &self,
+        req: Request<ReadBackupFileRequest>,
+    ) -> Result<Response<Self::ReadBackupFileStream>, Status> {
+        let r = req.into_inner();
+        let rx = observe("ReadBackupFile", async {
+            self.svc
+                .read_backup_file(&r.session, &r.name, r.bytes_per_second)
+        })
+        .await?
+        .into_inner();
+        let stream =
+            tokio_stream::wrappers::ReceiverStream::new(rx).map(|c| c.map_err(|e| to_status(&e)));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn finish_backup(
+        &self,
+        req: Request<FinishBackupRequest>,
+    ) -> Result<Response<FinishBackupResponse>, Status> {
+        let r = req.into_inner();
+        observe("FinishBackup", async {
+            self.svc.finish_backup(&r.session).await?;
+            Ok(FinishBackupResponse {})
+        })
+        .await
+    }
+
     async fn status(
         &self,
         _req: Request<ClusterStatusRequest>,

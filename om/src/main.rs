@@ -22,7 +22,8 @@ fn main() -> std::process::ExitCode {
     unsafe {
         libc::umask(0o077);
     }
-    let args = Args::parse();
+    let mut args = Args::parse();
+    let command = args.command.take();
     let filter = EnvFilter::try_from_env("OM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
@@ -48,6 +49,30 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(om::config::Command::Restore(r)) = command {
+        return match om::restore::restore(&cfg, &r.from) {
+            Ok(done) => {
+                let m = &done.manifest;
+                println!(
+                    "restored backup {} (cluster {}, index {}, taken {} by node {}) from {} into {} \
+                     as node {} of a new cluster; start om on it with the same --initial-cluster",
+                    m.id,
+                    m.cluster_id,
+                    m.applied_index,
+                    m.created,
+                    m.node_id,
+                    done.from.display(),
+                    cfg.data_dir.display(),
+                    cfg.node_id
+                );
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("om restore: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

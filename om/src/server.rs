@@ -114,10 +114,20 @@ pub struct Node {
 /// compacts tombstone bands away soon after they land, instead of waiting for
 /// size-based compaction, so scans do not keep paying for deleted keys.
 pub fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
+    table_descriptors_with(None)
+}
+
+/// `table_descriptors` under a memory budget (one shared block cache).
+pub fn table_descriptors_with(
+    memory: Option<&om_raft_store::memory::MemoryBudget>,
+) -> Vec<ColumnFamilyDescriptor> {
     keys::TABLE_CFS
         .iter()
         .map(|name| {
             let mut o = Options::default();
+            if let Some(m) = memory {
+                m.apply_to_cf(&mut o);
+            }
             if keys::DELETION_HEAVY_CFS.contains(name) {
                 o.add_compact_on_deletion_collector_factory(
                     DELETION_WINDOW,
@@ -136,6 +146,7 @@ pub fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
 async fn open_store(
     dir: &std::path::Path,
     max_open_files: u64,
+    memory: om_raft_store::memory::MemoryBudget,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
     // The store is the cluster's metadata and ACLs: readable by om's user
     // only, whatever the umask (files inside inherit the protection).
@@ -151,9 +162,11 @@ async fn open_store(
         // (`tests/tests/divergence.rs`): while the named file exists, log
         // appends are held in memory, unflushed and unacknowledged.
         hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
+        memory: Some(memory),
     };
     loop {
-        match om_raft_store::open_with(dir, table_descriptors(), Arc::new(OmApplier), &opts) {
+        let tables = table_descriptors_with(opts.memory.as_ref());
+        match om_raft_store::open_with(dir, tables, Arc::new(OmApplier), &opts) {
             Err(e) if e.to_string().contains("lock") && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -280,8 +293,43 @@ impl Node {
                  loopback, or behind --insecure; see README \"Securing a cluster\""
             ),
         }
-        let store = open_store(&cfg.data_dir, budget.db_max_open_files).await?;
+        let memory = om_raft_store::memory::MemoryBudget::new(cfg.memory_budget);
+        tracing::info!(
+            budget = cfg.memory_budget,
+            memtables = cfg.memory_budget / 4,
+            memtable_per_table = memory.write_buffer_size(),
+            "RocksDB memory budget: one block cache, memtables charged to it"
+        );
+        let store = open_store(&cfg.data_dir, budget.db_max_open_files, memory).await?;
         let db = store.db.clone();
+        if cfg.force_new_cluster {
+            let forced = crate::restore::force_new_cluster(
+                &db,
+                &cfg,
+                &cfg.raft_addr.to_string(),
+                &cfg.grpc_addr.to_string(),
+            )?;
+            if let (Some(index), Some(a)) = (forced, &audit) {
+                a.record(crate::audit::Event {
+                    time_ms: crate::service::now_ms(),
+                    principal: "operator".into(),
+                    via: "none",
+                    operation: "ForceNewCluster".into(),
+                    resource: "/".into(),
+                    result: "OK".into(),
+                    detail: format!(
+                        "node {} is the only voter from log index {index}",
+                        cfg.node_id
+                    ),
+                    ..Default::default()
+                });
+            }
+        }
+        let backups = crate::backup::Backups::open(
+            &cfg.data_dir,
+            keys::TABLE_CFS.iter().map(|t| t.to_string()).collect(),
+            cfg.backup_rate,
+        )?;
         let db_options = store.options.clone();
         crate::store::tune_tables(&db)?;
         let empty_store = store.holds_nothing()?;
@@ -360,6 +408,7 @@ impl Node {
         .with_clock_offset(opts.clock_offset_ms)
         .with_divergence(divergence.clone())
         .with_cluster_id(cluster_id.clone())
+        .with_backups(backups.clone())
         .with_peer_tls(tls.as_ref().map(|t| t.peer.clone()))
         .with_staleness(leader_contact.clone(), cfg.max_staleness_ms);
         if authenticator.required {
@@ -578,6 +627,7 @@ impl Node {
             cluster_id.clone(),
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(backups.run(stop_rx.clone())));
         tasks.push(tokio::spawn(purge_deleted_dirs(
             service.clone(),
             stop_rx.clone(),

@@ -17,6 +17,7 @@ use openraft::{ChangeMembers, ReadPolicy};
 use rocksdb::DB;
 
 mod access;
+mod backup;
 mod files;
 mod lifecycle;
 mod tagging;
@@ -123,6 +124,8 @@ pub struct OmService {
     leader_contact: Option<Arc<om_raft_store::network::LeaderContact>>,
     /// The oldest state a stale read accepts by default.
     max_staleness_ms: u64,
+    /// Copies of the store taken for backups; `None`: backups refused.
+    backups: Option<Arc<crate::backup::Backups>>,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -214,6 +217,7 @@ impl OmService {
             peer_tls: None,
             leader_contact: None,
             max_staleness_ms: DEFAULT_MAX_STALENESS_MS,
+            backups: None,
         }
     }
 
@@ -224,6 +228,12 @@ impl OmService {
     }
 
     /// Tracks the cluster's id (status, AddNode's check).
+    /// Serves backups from copies kept by `b`.
+    pub fn with_backups(mut self, b: Arc<crate::backup::Backups>) -> Self {
+        self.backups = Some(b);
+        self
+    }
+
     pub fn with_cluster_id(mut self, id: Arc<crate::cluster_id::ClusterId>) -> Self {
         self.cluster_id = Some(id);
         self

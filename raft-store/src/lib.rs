@@ -13,11 +13,13 @@
 //! verified, or turn a transient storage shortage in the snapshot paths into
 //! an error (openraft ends its core on any storage error).
 
+pub mod backup;
 pub mod codec;
 pub mod command;
 pub mod digest;
 pub mod keys;
 pub mod log_store;
+pub mod memory;
 pub mod metrics;
 pub mod network;
 pub mod pins;
@@ -167,6 +169,9 @@ pub struct StoreOptions {
     /// buffer (no write, no fsync, no acknowledgement), so a SIGKILL loses
     /// them although followers may already hold them. `None` in production.
     pub hold_wal_flush_while: Option<std::path::PathBuf>,
+    /// One bound for memtables and caches (`memory`); `None`: RocksDB's
+    /// defaults per column family.
+    pub memory: Option<memory::MemoryBudget>,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
@@ -217,12 +222,21 @@ pub fn open_with(
     // enum): tickers and non-timer histograms, no timers.
     opts.enable_statistics();
     opts.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
+    let cf_options = || {
+        store
+            .memory
+            .as_ref()
+            .map_or_else(Options::default, memory::MemoryBudget::cf_options)
+    };
     let table_names: Vec<String> = tables.iter().map(|d| d.name().to_string()).collect();
     let mut cfs = vec![
-        ColumnFamilyDescriptor::new(keys::LOG_CF, Options::default()),
-        ColumnFamilyDescriptor::new(keys::RAFT_META_CF, Options::default()),
-        ColumnFamilyDescriptor::new(keys::SM_META_CF, Options::default()),
+        ColumnFamilyDescriptor::new(keys::LOG_CF, cf_options()),
+        ColumnFamilyDescriptor::new(keys::RAFT_META_CF, cf_options()),
+        ColumnFamilyDescriptor::new(keys::SM_META_CF, cf_options()),
     ];
+    if let Some(m) = &store.memory {
+        m.apply_to_db(&mut opts);
+    }
     cfs.extend(tables);
     let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(std::io::Error::other)?;
     let db = Arc::new(db);

@@ -264,7 +264,7 @@ impl Pins {
 /// Entries between two looks at a pin's cancel flag.
 const CANCEL_EVERY: u64 = 4096;
 
-fn summarize(
+pub(crate) fn summarize(
     db: &DB,
     tables: &[String],
     read: impl Fn() -> ReadOptions,

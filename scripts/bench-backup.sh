@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Backup benchmark on a local 3-node om cluster (processes, loopback, fsync on):
+#   scripts/bench-backup.sh [KEYS]            (default 1000000)
+# 1. loads KEYS keys, then measures foreground latency (`bench mix`, get=90
+#    put=10, 16 clients) alone and while a full backup is taken from the leader,
+#    side by side;
+# 2. the full backup: bytes, seconds, MB/s, omctl's peak RSS, the leader's RSS
+#    before and after;
+# 3. rewrites 1 % of the keys (100 evenly spread runs) and takes a second
+#    backup into the same directory: bytes it added (shared files are not sent);
+# 4. restores the second backup into three new data directories (`om
+#    restore`) and starts them: seconds per restore and to a ready cluster.
+# Prints Markdown. BENCH_KEEP=1 keeps the data directories; MEMORY_BUDGET sets
+# every node's --memory-budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+keys="${1:-1000000}"
+make -s build >/dev/null
+
+work="${BENCH_DIR:-$(mktemp -d)}"
+mkdir -p "$work"
+declare -A pid
+cleanup() {
+  for p in "${pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+base=${BENCH_PORT_BASE:-24000}
+cluster_of() { # port base -> initial cluster
+  local c="" i
+  for i in 1 2 3; do c+="${c:+,}$i=127.0.0.1:$(($1 + 10 + i))/127.0.0.1:$(($1 + i))"; done
+  echo "$c"
+}
+start() { # node-id port-base data-prefix
+  local i=$1 b=$2
+  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/$3$i" \
+    --grpc-addr "127.0.0.1:$((b + i))" --raft-addr "127.0.0.1:$((b + 10 + i))" \
+    --http-addr "127.0.0.1:$((b + 20 + i))" --initial-cluster "$(cluster_of "$b")" \
+    ${MEMORY_BUDGET:+--memory-budget "$MEMORY_BUDGET"} \
+    >>"$work/$3$i.log" 2>&1 &
+  pid[$3$i]=$!
+}
+metric() { # port-base node-id name
+  curl -s "http://127.0.0.1:$(($1 + 20 + $2))/metrics" | awk -v m="$3" '$1 == m { print $2 }'
+}
+leader() { # port-base
+  for i in 1 2 3; do
+    [ "$(metric "$1" "$i" om_raft_is_leader 2>/dev/null)" = 1 ] && { echo "$i"; return; }
+  done
+}
+rss_mib() { awk '$1 == "VmRSS:" { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+for i in 1 2 3; do start "$i" "$base" om; done
+eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+omctl() { "$target/release/omctl" --endpoint "$eps" --timeout 60 "$@"; }
+for _ in $(seq 1 200); do omctl volume list >/dev/null 2>&1 && break; sleep 0.2; done
+omctl volume create bench >/dev/null
+omctl bucket create bench/keys >/dev/null
+
+echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(nproc) cores, $(date -u +%Y-%m-%d), $keys keys"
+echo
+t=$(now)
+omctl bench load bench/keys --keys "$keys" --batch 256 --concurrency 16 >/dev/null </dev/null
+echo "Loaded in $(since "$t") s."
+l=$(leader "$base")
+lep="127.0.0.1:$((base + l))"
+mix() { omctl --output json bench mix bench/keys --keys "$keys" --mix get=90,put=10 \
+  --concurrency 16 --seconds 20 --warmup 2 </dev/null; }
+pct() { # json op field
+  python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(o[sys.argv[2]] for o in d["ops"] if str(o["op"]).lower()==sys.argv[1]))' "$2" "$3" <<<"$1"
+}
+
+echo
+echo "### Foreground latency, alone and during a full backup (16 clients, get=90 put=10)"
+alone=$(mix)
+rss_before=$(rss_mib "${pid[om$l]}")
+dest="$work/backups"
+t=$(now)
+/usr/bin/time -f '%M' -o "$work/omctl.rss" "$target/release/omctl" --endpoint "$lep" \
+  backup create --quiet "$dest" >"$work/full.id" 2>"$work/full.err" &
+bpid=$!
+during=$(mix)
+wait "$bpid"
+full_s=$(since "$t")
+rss_after=$(rss_mib "${pid[om$l]}")
+echo
+echo "| | get p50 ms | get p99 ms | put p50 ms | put p99 ms |"
+echo "|---|---|---|---|---|"
+for row in alone during; do
+  j=${!row}
+  echo "| $row | $(pct "$j" get p50_ms) | $(pct "$j" get p99_ms) | $(pct "$j" put p50_ms) | $(pct "$j" put p99_ms) |"
+done
+full_id=$(tail -n 1 "$work/full.id")
+full_bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$dest/$full_id/manifest.json")
+echo
+echo "### Full backup"
+echo
+echo "| bytes | seconds (with the mix running) | MB/s | omctl peak RSS MiB | leader RSS MiB before / after |"
+echo "|---|---|---|---|---|"
+echo "| $full_bytes | $full_s | $(awk -v b="$full_bytes" -v s="$full_s" 'BEGIN { printf "%.1f", b / s / 1e6 }') | $(awk '{ printf "%.0f", $1 / 1024 }' "$work/omctl.rss") | $rss_before / $rss_after |"
+
+echo
+echo "### Incremental backup after 1 % of the keys changed"
+runs=100
+per=$((keys / 100 / runs))
+for j in $(seq 0 $((runs - 1))); do
+  omctl bench load bench/keys --keys "$per" --start $((j * keys / runs)) --batch 100 --concurrency 4 >/dev/null </dev/null
+done
+t=$(now)
+"$target/release/omctl" --endpoint "$lep" backup create --quiet "$dest" >"$work/incr.id" 2>/dev/null
+incr_s=$(since "$t")
+incr_id=$(tail -n 1 "$work/incr.id")
+read -r incr_bytes incr_new < <(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["bytes"], m["new_bytes"])' "$dest/$incr_id/manifest.json")
+echo
+echo "| keys changed | store bytes | bytes added | share of the store | seconds |"
+echo "|---|---|---|---|---|"
+echo "| $((per * runs)) | $incr_bytes | $incr_new | $(awk -v a="$incr_new" -v b="$incr_bytes" 'BEGIN { printf "%.1f %%", a * 100 / b }') | $incr_s |"
+
+echo
+echo "### Restore"
+rbase=$((base + 100))
+total=$(now)
+echo
+echo "| step | seconds |"
+echo "|---|---|"
+for i in 1 2 3; do
+  t=$(now)
+  OM_LOG=warn "$target/release/om" restore --from "$dest/$incr_id" --data-dir "$work/r$i" --node-id "$i" \
+    --initial-cluster "$(cluster_of "$rbase")" >/dev/null
+  echo "| om restore, node $i | $(since "$t") |"
+done
+t=$(now)
+for i in 1 2 3; do start "$i" "$rbase" r; done
+until [ -n "$(leader "$rbase")" ]; do sleep 0.05; done
+echo "| start to a leader | $(since "$t") |"
+echo "| total | $(since "$total") |"
