@@ -67,6 +67,16 @@ echo
 t=$(now)
 omctl bench load bench/keys --keys "$keys" --batch 256 --concurrency 16 >/dev/null </dev/null
 echo "Loaded in $(since "$t") s."
+echo
+echo "### Memory after the load (the load is the write burst)"
+echo
+echo "| node | budget MiB | peak RSS MiB | RSS MiB | block cache MiB (memtables charged) | memtables MiB | table readers MiB |"
+echo "|---|---|---|---|---|---|---|"
+mib_metric() { awk -v v="$(metric "$base" "$1" "$2")" 'BEGIN { printf "%.0f", v / 1048576 }'; }
+for i in 1 2 3; do
+  p=${pid[om$i]}
+  echo "| $i | $(mib_metric "$i" om_db_memory_budget_bytes) | $(awk '$1 == "VmHWM:" { printf "%.0f", $2 / 1024 }' "/proc/$p/status") | $(rss_mib "$p") | $(mib_metric "$i" om_db_block_cache_usage_bytes) | $(mib_metric "$i" om_db_memtable_bytes) | $(mib_metric "$i" om_db_table_readers_bytes) |"
+done
 l=$(leader "$base")
 lep="127.0.0.1:$((base + l))"
 mix() { omctl --output json bench mix bench/keys --keys "$keys" --mix get=90,put=10 \

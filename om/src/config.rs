@@ -200,6 +200,11 @@ pub struct Args {
     /// restart with the flag still set from doing it again.
     #[arg(long, env = "OM_FORCE_NEW_CLUSTER")]
     pub force_new_cluster: bool,
+    /// Archive every entry this node applies into this directory, so `om
+    /// restore --to-index/--to-time` can replay past a backup (README
+    /// "Backups and restore").
+    #[arg(long, env = "OM_ARCHIVE_LOG")]
+    pub archive_log: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -221,6 +226,18 @@ pub struct RestoreArgs {
     /// for its newest backup.
     #[arg(long)]
     pub from: PathBuf,
+    /// Replay archived entries after the backup up to this log index
+    /// (needs --archive-log).
+    #[arg(long, conflicts_with = "to_time", requires = "archive_log")]
+    pub to_index: Option<u64>,
+    /// Replay archived entries after the backup up to this time (RFC 3339,
+    /// e.g. 2026-12-02T10:00:00Z, or ms since the Unix epoch): every write
+    /// the leader stamped at or before it, none after (needs --archive-log).
+    #[arg(long, requires = "archive_log")]
+    pub to_time: Option<String>,
+    /// The log archive to replay from (a member's --archive-log).
+    #[arg(long = "archive-log")]
+    pub archive_log: Option<PathBuf>,
 }
 
 /// The same settings as read from a TOML file.
@@ -269,6 +286,7 @@ struct FileConfig {
     lifecycle_interval_ms: Option<u64>,
     backup_rate_mib_s: Option<u64>,
     memory_budget: Option<String>,
+    archive_log: Option<PathBuf>,
 }
 
 /// Smallest response byte budget: room for the token and markers every
@@ -329,6 +347,8 @@ pub struct Config {
     pub memory_budget: u64,
     /// Start as the only voter (once per data directory).
     pub force_new_cluster: bool,
+    /// Where applied entries are archived.
+    pub archive_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -589,6 +609,7 @@ impl Config {
                 .map_or(crate::backup::DEFAULT_RATE, |m| m.max(1) << 20),
             memory_budget,
             force_new_cluster: args.force_new_cluster,
+            archive_log: args.archive_log.or(file.archive_log),
         })
     }
 }

@@ -50,17 +50,40 @@ fn main() -> std::process::ExitCode {
         }
     };
     if let Some(om::config::Command::Restore(r)) = command {
-        return match om::restore::restore(&cfg, &r.from) {
+        let target = match (&r.archive_log, r.to_index, &r.to_time) {
+            (Some(a), Some(index), _) => om::restore::Target::Index {
+                archive: a.clone(),
+                index,
+            },
+            (Some(a), None, Some(t)) => match om::restore::parse_time(t) {
+                Ok(ms) => om::restore::Target::Time {
+                    archive: a.clone(),
+                    ms,
+                },
+                Err(e) => {
+                    eprintln!("om restore: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            },
+            (Some(_), None, None) => {
+                eprintln!("om restore: --archive-log needs --to-index or --to-time");
+                return std::process::ExitCode::from(2);
+            }
+            (None, ..) => om::restore::Target::Backup,
+        };
+        return match om::restore::restore(&cfg, &r.from, &target) {
             Ok(done) => {
                 let m = &done.manifest;
                 println!(
-                    "restored backup {} (cluster {}, index {}, taken {} by node {}) from {} into {} \
-                     as node {} of a new cluster; start om on it with the same --initial-cluster",
+                    "restored backup {} (cluster {}, index {}, taken {} by node {}) to index {} \
+                     from {} into {} as node {} of a new cluster; start om on it with the same \
+                     --initial-cluster",
                     m.id,
                     m.cluster_id,
                     m.applied_index,
                     m.created,
                     m.node_id,
+                    done.applied_index,
                     done.from.display(),
                     cfg.data_dir.display(),
                     cfg.node_id

@@ -179,6 +179,24 @@ pub fn retry_cache(svc: &crate::service::OmService) {
 /// Per column family: live data, SST bytes on disk and pending compaction
 /// bytes, as RocksDB estimates them (`om_db_*_bytes{cf}`).
 pub fn db_sizes(db: &rocksdb::DB) {
+    // Memory, against `--memory-budget`: the block cache is shared (any
+    // column family reports it, memtable charges included); memtables and
+    // table readers (index and filter blocks outside the cache) add up.
+    let (mut memtables, mut readers, mut cache) = (0u64, 0u64, None);
+    for &cf in crate::store::keys::TABLE_CFS.iter().chain(&[
+        om_raft_store::keys::LOG_CF,
+        om_raft_store::keys::RAFT_META_CF,
+        om_raft_store::keys::SM_META_CF,
+    ]) {
+        let Some(h) = db.cf_handle(cf) else { continue };
+        let get = |p: &str| db.property_int_value_cf(h, p).ok().flatten().unwrap_or(0);
+        memtables += get("rocksdb.cur-size-all-mem-tables");
+        readers += get("rocksdb.estimate-table-readers-mem");
+        cache.get_or_insert_with(|| get("rocksdb.block-cache-usage"));
+    }
+    metrics::gauge!("om_db_memtable_bytes").set(memtables as f64);
+    metrics::gauge!("om_db_table_readers_bytes").set(readers as f64);
+    metrics::gauge!("om_db_block_cache_usage_bytes").set(cache.unwrap_or(0) as f64);
     for &cf in crate::store::keys::TABLE_CFS.iter().chain(&[
         om_raft_store::keys::LOG_CF,
         om_raft_store::keys::RAFT_META_CF,

@@ -24,8 +24,32 @@ const STAGING: &str = ".restore-staging";
 pub struct Restored {
     pub manifest: Manifest,
     pub from: PathBuf,
+    /// The last index of the old cluster's history the store holds: the
+    /// backup's, or the last replayed from the archive.
+    pub applied_index: u64,
     /// Index of the new cluster's membership entry.
     pub membership_index: u64,
+}
+
+/// How far past the backup a restore replays the log archive.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The backup's own index.
+    Backup,
+    /// Through this index.
+    Index { archive: PathBuf, index: u64 },
+    /// Every entry stamped at or before this time (ms since the Unix epoch).
+    Time { archive: PathBuf, ms: u64 },
+}
+
+/// `--to-time`: RFC 3339 or ms since the Unix epoch.
+pub fn parse_time(s: &str) -> Result<u64, String> {
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(ms);
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis().max(0) as u64)
+        .map_err(|e| format!("--to-time {s:?}: neither RFC 3339 nor milliseconds: {e}"))
 }
 
 /// The members `--initial-cluster` names.
@@ -72,7 +96,7 @@ fn sync_dir(p: &Path) -> std::io::Result<()> {
 /// `--initial-cluster` from the backup at `from`, into an empty data
 /// directory. Checks every byte of the backup first and every table's digest
 /// after assembling it; on any error nothing is left in the data directory.
-pub fn restore(cfg: &Config, from: &Path) -> Result<Restored, String> {
+pub fn restore(cfg: &Config, from: &Path, target: &Target) -> Result<Restored, String> {
     let members = members(cfg)?;
     let data = &cfg.data_dir;
     if holds_store(data) {
@@ -94,8 +118,8 @@ pub fn restore(cfg: &Config, from: &Path) -> Result<Restored, String> {
     std::fs::set_permissions(data, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", data.display()))?;
     let staging = data.join(STAGING);
-    let result = assemble(&staging, &dest, &m, &members);
-    let index = match result {
+    let result = assemble(&staging, &dest, &m, &members, target);
+    let (applied_index, index) = match result {
         Ok(i) => i,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
@@ -116,6 +140,7 @@ pub fn restore(cfg: &Config, from: &Path) -> Result<Restored, String> {
     Ok(Restored {
         manifest: m,
         from: dest,
+        applied_index,
         membership_index: index,
     })
 }
@@ -127,7 +152,8 @@ fn assemble(
     dest: &Path,
     m: &Manifest,
     members: &BTreeMap<u64, OmNode>,
-) -> Result<u64, String> {
+    target: &Target,
+) -> Result<(u64, u64), String> {
     if staging.exists() {
         std::fs::remove_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
     }
@@ -172,12 +198,79 @@ fn assemble(
         ));
     }
     check_tables(&db, m)?;
+    let mut sm = store.state_machine.clone();
+    let applied_index = replay(&mut sm, m.applied_index, target)?;
     forget_cluster_id(&db)?;
     let new = om_raft_store::backup::start_new_cluster(&db, members, LogFate::DropToApplied)
         .map_err(|e| format!("writing the new cluster's Raft state: {e}"))?;
+    drop(sm);
     drop(store);
     drop(db);
-    Ok(new.membership_log_id.index)
+    Ok((applied_index, new.membership_log_id.index))
+}
+
+/// Replays the archive past the backup's index `from` as `target` asks;
+/// returns the last index applied. Refuses an archive that does not reach
+/// the target.
+fn replay(
+    sm: &mut om_raft_store::StateMachine,
+    backup_index: u64,
+    target: &Target,
+) -> Result<u64, String> {
+    use om_raft_store::archive::{Replayed, replay};
+    let (archive, to, until_ms) = match target {
+        Target::Backup => return Ok(backup_index),
+        Target::Index { archive, index } => {
+            if *index < backup_index {
+                return Err(format!(
+                    "--to-index {index} is before the backup's index {backup_index}: restore an \
+                     older backup"
+                ));
+            }
+            (archive, Some(*index), None)
+        }
+        Target::Time { archive, ms } => (archive, None, Some(*ms)),
+    };
+    let mut replayed = 0u64;
+    let r = replay(archive, backup_index + 1, to, |e| {
+        if let (Some(until), openraft::EntryPayload::Normal(cmd)) = (until_ms, &e.payload)
+            && cmd.command().now_ms > until
+        {
+            return Ok(false);
+        }
+        sm.replay_one(e)?;
+        replayed += 1;
+        Ok(true)
+    })
+    .map_err(|e| format!("replaying {}: {e}", archive.display()))?;
+    let last = match (r, until_ms) {
+        (Replayed::Complete { last }, None) | (Replayed::Stopped { last, .. }, Some(_)) => last,
+        (Replayed::Gap { last, missing }, _) => {
+            return Err(format!(
+                "the archive {} holds no entry {missing}: it can restore this backup to index \
+                 {last} at most",
+                archive.display()
+            ));
+        }
+        (Replayed::Complete { last }, Some(ms)) => {
+            return Err(format!(
+                "the archive {} ends at index {last} without an entry stamped after {ms} ms: \
+                 later entries may be missing; restore with --to-index {last} to replay all \
+                 it holds",
+                archive.display()
+            ));
+        }
+        (Replayed::Stopped { at, .. }, None) => {
+            return Err(format!("the replay stopped at index {at}"));
+        }
+    };
+    tracing::info!(
+        from = backup_index + 1,
+        last,
+        replayed,
+        "replayed the log archive"
+    );
+    Ok(last)
 }
 
 /// Every table's entries and digest equal the manifest's.

@@ -147,6 +147,7 @@ async fn open_store(
     dir: &std::path::Path,
     max_open_files: u64,
     memory: om_raft_store::memory::MemoryBudget,
+    archive_log: Option<&std::path::Path>,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
     // The store is the cluster's metadata and ACLs: readable by om's user
     // only, whatever the umask (files inside inherit the protection).
@@ -163,6 +164,7 @@ async fn open_store(
         // appends are held in memory, unflushed and unacknowledged.
         hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
         memory: Some(memory),
+        archive_log: archive_log.map(Into::into),
     };
     loop {
         let tables = table_descriptors_with(opts.memory.as_ref());
@@ -294,13 +296,23 @@ impl Node {
             ),
         }
         let memory = om_raft_store::memory::MemoryBudget::new(cfg.memory_budget);
+        metrics::gauge!("om_db_memory_budget_bytes").set(cfg.memory_budget as f64);
         tracing::info!(
             budget = cfg.memory_budget,
             memtables = cfg.memory_budget / 4,
             memtable_per_table = memory.write_buffer_size(),
             "RocksDB memory budget: one block cache, memtables charged to it"
         );
-        let store = open_store(&cfg.data_dir, budget.db_max_open_files, memory).await?;
+        let store = open_store(
+            &cfg.data_dir,
+            budget.db_max_open_files,
+            memory,
+            cfg.archive_log.as_deref(),
+        )
+        .await?;
+        if let Some(a) = &cfg.archive_log {
+            tracing::info!(dir = %a.display(), "archiving every applied entry");
+        }
         let db = store.db.clone();
         if cfg.force_new_cluster {
             let forced = crate::restore::force_new_cluster(

@@ -13,6 +13,7 @@
 //! verified, or turn a transient storage shortage in the snapshot paths into
 //! an error (openraft ends its core on any storage error).
 
+pub mod archive;
 pub mod backup;
 pub mod codec;
 pub mod command;
@@ -172,6 +173,8 @@ pub struct StoreOptions {
     /// One bound for memtables and caches (`memory`); `None`: RocksDB's
     /// defaults per column family.
     pub memory: Option<memory::MemoryBudget>,
+    /// Archive every applied entry into this directory (`archive`).
+    pub archive_log: Option<std::path::PathBuf>,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
@@ -241,7 +244,11 @@ pub fn open_with(
     let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(std::io::Error::other)?;
     let db = Arc::new(db);
     let log_store = LogStore::new(db.clone(), store.hold_wal_flush_while.clone())?;
-    let state_machine = StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
+    let mut state_machine =
+        StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
+    if let Some(a) = &store.archive_log {
+        state_machine.archive_to(Arc::new(archive::LogArchive::open(a)?));
+    }
     if store.batch_snapshot_install {
         state_machine.install_in_one_batch();
     }

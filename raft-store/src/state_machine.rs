@@ -57,6 +57,8 @@ pub struct StateMachine {
     faults: Arc<ApplyFaults>,
     /// States pinned at verification entries (`pins`).
     pins: Arc<Pins>,
+    /// Where applied entries are archived (`--archive-log`), if anywhere.
+    archive: Option<Arc<crate::archive::LogArchive>>,
 }
 
 /// What every applied entry's record repeats from the one before.
@@ -134,7 +136,25 @@ impl StateMachine {
             alive: Arc::new(()),
             tail: None,
             faults: Arc::default(),
+            archive: None,
         })
+    }
+
+    /// Archives every entry applied from now on into `archive`.
+    pub(crate) fn archive_to(&mut self, archive: Arc<crate::archive::LogArchive>) {
+        self.archive = Some(archive);
+    }
+
+    /// Applies `entry` outside Raft, as if it came next in the log: for a
+    /// restore replaying archived entries on a store no Raft runs on.
+    pub fn replay_one(&mut self, entry: &crate::Entry) -> std::io::Result<()> {
+        let mut tail = match self.tail.take() {
+            Some(t) => t,
+            None => self.read_tail()?,
+        };
+        self.apply_one(entry, &mut tail)?;
+        self.tail = Some(tail);
+        Ok(())
     }
 
     /// The states pinned for verification (`pins`).
@@ -349,6 +369,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some((entry, responder)) = entries.try_next().await? {
             let started = Instant::now();
             let result = self.apply_one(&entry, &mut tail)?;
+            if let Some(a) = &self.archive {
+                a.push(&entry)?;
+            }
             crate::metrics::applied(started.elapsed().as_secs_f64());
             if let Some(r) = responder {
                 r.send(result);

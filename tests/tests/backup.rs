@@ -498,3 +498,97 @@ async fn force_new_cluster_recovers_from_a_lost_majority() {
         "keys the survivor had applied are gone: {lost:?}"
     );
 }
+
+/// With `--archive-log`, a restore replays past its backup to exactly the
+/// index or time asked for: the keys written at or before it, none after;
+/// an archive that does not reach the target is refused, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn point_in_time_restore_lands_on_the_chosen_index() {
+    let root = tempfile::tempdir().unwrap();
+    let archive = root.path().join("archive");
+    let dest = root.path().join("backups");
+    let members = cluster_addrs(1);
+    let dir = root.path().join("n1");
+    let archive_flag = archive.to_str().unwrap();
+    let mut procs = start(&members, &[dir], &["--archive-log", archive_flag]).await;
+    let c = client(endpoints(&members));
+    c.create_volume(VOL, "").await.unwrap();
+    c.create_bucket(VOL, BKT, BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+    }
+    let id = ok(
+        omctl(
+            &members[0].grpc,
+            &["backup", "create", "--quiet", dest.to_str().unwrap()],
+        ),
+        "backup create",
+    );
+    let m = backup::read_manifest(&dest.join(id.trim())).unwrap();
+    // After the backup: each write's index and the leader's time.
+    let mut written = Vec::new();
+    for i in 20..80 {
+        let k = c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+        assert!(k.update_id > m.applied_index);
+        written.push((k.update_id, k.modification_time_ms));
+        if i == 50 {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    // Let the archive's writer sync what was applied.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(procs[0].terminate(Duration::from_secs(30)));
+
+    let restore_to = |what: &str, extra: &[&str]| {
+        let one = cluster_addrs(1);
+        let d = root.path().join(what);
+        let o = Command::new(binary("om"))
+            .arg("restore")
+            .arg("--from")
+            .arg(dest.join(&m.id))
+            .arg("--data-dir")
+            .arg(&d)
+            .args([
+                "--node-id",
+                "1",
+                "--initial-cluster",
+                &om_tests::initial_cluster(&one),
+            ])
+            .args(["--archive-log", archive_flag])
+            .args(extra)
+            .env("OM_LOG", "warn")
+            .output()
+            .unwrap();
+        (o, one, d)
+    };
+    // To an index: the write at it is the last one there.
+    let (at, _) = written[17];
+    let (o, one, d) = restore_to("to-index", &["--to-index", &at.to_string()]);
+    ok(o, "om restore --to-index");
+    let _p = start(&one, &[d], &[]).await;
+    let names = key_names(&client(endpoints(&one))).await;
+    assert_eq!(
+        names.len(),
+        20 + 18,
+        "exactly the writes through index {at}"
+    );
+    assert_eq!(names.last().unwrap(), &format!("k-{:06}", 37));
+
+    // To a time: the writes stamped at or before it.
+    let (_, t) = written[31];
+    let (o, one, d) = restore_to("to-time", &["--to-time", &t.to_string()]);
+    ok(o, "om restore --to-time");
+    let _q = start(&one, &[d], &[]).await;
+    let want = 20 + written.iter().filter(|(_, ms)| *ms <= t).count();
+    assert_eq!(key_names(&client(endpoints(&one))).await.len(), want);
+
+    // Past the archive's end: refused, nothing written.
+    let beyond = written.last().unwrap().0 + 1000;
+    let (o, _, d) = restore_to("beyond", &["--to-index", &beyond.to_string()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("holds no entry"), "{err}");
+    assert!(!d.join("db").exists());
+}
