@@ -27,8 +27,8 @@ pub const MAX_SESSIONS: usize = 2;
 pub const IDLE: Duration = Duration::from_secs(600);
 /// Bytes per streamed chunk.
 pub const CHUNK_BYTES: usize = 1 << 20;
-/// The default and highest read rate of backups, all together.
-pub const DEFAULT_RATE: u64 = 64 << 20;
+/// The default read rate of backups, all together (table scans included).
+pub const DEFAULT_RATE: u64 = 32 << 20;
 
 /// The subdirectory of the data directory holding copies.
 pub const DIR: &str = "backups";
@@ -103,8 +103,10 @@ impl Backups {
             );
         }
         let dir = self.dir.join(&session);
+        // The scan of every table shares the read rate with the file reads.
+        let pace = |n: u64| std::thread::sleep(self.reserve(n, 0));
         let taken = om_raft_store::backup::checkpoint(db, &dir)
-            .and_then(|()| om_raft_store::backup::describe(&dir, &self.tables));
+            .and_then(|()| om_raft_store::backup::describe(&dir, &self.tables, &pace));
         let mut s = self.sessions();
         match taken {
             Ok(d) => {

@@ -57,12 +57,16 @@ pub struct Description {
     pub identity: String,
 }
 
-/// Opens the store in `dir` read-only and describes it, summarizing `tables`.
-pub fn describe(dir: &Path, tables: &[String]) -> std::io::Result<Description> {
+/// Opens the store in `dir` read-only and describes it, summarizing
+/// `tables`; `pace` is called with the bytes read every few thousand
+/// entries (and may sleep to bound the rate).
+pub fn describe(dir: &Path, tables: &[String], pace: &dyn Fn(u64)) -> std::io::Result<Description> {
     let names = DB::list_cf(&Options::default(), dir).map_err(io_err)?;
     let db = DB::open_cf_for_read_only(&Options::default(), dir, &names, false).map_err(io_err)?;
     let (applied, membership) = crate::snapshot_store::read_applied(&db, None)?;
-    let tables = summarize(&db, tables)?;
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let tables = crate::pins::summarize(&db, tables, rocksdb::ReadOptions::default, &never, pace)
+        .map_err(io_err)?;
     drop(db);
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir)? {
@@ -93,7 +97,8 @@ pub fn describe(dir: &Path, tables: &[String]) -> std::io::Result<Description> {
 /// Every entry count and digest of `tables` in an open store.
 pub fn summarize(db: &DB, tables: &[String]) -> std::io::Result<Vec<TableSummary>> {
     let never = std::sync::atomic::AtomicBool::new(false);
-    crate::pins::summarize(db, tables, rocksdb::ReadOptions::default, &never).map_err(io_err)
+    crate::pins::summarize(db, tables, rocksdb::ReadOptions::default, &never, &|_| {})
+        .map_err(io_err)
 }
 
 /// What [`start_new_cluster`] does with the log.

@@ -157,7 +157,7 @@ impl Pins {
                     o.fill_cache(false);
                     o
                 };
-                let result = summarize(&db, &tables, read, &cancel);
+                let result = summarize(&db, &tables, read, &cancel, &|_| {});
                 *summary.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                 if let Some(p) = me.upgrade() {
                     p.changed.notify_all();
@@ -269,8 +269,10 @@ pub(crate) fn summarize(
     tables: &[String],
     read: impl Fn() -> ReadOptions,
     cancel: &AtomicBool,
+    pace: &dyn Fn(u64),
 ) -> Result<Vec<TableSummary>, String> {
     let mut out = Vec::with_capacity(tables.len());
+    let mut unpaced = 0u64;
     for name in tables {
         let cf = db
             .cf_handle(name)
@@ -286,8 +288,12 @@ pub(crate) fn summarize(
                 len_prefixed(ctx, v);
             }
             entries += 1;
-            if entries.is_multiple_of(CANCEL_EVERY) && cancel.load(Ordering::Acquire) {
-                return Err("the pin was released".into());
+            unpaced += (k.len() + v.len()) as u64;
+            if entries.is_multiple_of(CANCEL_EVERY) {
+                if cancel.load(Ordering::Acquire) {
+                    return Err("the pin was released".into());
+                }
+                pace(std::mem::take(&mut unpaced));
             }
             if entries.is_multiple_of(CHUNK_ENTRIES) && (chunks.len() as u64) < MAX_CHUNKS - 1 {
                 chunks.push(finish(std::mem::replace(&mut chunk, Context::new(&SHA256))));
