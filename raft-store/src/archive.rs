@@ -36,9 +36,12 @@ const QUEUE: usize = 4096;
 const MAX_ENTRY_BYTES: u32 = 64 << 20;
 const SUFFIX: &str = ".omlog";
 
+/// An entry's index and encoding, on their way to the writer.
+type Record = (u64, Vec<u8>);
+
 /// The writing end, held by the state machine.
 pub struct LogArchive {
-    tx: Mutex<Option<SyncSender<(u64, Vec<u8>)>>>,
+    tx: Mutex<Option<SyncSender<Record>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     dir: PathBuf,
 }
@@ -93,7 +96,7 @@ fn segment_name(first: u64) -> String {
     format!("{first:020}{SUFFIX}")
 }
 
-fn write_loop(dir: &Path, rx: Receiver<(u64, Vec<u8>)>) -> std::io::Result<()> {
+fn write_loop(dir: &Path, rx: Receiver<Record>) -> std::io::Result<()> {
     let mut out: Option<(BufWriter<File>, u64)> = None;
     let mut synced = Instant::now();
     loop {

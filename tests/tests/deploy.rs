@@ -1186,7 +1186,7 @@ fn check_rendering(m: &Manifests, e: &Expect) {
         "{what}: prune after create"
     );
     let job_env = container_env(b, "om-backup-0", &ns, config);
-    let keep = word_after(&job_script, "--keep").replace(|ch: char| ch == '"' || ch == '$', "");
+    let keep = word_after(&job_script, "--keep").replace(['"', '$'], "");
     let keep: u32 = env_value(&job_env, &keep)
         .unwrap_or(keep)
         .parse()
