@@ -76,6 +76,41 @@ async fn start(members: &[MemberAddrs], dirs: &[PathBuf], more: &[&str]) -> Vec<
     procs
 }
 
+/// A cluster of `n` member processes under `root` (`n1`, `n2`, ...) with
+/// the bucket the writers use.
+async fn cluster_with_bucket(
+    root: &Path,
+    n: u64,
+    more: &[&str],
+) -> (
+    Vec<MemberAddrs>,
+    Vec<PathBuf>,
+    Vec<OmProcess>,
+    Arc<OmClient>,
+) {
+    let members = cluster_addrs(n);
+    let dirs: Vec<PathBuf> = (1..=n).map(|i| root.join(format!("n{i}"))).collect();
+    let procs = start(&members, &dirs, more).await;
+    let c = Arc::new(client(endpoints(&members)));
+    c.create_volume(VOL, "").await.unwrap();
+    c.create_bucket(VOL, BKT, BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    (members, dirs, procs, c)
+}
+
+/// `omctl backup create --quiet DEST` against `endpoint`, and its manifest.
+fn take_backup(endpoint: &str, dest: &Path) -> Manifest {
+    let id = ok(
+        omctl(
+            endpoint,
+            &["backup", "create", "--quiet", dest.to_str().unwrap()],
+        ),
+        "backup create",
+    );
+    backup::read_manifest(&dest.join(id.trim())).unwrap()
+}
+
 /// Every key name in the bucket, in order.
 async fn key_names(c: &OmClient) -> Vec<String> {
     let mut out = Vec::new();
@@ -174,14 +209,7 @@ async fn leader_of(members: &[MemberAddrs]) -> usize {
 async fn backups_restore_into_a_new_cluster() {
     let root = tempfile::tempdir().unwrap();
     let dest = root.path().join("backups");
-    let members = cluster_addrs(3);
-    let dirs: Vec<PathBuf> = (1..=3).map(|i| root.path().join(format!("n{i}"))).collect();
-    let mut procs = start(&members, &dirs, &[]).await;
-    let c = Arc::new(client(endpoints(&members)));
-    c.create_volume(VOL, "").await.unwrap();
-    c.create_bucket(VOL, BKT, BucketLayout::ObjectStore)
-        .await
-        .unwrap();
+    let (members, _dirs, mut procs, c) = cluster_with_bucket(root.path(), 3, &[]).await;
     let acked = Arc::new(AtomicU64::new(0));
     for _ in 0..200 {
         let i = acked.load(Ordering::SeqCst);
@@ -194,14 +222,7 @@ async fn backups_restore_into_a_new_cluster() {
     // Quiet: the backup's tables are the cluster's, digest for digest.
     let leader = leader_of(&members).await;
     let dest_s = dest.to_str().unwrap();
-    let quiet_id = ok(
-        omctl(
-            &members[leader].grpc,
-            &["backup", "create", "--quiet", dest_s],
-        ),
-        "backup create",
-    );
-    let quiet = backup::read_manifest(&dest.join(quiet_id.trim())).unwrap();
+    let quiet = take_backup(&members[leader].grpc, &dest);
     assert_eq!(quiet.cluster_id, old_cluster);
     assert_eq!(
         manifest_digests(&quiet),
@@ -219,14 +240,7 @@ async fn backups_restore_into_a_new_cluster() {
     let w = writer(c.clone(), acked.clone(), stop.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before_loaded = acked.load(Ordering::SeqCst);
-    let loaded_id = ok(
-        omctl(
-            &members[leader].grpc,
-            &["backup", "create", "--quiet", dest_s],
-        ),
-        "backup create",
-    );
-    let loaded = backup::read_manifest(&dest.join(loaded_id.trim())).unwrap();
+    let loaded = take_backup(&members[leader].grpc, &dest);
     assert!(loaded.applied_index > quiet.applied_index);
     assert!(
         loaded.new_bytes < loaded.bytes,
@@ -391,20 +405,13 @@ fn copy_dir(from: &Path, to: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn force_new_cluster_recovers_from_a_lost_majority() {
     let root = tempfile::tempdir().unwrap();
-    let members = cluster_addrs(3);
-    let dirs: Vec<PathBuf> = (1..=3).map(|i| root.path().join(format!("n{i}"))).collect();
-    let mut procs = start(&members, &dirs, &[]).await;
-    let c = Arc::new(client(endpoints(&members)));
-    c.create_volume(VOL, "").await.unwrap();
-    c.create_bucket(VOL, BKT, BucketLayout::ObjectStore)
-        .await
-        .unwrap();
+    let (members, dirs, mut procs, c) = cluster_with_bucket(root.path(), 3, &[]).await;
     let acked = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let w = writer(c.clone(), acked.clone(), stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // Lose two members, the leader among them when it is not the survivor.
+    // Lose nodes 2 and 3 for good, whichever of the three led.
     let survivor = 0;
     for i in 1..3 {
         procs[i].kill9();
@@ -507,26 +514,13 @@ async fn point_in_time_restore_lands_on_the_chosen_index() {
     let root = tempfile::tempdir().unwrap();
     let archive = root.path().join("archive");
     let dest = root.path().join("backups");
-    let members = cluster_addrs(1);
-    let dir = root.path().join("n1");
     let archive_flag = archive.to_str().unwrap();
-    let mut procs = start(&members, &[dir], &["--archive-log", archive_flag]).await;
-    let c = client(endpoints(&members));
-    c.create_volume(VOL, "").await.unwrap();
-    c.create_bucket(VOL, BKT, BucketLayout::ObjectStore)
-        .await
-        .unwrap();
+    let (members, _, mut procs, c) =
+        cluster_with_bucket(root.path(), 1, &["--archive-log", archive_flag]).await;
     for i in 0..20 {
         c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
     }
-    let id = ok(
-        omctl(
-            &members[0].grpc,
-            &["backup", "create", "--quiet", dest.to_str().unwrap()],
-        ),
-        "backup create",
-    );
-    let m = backup::read_manifest(&dest.join(id.trim())).unwrap();
+    let m = take_backup(&members[0].grpc, &dest);
     // After the backup: each write's index and the leader's time.
     let mut written = Vec::new();
     for i in 20..80 {
