@@ -151,18 +151,7 @@ pub fn start_new_cluster(
         .transpose()
         .map_err(io_err)?;
     let (applied, _) = crate::snapshot_store::read_applied(db, None)?;
-    let mut it = db.raw_iterator_cf(log);
-    it.seek_to_last();
-    let last_entry = if it.valid() {
-        let v = it
-            .value()
-            .ok_or_else(|| io_err("log iterator lost its value"))?;
-        Some(codec::decode_entry(v)?.log_id)
-    } else {
-        it.status().map_err(io_err)?;
-        None
-    };
-    drop(it);
+    let last_entry = crate::log_store::last_entry_id(db)?;
     let last = last_entry.or(purged);
     let term = [
         vote.map(|v| v.leader_id.term),

@@ -290,6 +290,23 @@ impl LogStore {
     }
 }
 
+/// The log id of the last entry the log holds (none when it is empty).
+pub(crate) fn last_entry_id(db: &DB) -> std::io::Result<Option<LogId>> {
+    let cf = db
+        .cf_handle(LOG_CF)
+        .ok_or_else(|| io_err(format!("column family {LOG_CF} missing")))?;
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek_to_last();
+    if it.valid() {
+        let v = it
+            .value()
+            .ok_or_else(|| io_err("log iterator lost its value"))?;
+        return Ok(Some(codec::decode_entry(v)?.log_id));
+    }
+    it.status().map_err(io_err)?;
+    Ok(None)
+}
+
 fn flusher(
     shared: Arc<Shared>,
     rx: mpsc::Receiver<Pending>,
@@ -361,17 +378,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, std::io::Error> {
         let last_purged = self.last_purged()?;
-        let mut it = self.db().raw_iterator_cf(self.cf(LOG_CF)?);
-        it.seek_to_last();
-        let last = if it.valid() {
-            let v = it
-                .value()
-                .ok_or_else(|| io_err("log iterator lost its value"))?;
-            Some(codec::decode_entry(v)?.log_id)
-        } else {
-            it.status().map_err(io_err)?;
-            None
-        };
+        let last = last_entry_id(self.db())?;
         Ok(LogState {
             last_purged_log_id: last_purged,
             last_log_id: last.or(last_purged),
