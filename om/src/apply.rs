@@ -35,13 +35,14 @@ mod write;
 
 pub use bulk::MAX_PUT_KEYS;
 pub use limits::{
+    MAX_ACK_IDS, MAX_BLOCKS_PER_CALL, MAX_KEY_BLOCKS, MAX_PART_NUMBER, MAX_PART_SIZE,
     MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, key_size, part_number, put_keys_count,
 };
-pub use multipart::{DEFAULT_MIN_PART_SIZE, MAX_PART_NUMBER, MAX_PART_SIZE, multipart_etag};
+pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
 pub use write::{
-    LEGACY_MAX_SESSION_BLOCKS, LEGACY_OPEN_KEY_EXPIRY_BATCH, MAX_ACK_IDS, MAX_BLOCKS_PER_CALL,
-    MAX_KEY_BLOCKS, MAX_OPEN_KEY_EXPIRY_BATCH, MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH,
+    LEGACY_MAX_SESSION_BLOCKS, LEGACY_OPEN_KEY_EXPIRY_BATCH, MAX_OPEN_KEY_EXPIRY_BATCH,
+    MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH,
 };
 
 use crate::error::{ErrorKind, OmError};
@@ -83,9 +84,7 @@ pub const LEGACY_RETRY_EXPIRY_BATCH: u32 = 10_000;
 /// apply stays short whatever a replicated command asks for.
 pub const MAX_RETRY_EXPIRY_BATCH: u32 = 100_000;
 
-/// Layout numbers stored in `BucketRecord::layout`.
-pub const LAYOUT_OBJECT_STORE: u32 = 1;
-pub const LAYOUT_FSO: u32 = 2;
+pub use crate::store::records::{LAYOUT_FSO, LAYOUT_OBJECT_STORE};
 
 /// Object ids are the log index shifted left by 8 plus a per-entry counter, so
 /// they are unique across the cluster and need no coordination.

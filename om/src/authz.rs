@@ -216,12 +216,6 @@ pub fn check(db: &DB, c: &Caller, r: Resource<'_>, right: u32) -> Result<(), OmE
     }
 }
 
-/// The rights an operation needs, on which resources, under the apply rules
-/// of this binary.
-pub fn required(op: &Op) -> Vec<(Resource<'_>, u32)> {
-    required_at(op, crate::apply::RULES)
-}
-
 /// The rights an operation needs under apply rules `rules` (entries replay
 /// with the rights they were checked against).
 pub fn required_at(op: &Op, rules: u32) -> Vec<(Resource<'_>, u32)> {
@@ -302,7 +296,9 @@ pub fn target(op: &Op) -> String {
         Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         Op::SetBucketLifecycle(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         Op::LifecycleScan(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        other => match required(other).first() {
+        // Which resources an operation needs rights on does not depend on
+        // the rules, only which rights.
+        other => match required_at(other, 0).first() {
             Some((r, _)) => r.to_string(),
             None => "/".to_string(),
         },

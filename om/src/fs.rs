@@ -12,9 +12,7 @@ use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, DirectoryTable, FileTable};
 
-/// Deepest path a FILE_SYSTEM_OPTIMIZED bucket accepts (directories created by
-/// one command get per-entry object ids, of which there are 255).
-pub const MAX_PATH_DEPTH: usize = 200;
+pub use crate::validate::MAX_PATH_DEPTH;
 
 /// What a path names.
 #[derive(Debug, Clone)]

@@ -19,7 +19,6 @@
 //! replica stores the same.
 
 pub mod eval;
-pub mod fso;
 pub mod scan;
 pub mod scanner;
 
@@ -27,15 +26,12 @@ use om_proto::v1::{LifecycleFilter, LifecycleRule, LifecycleTag, lifecycle_filte
 use prost::Message;
 
 use crate::error::OmError;
-use crate::validate::{MAX_KEY_BYTES, quote_prefix};
+use crate::validate::{MAX_KEY_BYTES, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, quote_prefix};
 
 /// S3's limit on rules per configuration.
 pub const MAX_RULES: usize = 1000;
 /// S3's limit on a rule id.
 pub const MAX_RULE_ID_CHARS: usize = 255;
-/// S3's object-tag limits (a filter names tags as objects carry them).
-pub const MAX_TAG_KEY_CHARS: usize = 128;
-pub const MAX_TAG_VALUE_CHARS: usize = 256;
 pub const MAX_FILTER_TAGS: usize = 10;
 /// S3's limit on `NewerNoncurrentVersions`.
 pub const MAX_NEWER_NONCURRENT_VERSIONS: u32 = 100;

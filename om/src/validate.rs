@@ -280,7 +280,7 @@ pub fn owner(field: &'static str, owner: &str) -> Result<(), OmError> {
 
 /// Normalizes a FILE_SYSTEM_OPTIMIZED path: one leading and one trailing `/`
 /// are dropped; empty, `.` and `..` components, NUL, more than 1024 bytes or
-/// more than `fs::MAX_PATH_DEPTH` components are refused. The root is "".
+/// more than `MAX_PATH_DEPTH` components are refused. The root is "".
 pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
     let bad = |why: String| Err(OmError::invalid("INVALID_PATH", field, why));
     if path.len() > MAX_KEY_BYTES {
@@ -295,10 +295,10 @@ pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
     }
     let p = p.strip_suffix('/').unwrap_or(p);
     let comps: Vec<&str> = p.split('/').collect();
-    if comps.len() > crate::fs::MAX_PATH_DEPTH {
+    if comps.len() > MAX_PATH_DEPTH {
         return bad(format!(
             "{field} has more than {} components",
-            crate::fs::MAX_PATH_DEPTH
+            MAX_PATH_DEPTH
         ));
     }
     for c in &comps {
@@ -330,6 +330,15 @@ fn tag_char(c: char) -> bool {
         || matches!(c, '_' | '.' | ':' | '/' | '=' | '+' | '-' | '@')
 }
 
+/// Deepest path a FILE_SYSTEM_OPTIMIZED bucket accepts (directories created by
+/// one command get per-entry object ids, of which there are 255).
+pub const MAX_PATH_DEPTH: usize = 200;
+
+/// S3's object-tag limits (lifecycle filters name tags as objects carry
+/// them).
+pub const MAX_TAG_KEY_CHARS: usize = 128;
+pub const MAX_TAG_VALUE_CHARS: usize = 256;
+
 /// An object's tag set (S3's rules): at most `MAX_OBJECT_TAGS` tags (else
 /// `TOO_MANY_TAGS` on `field`); each key 1 to `MAX_TAG_KEY_CHARS` and each
 /// value at most `MAX_TAG_VALUE_CHARS` Unicode characters, of the
@@ -340,7 +349,6 @@ pub fn tags(
     field: &'static str,
     map: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), OmError> {
-    use crate::lifecycle::{MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS};
     if map.len() > MAX_OBJECT_TAGS {
         return Err(OmError::invalid(
             "TOO_MANY_TAGS",

@@ -20,12 +20,6 @@ use crate::store::table::{self, PartTable, UploadTable};
 /// S3's default smallest part (all but the last): 5 MiB.
 pub const DEFAULT_MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
-/// S3's largest part: 5 GiB.
-pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
-
-/// S3's highest part number, and so the most parts an upload completes with.
-pub const MAX_PART_NUMBER: u32 = 10_000;
-
 /// The ETag S3 gives a completed multipart upload: the hex MD5 of the
 /// concatenated binary MD5s of the listed parts, then `-` and their count.
 /// `None` if a part ETag is not a plain hex MD5.

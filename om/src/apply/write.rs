@@ -9,7 +9,7 @@ use om_proto::store::{
 };
 use rocksdb::WriteBatch;
 
-use super::limits::block_size_or_legacy;
+use super::limits::{MAX_KEY_BLOCKS, block_size_or_legacy};
 use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
 use crate::error::OmError;
 use crate::fs;
@@ -28,10 +28,6 @@ pub(super) struct Session {
     pub file: Option<(u64, String)>,
 }
 
-/// Most blocks one key, part or commit lists (a 5 TiB key in 256 MiB
-/// blocks): a stateless limit apply re-checks (never lower it).
-pub const MAX_KEY_BLOCKS: usize = 20_480;
-
 /// Most blocks a session may hold, which the leader stamps into every
 /// `AllocateBlock` (the check depends on the session, so its value travels
 /// in the command).
@@ -49,12 +45,6 @@ pub const LEGACY_OPEN_KEY_EXPIRY_BATCH: u32 = 1_000;
 
 /// Most sessions one `ExpireOpenKeys` removes, whatever it asks for.
 pub const MAX_OPEN_KEY_EXPIRY_BATCH: u32 = 100_000;
-
-/// Most entries one `AckDeletedBlocks` command removes.
-pub const MAX_ACK_IDS: usize = 1_000;
-
-/// Most blocks one OpenKey, CreateFile or AllocateBlock hands out.
-pub const MAX_BLOCKS_PER_CALL: u32 = 64;
 
 fn session_not_found(c_key: &str, session: u64) -> OmError {
     OmError::precondition(

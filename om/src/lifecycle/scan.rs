@@ -18,6 +18,8 @@ use om_proto::store::{
 };
 use rocksdb::DB;
 
+mod fso;
+
 use super::eval::{self, Subject};
 use crate::error::OmError;
 use crate::store::iter::DeferredSeekIter;
@@ -27,12 +29,12 @@ use crate::store::table::{self, KeyTable, UploadTable};
 pub const PHASE_IDLE: u32 = 0;
 pub const PHASE_OBJECTS: u32 = 1;
 pub const PHASE_UPLOADS: u32 = 2;
-/// FILE_SYSTEM_OPTIMIZED buckets: their directory tree (`lifecycle::fso`).
+/// FILE_SYSTEM_OPTIMIZED buckets: their directory tree (`lifecycle::scan::fso`).
 pub const PHASE_FILES: u32 = 3;
 
 /// The phase a pass over a bucket of `layout` starts with.
 pub fn first_phase(layout: u32) -> u32 {
-    if layout == crate::apply::LAYOUT_FSO {
+    if layout == crate::store::records::LAYOUT_FSO {
         PHASE_FILES
     } else {
         PHASE_OBJECTS
@@ -225,7 +227,7 @@ pub fn cursor_names(s: &LifecycleScanRecord, bucket_prefix: &[u8]) -> (String, S
     match keys::split_version(rel) {
         (k, Some(v)) => (
             text(k),
-            crate::apply::versions::version_id(&KeyRecord {
+            crate::store::records::version_id(&KeyRecord {
                 version: v,
                 versioned: v != 0 && !s.cursor_null_version,
                 ..Default::default()
@@ -269,7 +271,7 @@ pub fn page(
             day_ms: limits.day_ms,
             ..Default::default()
         };
-        return super::fso::page(db, bucket, config, page, now_ms, limits).map(Some);
+        return fso::page(db, bucket, config, page, now_ms, limits).map(Some);
     }
     let prefix = keys::object_prefix(&bucket.volume, &bucket.name);
     let lower = if from.is_empty() {

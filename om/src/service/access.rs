@@ -197,7 +197,7 @@ impl OmService {
         if self.raft.metrics().borrow_watched().current_leader != Some(self.node_id) {
             return Ok(());
         }
-        for (r, right) in authz::required(op) {
+        for (r, right) in authz::required_at(op, crate::apply::RULES) {
             self.authorize(Some(c), r, right)?;
         }
         Ok(())

@@ -3,6 +3,7 @@
 
 pub mod iter;
 pub mod keys;
+pub mod records;
 pub mod table;
 
 use std::collections::BTreeMap;

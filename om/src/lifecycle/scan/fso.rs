@@ -17,10 +17,10 @@
 use om_proto::store::{BucketRecord, LifecycleItem, LifecycleRecord, LifecycleScan};
 use rocksdb::DB;
 
-use super::eval::{self, Subject};
-use super::scan::{self, PageLimits};
+use super::{self as scan, PageLimits};
 use crate::error::OmError;
 use crate::fs;
+use crate::lifecycle::eval::{self, Subject};
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, DirectoryTable, FileTable};
