@@ -294,13 +294,7 @@ struct FileConfig {
 pub const MIN_RESPONSE_BYTES: usize = 32 * 1024;
 const _: () = assert!(MIN_RESPONSE_BYTES > 2 * crate::listing::PAGE_OVERHEAD_BYTES);
 
-/// A member of the static initial cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InitialMember {
-    pub id: u64,
-    pub raft_addr: String,
-    pub grpc_addr: String,
-}
+pub use crate::tasks::rejoin::InitialMember;
 
 /// Effective configuration after merging every source.
 #[derive(Debug, Clone)]
@@ -340,7 +334,7 @@ pub struct Config {
     /// the rest from the open-file limit at start-up).
     pub fd_overrides: crate::limits::Overrides,
     pub idle_timeout: Duration,
-    pub lifecycle: crate::lifecycle::scanner::Settings,
+    pub lifecycle: crate::tasks::lifecycle::Settings,
     /// Bytes per second backups may read.
     pub backup_rate: u64,
     /// Bytes RocksDB may spend on memtables and block cache.
@@ -580,8 +574,8 @@ impl Config {
                     .max(1),
             ),
             lifecycle: {
-                let d = crate::lifecycle::scanner::Settings::default();
-                crate::lifecycle::scanner::Settings {
+                let d = crate::tasks::lifecycle::Settings::default();
+                crate::tasks::lifecycle::Settings {
                     day_ms: args
                         .lifecycle_day_ms
                         .or(file.lifecycle_day_ms)

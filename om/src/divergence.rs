@@ -34,7 +34,6 @@ use om_raft_store::Raft;
 use om_raft_store::digest::{ApplyFaults, CHECKPOINT_EVERY, Digest, Digests};
 use om_raft_store::pins::Pins;
 use openraft::async_runtime::WatchReceiver;
-use tokio::sync::watch;
 
 use crate::error::OmError;
 
@@ -314,7 +313,7 @@ impl Divergence {
             });
         }
         let mut report = decide(index, voters, members);
-        crate::metrics::divergence_check(&report);
+        record(&report);
         if index == 0 || report.all_agree {
             return Ok(report);
         }
@@ -417,38 +416,34 @@ impl Divergence {
             0
         })
     }
+}
 
-    /// The periodic check, on every node, until `stop`; also keeps a
-    /// diverged node out of elections and leadership.
-    pub async fn run(
-        self: Arc<Self>,
-        raft: Raft,
-        svc: Arc<crate::service::OmService>,
-        interval: Duration,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        loop {
-            if self.diverged().is_none()
-                && let Err(e) = self.check_once(&raft).await
-            {
-                tracing::warn!(error = %e, "replica digest check failed");
-            }
-            if self.diverged().is_some() {
-                raft.runtime_config().elect(false);
-                if svc
-                    .step_down(crate::server::HANDOVER_TIMEOUT)
-                    .await
-                    .is_some()
-                {
-                    tracing::warn!("diverged replica handed leadership over");
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+/// The outcome of one replica digest comparison: `om_replica_divergence` is
+/// the number of members whose digest differed from the others' at the last
+/// compared index (0: all that answered agree; with no majority, every
+/// member's digest counts as differing), alerted on when above 0.
+fn record(r: &Report) {
+    if r.index == 0 {
+        return;
     }
+    let differing = if r.distinct <= 1 {
+        0
+    } else if r.majority {
+        r.members
+            .iter()
+            .filter(|m| m.digest.is_some() && !m.agrees)
+            .count()
+    } else {
+        r.members.iter().filter(|m| m.digest.is_some()).count()
+    };
+    metrics::gauge!("om_replica_divergence").set(differing as f64);
+    metrics::gauge!("om_replica_digest_compared_index").set(r.index as f64);
+    let result = match (r.distinct, r.majority) {
+        (0 | 1, _) => "match",
+        (_, true) => "mismatch",
+        (_, false) => "undecided",
+    };
+    metrics::counter!("om_replica_digest_checks_total", "result" => result).increment(1);
 }
 
 /// Groups the members by digest and finds the majority's, if any.

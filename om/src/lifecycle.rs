@@ -20,7 +20,6 @@
 
 pub mod eval;
 pub mod scan;
-pub mod scanner;
 
 use om_proto::v1::{LifecycleFilter, LifecycleRule, LifecycleTag, lifecycle_filter::Predicate};
 use prost::Message;

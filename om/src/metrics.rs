@@ -169,9 +169,9 @@ pub fn db_counters() {
 /// seek in the expiry index; 0 when empty) and RocksDB's estimate of the
 /// entries (each entry is two keys: record and expiry index). With expiry
 /// keeping up, the oldest age stays near the TTL whatever the write rate.
-pub fn retry_cache(svc: &crate::service::OmService) {
-    let (oldest_ms, estimate) = crate::store::retry_cache_stats(svc.db()).unwrap_or((None, 0));
-    let age = oldest_ms.map_or(0.0, |t| svc.now_ms().saturating_sub(t) as f64 / 1000.0);
+pub fn retry_cache(db: &rocksdb::DB, now_ms: u64) {
+    let (oldest_ms, estimate) = crate::store::retry_cache_stats(db).unwrap_or((None, 0));
+    let age = oldest_ms.map_or(0.0, |t| now_ms.saturating_sub(t) as f64 / 1000.0);
     metrics::gauge!("om_retry_cache_oldest_age_seconds").set(age);
     metrics::gauge!("om_retry_cache_entries_estimate").set(estimate as f64);
 }
@@ -248,34 +248,6 @@ pub fn db_cache(options: &rocksdb::Options) {
 /// (`om_replica_diverged`, 0 or 1; see `divergence`).
 pub fn replica_diverged(diverged: bool) {
     metrics::gauge!("om_replica_diverged").set(if diverged { 1.0 } else { 0.0 });
-}
-
-/// The outcome of one replica digest comparison: `om_replica_divergence` is
-/// the number of members whose digest differed from the others' at the last
-/// compared index (0: all that answered agree; with no majority, every
-/// member's digest counts as differing), alerted on when above 0.
-pub fn divergence_check(r: &crate::divergence::Report) {
-    if r.index == 0 {
-        return;
-    }
-    let differing = if r.distinct <= 1 {
-        0
-    } else if r.majority {
-        r.members
-            .iter()
-            .filter(|m| m.digest.is_some() && !m.agrees)
-            .count()
-    } else {
-        r.members.iter().filter(|m| m.digest.is_some()).count()
-    };
-    metrics::gauge!("om_replica_divergence").set(differing as f64);
-    metrics::gauge!("om_replica_digest_compared_index").set(r.index as f64);
-    let result = match (r.distinct, r.majority) {
-        (0 | 1, _) => "match",
-        (_, true) => "mismatch",
-        (_, false) => "undecided",
-    };
-    metrics::counter!("om_replica_digest_checks_total", "result" => result).increment(1);
 }
 
 #[cfg(test)]

@@ -180,7 +180,7 @@ fn assemble(
     };
     let store = om_raft_store::open_with(
         staging,
-        crate::server::table_descriptors_with(opts.memory.as_ref()),
+        crate::store::table_descriptors_with(opts.memory.as_ref()),
         Arc::new(crate::apply::OmApplier),
         &opts,
     )

@@ -7,12 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use om_proto::store::{ExpireRetryCache, command::Op};
 use om_raft_store::network::{NetworkFactory, RaftGrpcService};
 use om_raft_store::{OmNode, Raft};
-use openraft::async_runtime::WatchReceiver;
-use rocksdb::{ColumnFamilyDescriptor, Options};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::apply::OmApplier;
@@ -21,14 +17,14 @@ use crate::grpc::auth::Authenticate;
 use crate::grpc::peer::{MemberCheck, MembersOnly, PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, OmGrpc};
 use crate::net::{Closer, LimitedListener, PortPolicy, PortStats};
-use crate::rejoin::{Admission, Member, Phase};
-use crate::service::{OmService, WriteId};
+use crate::service::OmService;
 use crate::store::keys;
+use crate::tasks::Tasks;
+use crate::tasks::catch_up::CatchUp;
+use crate::tasks::rejoin::{Admission, Member, Phase};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Longest a stopping leader waits for another voter to take over.
-pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a stopping node's public servers and background tasks get to
 /// finish what they are doing, all together; what is left is cancelled.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -94,50 +90,15 @@ pub struct Node {
     pub port_stats: [Arc<PortStats>; 3],
     /// Whether this node takes full part in Raft yet (see `rejoin`).
     pub admission: Admission,
-    stop: watch::Sender<bool>,
     /// The Raft RPC server: stopped at once on shutdown, since peers' replication
     /// streams never end on their own.
     raft_server: JoinHandle<()>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Servers and background tasks, with their stop signal.
+    tasks: Tasks,
     /// Close the connections of the Raft port and of the public ports (gRPC,
     /// HTTP) on shutdown: their tasks outlive the servers (see `net`).
     raft_closer: Closer,
     public_closers: [Closer; 2],
-}
-
-/// Options of the metadata tables' column families.
-///
-/// Tables that see bulk deletions get RocksDB's deletion-triggered compaction:
-/// an SST file is marked for compaction when any window of
-/// `DELETION_WINDOW` consecutive entries holds `DELETION_TRIGGER` or more
-/// tombstones, or when tombstones make up `DELETION_RATIO` of the file. That
-/// compacts tombstone bands away soon after they land, instead of waiting for
-/// size-based compaction, so scans do not keep paying for deleted keys.
-pub fn table_descriptors() -> Vec<ColumnFamilyDescriptor> {
-    table_descriptors_with(None)
-}
-
-/// `table_descriptors` under a memory budget (one shared block cache).
-pub fn table_descriptors_with(
-    memory: Option<&om_raft_store::memory::MemoryBudget>,
-) -> Vec<ColumnFamilyDescriptor> {
-    keys::TABLE_CFS
-        .iter()
-        .map(|name| {
-            let mut o = Options::default();
-            if let Some(m) = memory {
-                m.apply_to_cf(&mut o);
-            }
-            if keys::DELETION_HEAVY_CFS.contains(name) {
-                o.add_compact_on_deletion_collector_factory(
-                    DELETION_WINDOW,
-                    DELETION_TRIGGER,
-                    DELETION_RATIO,
-                );
-            }
-            ColumnFamilyDescriptor::new(*name, o)
-        })
-        .collect()
 }
 
 /// Opens the store, waiting (up to 10 s) for a previous instance in this
@@ -167,7 +128,7 @@ async fn open_store(
         archive_log: archive_log.map(Into::into),
     };
     loop {
-        let tables = table_descriptors_with(opts.memory.as_ref());
+        let tables = crate::store::table_descriptors_with(opts.memory.as_ref());
         match om_raft_store::open_with(dir, tables, Arc::new(OmApplier), &opts) {
             Err(e) if e.to_string().contains("lock") && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -176,13 +137,6 @@ async fn open_store(
         }
     }
 }
-
-/// Entries per sliding window of the deletion-triggered compaction collector.
-pub const DELETION_WINDOW: usize = 32 * 1024;
-/// Tombstones within one window that mark the file for compaction.
-pub const DELETION_TRIGGER: usize = 8 * 1024;
-/// Fraction of tombstones in a whole file that marks it for compaction.
-pub const DELETION_RATIO: f64 = 0.5;
 
 fn raft_config(cfg: &Config) -> Result<openraft::Config, BoxError> {
     let election = cfg.election_timeout.as_millis() as u64;
@@ -432,15 +386,11 @@ impl Node {
             service = service.with_audit(a.clone());
         }
         let service = Arc::new(service);
-        let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
+        let mut tasks = Tasks::default();
+        let stop_rx = tasks.stop_signal();
         for _ in 0..opts.stubborn_tasks {
-            tasks.push(tokio::spawn(std::future::pending::<()>()));
+            tasks.spawn(std::future::pending::<()>());
         }
-
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
 
         // Decided before the Raft port serves anything: a configured member
         // on an empty data directory must not vote until it knows better.
@@ -457,7 +407,7 @@ impl Node {
             join: cfg.join,
         });
         let admission = match &member {
-            Some(m) => crate::rejoin::initial(m).await?,
+            Some(m) => crate::tasks::rejoin::initial(m).await?,
             None => Admission::open(),
         };
 
@@ -518,7 +468,7 @@ impl Node {
                 );
             }
         }
-        let rx = stop_rx.clone();
+        let stopped = tasks.stopped();
         let raft_server = tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(raft_policy.keepalive()))
@@ -527,7 +477,7 @@ impl Node {
                 .add_service(peer_svc)
                 .serve_with_incoming_shutdown(
                     raft_listener.into_incoming(raft_tls, raft_proof),
-                    stopped(rx),
+                    stopped,
                 )
                 .await;
             if let Err(e) = r {
@@ -543,42 +493,43 @@ impl Node {
         // grpc.health.v1 says SERVING exactly when /readyz answers 200;
         // reflection lets grpcurl list and describe the API. Neither needs
         // credentials beyond what the connection's TLS asks.
-        tasks.push(tokio::spawn(divergence.clone().run(
+        tasks.spawn(crate::tasks::divergence::run(
+            divergence.clone(),
             raft.clone(),
             service.clone(),
             cfg.divergence_check_interval,
             stop_rx.clone(),
-        )));
-        let catch_up = crate::http::CatchUp::default();
-        tasks.push(tokio::spawn(catch_up.clone().track(
+        ));
+        let catch_up = CatchUp::default();
+        tasks.spawn(catch_up.clone().track(
             service.clone(),
             tls.as_ref().map(|t| t.peer.clone()),
             Duration::from_millis(500),
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(report_startup(
+        ));
+        tasks.spawn(crate::tasks::health::report_startup(
             started,
             service.clone(),
             admission.clone(),
             catch_up.clone(),
             stop_rx.clone(),
-        )));
+        ));
         let (health, health_service) = tonic_health::server::health_reporter();
-        tasks.push(tokio::spawn(report_health(
+        tasks.spawn(crate::tasks::health::report_health(
             health,
             service.clone(),
             admission.clone(),
             catch_up.clone(),
             stop_rx.clone(),
-        )));
+        ));
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(om_proto::FILE_DESCRIPTOR_SET)
             .build_v1()?;
         let reflection_alpha = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(om_proto::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
-        let rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
+        let stopped = tasks.stopped();
+        tasks.spawn(async move {
             let r = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(grpc_policy.keepalive()))
                 .http2_keepalive_timeout(Some(grpc_policy.keepalive()))
@@ -595,13 +546,13 @@ impl Node {
                 ))
                 .serve_with_incoming_shutdown(
                     grpc_listener.into_incoming(grpc_tls, grpc_proof),
-                    stopped(rx),
+                    stopped,
                 )
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "gRPC server failed");
             }
-        }));
+        });
 
         let app = crate::http::router(
             service.clone(),
@@ -610,61 +561,58 @@ impl Node {
             catch_up,
             db_options,
         );
-        let rx = stop_rx.clone();
-        tasks.push(tokio::spawn(crate::http::serve(
-            http_listener,
-            app,
-            stopped(rx),
-        )));
+        tasks.spawn(crate::http::serve(http_listener, app, tasks.stopped()));
 
-        tasks.push(tokio::spawn(crate::snapshot_policy::run(
+        tasks.spawn(crate::tasks::snapshot_policy::run(
             raft.clone(),
             log_store,
             state_machine,
             cfg.snapshot_every,
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(publish_raft_metrics(
+        ));
+        tasks.spawn(crate::tasks::health::publish_raft_metrics(
             raft.clone(),
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(expire_retry_cache(
+        ));
+        tasks.spawn(crate::tasks::expiry::expire_retry_cache(
             service.clone(),
             cfg.retry_cache_ttl,
-            opts.retry_expiry_batch.unwrap_or(RETRY_EXPIRY_BATCH),
+            opts.retry_expiry_batch
+                .unwrap_or(crate::tasks::expiry::RETRY_EXPIRY_BATCH),
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(name_cluster(
+        ));
+        tasks.spawn(crate::tasks::cluster_name::name_cluster(
             service.clone(),
             cluster_id.clone(),
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(backups.run(stop_rx.clone())));
-        tasks.push(tokio::spawn(purge_deleted_dirs(
+        ));
+        tasks.spawn(backups.run(stop_rx.clone()));
+        tasks.spawn(crate::tasks::expiry::purge_deleted_dirs(
             service.clone(),
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(expire_open_keys(
+        ));
+        tasks.spawn(crate::tasks::expiry::expire_open_keys(
             service.clone(),
             cfg.open_key_ttl,
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::lifecycle::scanner::run(
+        ));
+        tasks.spawn(crate::tasks::lifecycle::run(
             service.clone(),
             cfg.lifecycle,
             stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(
-            crate::lifecycle::scanner::compact_after_passes(service.clone(), stop_rx.clone()),
+        ));
+        tasks.spawn(crate::tasks::lifecycle::compact_after_passes(
+            service.clone(),
+            stop_rx.clone(),
         ));
 
         match member {
             Some(m) if admission.phase() != Phase::Open => {
-                tasks.push(tokio::spawn(crate::rejoin::run(
+                tasks.spawn(crate::tasks::rejoin::run(
                     m,
                     admission.clone(),
                     stop_rx.clone(),
-                )));
+                ));
             }
             Some(_) => {}
             None => initialize_single(&raft, cfg.node_id, grpc_addr, raft_addr).await?,
@@ -692,7 +640,6 @@ impl Node {
             budget,
             port_stats,
             admission,
-            stop,
             raft_server,
             tasks,
             raft_closer,
@@ -724,7 +671,6 @@ impl Node {
         let Node {
             raft,
             service,
-            stop,
             raft_server,
             tasks,
             raft_closer,
@@ -738,23 +684,14 @@ impl Node {
             d.pins().close();
         }
         drop(service);
-        let _ = stop.send(true);
+        tasks.stop();
         raft_server.abort();
         let _ = raft_server.await;
         // The public servers finish in-flight requests, within a grace
         // period. The Raft port's connections stay open meanwhile: after a
         // handover, a write still waiting here learns its commit from the new
         // leader's appends.
-        // All at once, within one grace period: waiting for them one after
-        // another would add a grace period per task that does not stop.
-        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        futures::future::join_all(tasks.into_iter().map(|mut t| async move {
-            if tokio::time::timeout_at(grace, &mut t).await.is_err() {
-                t.abort();
-                let _ = t.await;
-            }
-        }))
-        .await;
+        tasks.join(SHUTDOWN_GRACE).await;
         // Past the grace period, what clients still hold open is closed, and
         // so are peers' streams (appends, a snapshot transfer), which would
         // keep their connections, and the database, until the peer hung up.
@@ -788,7 +725,11 @@ impl Node {
     /// then the node stops serving, letting in-flight requests finish.
     pub async fn stop_gracefully(self) {
         let started = std::time::Instant::now();
-        if let Some(to) = self.service.step_down(HANDOVER_TIMEOUT).await {
+        if let Some(to) = self
+            .service
+            .step_down(crate::service::HANDOVER_TIMEOUT)
+            .await
+        {
             tracing::info!(
                 to,
                 ms = started.elapsed().as_millis() as u64,
@@ -797,84 +738,6 @@ impl Node {
         }
         tracing::info!("shutting down");
         self.shutdown().await;
-    }
-}
-
-/// Keeps the gRPC health service in step with readiness (`http::readiness`):
-/// the whole server ("") and both public services are SERVING while the
-/// node is ready, NOT_SERVING otherwise and once it stops.
-async fn report_health(
-    health: tonic_health::server::HealthReporter,
-    svc: Arc<OmService>,
-    admission: Admission,
-    catch_up: crate::http::CatchUp,
-    mut stop: watch::Receiver<bool>,
-) {
-    use tonic_health::ServingStatus;
-    const SERVICES: [&str; 3] = ["", "om.v1.OzoneManager", "om.v1.Cluster"];
-    let mut last = None;
-    loop {
-        let status = if *stop.borrow() {
-            ServingStatus::NotServing
-        } else if crate::http::readiness(&svc, &admission, &catch_up).is_ok() {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        };
-        if last != Some(status) {
-            for s in SERVICES {
-                health.set_service_status(s, status).await;
-            }
-            last = Some(status);
-        }
-        if *stop.borrow() {
-            return;
-        }
-        tokio::select! {
-            _ = stop.changed() => {}
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-        }
-    }
-}
-
-/// Records when this node first knew a leader and first was ready (both
-/// since `started`, like the earlier phases), as `om_startup_seconds` and one
-/// log line, so a slow start says which phase took the time.
-async fn report_startup(
-    started: std::time::Instant,
-    svc: Arc<OmService>,
-    admission: Admission,
-    catch_up: crate::http::CatchUp,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut leader_known = None;
-    loop {
-        if leader_known.is_none()
-            && svc
-                .raft()
-                .metrics()
-                .borrow_watched()
-                .current_leader
-                .is_some()
-        {
-            let t = started.elapsed();
-            crate::metrics::startup_phase("leader_known", t);
-            leader_known = Some(t);
-        }
-        if crate::http::readiness(&svc, &admission, &catch_up).is_ok() {
-            let ready = started.elapsed();
-            crate::metrics::startup_phase("ready", ready);
-            tracing::info!(
-                ready_s = ready.as_secs_f64(),
-                leader_known_s = leader_known.unwrap_or(ready).as_secs_f64(),
-                "ready"
-            );
-            return;
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
     }
 }
 
@@ -903,271 +766,5 @@ async fn initialize_single(
             openraft::errors::InitializeError::NotAllowed(_),
         )) => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
-    let mut rx = raft.metrics();
-    let mut gauges = crate::metrics::RaftGauges::new();
-    loop {
-        // Read in place: cloning the metrics (membership maps, replication
-        // progress) on every commit showed in the leader's profile.
-        gauges.publish(&rx.borrow_watched());
-        tokio::select! {
-            r = rx.changed() => if r.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-/// Retry-cache entries one `ExpireRetryCache` command removes by default. The
-/// leader proposes batch after batch while they come back full, so expiry
-/// keeps up with any write rate; the size only bounds one apply.
-pub const RETRY_EXPIRY_BATCH: u32 = 4096;
-
-/// The `before_ms` bound of a retry-cache expiry proposed by a leader that
-/// has led for `led_for` (monotonic) since its wall clock read
-/// `led_since_wall_ms`, or `None` while nothing may expire yet.
-///
-/// The rule: an entry is removed only once the TTL has passed on the clock of
-/// the one leader that removes it. Entries are stamped with the wall clock of
-/// the leader that proposed them, which may not agree with this one's, so a
-/// leader expires nothing until it has itself led for a whole TTL: then every
-/// entry created before its leadership began is older than the TTL in real
-/// time, and every entry created since carries this leader's own stamps. A
-/// stamp from a leader whose clock ran ahead only makes its entry live longer.
-/// "Now" is also capped at the leadership's start plus the monotonic time
-/// since, so this node's wall clock stepping forward cannot expire entries early.
-pub fn retry_expiry_bound(
-    led_for: Duration,
-    led_since_wall_ms: u64,
-    now_wall_ms: u64,
-    ttl: Duration,
-) -> Option<u64> {
-    if led_for < ttl {
-        return None;
-    }
-    let led_for_ms = u64::try_from(led_for.as_millis()).unwrap_or(u64::MAX);
-    let now = now_wall_ms.min(led_since_wall_ms.saturating_add(led_for_ms));
-    Some(now.saturating_sub(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)))
-}
-
-/// Whether any retry-cache entry was created before `before_ms` (one seek in
-/// the expiry index), so an idle leader proposes nothing.
-fn retry_entries_due(svc: &OmService, before_ms: u64) -> bool {
-    let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
-    upper.extend_from_slice(&before_ms.to_be_bytes());
-    crate::store::iter::DeferredSeekIter::new(
-        svc.db(),
-        keys::RETRY_CACHE_CF,
-        Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
-        Some(upper),
-    )
-    .map(|mut it| it.has_current())
-    .unwrap_or(true)
-}
-
-/// On the leader, expires retry-cache entries older than `ttl` (see
-/// `retry_expiry_bound` for the clock rule), a batch at a time until none is due.
-async fn expire_retry_cache(
-    svc: Arc<OmService>,
-    ttl: Duration,
-    batch: u32,
-    mut stop: watch::Receiver<bool>,
-) {
-    let every = (ttl / 8).clamp(Duration::from_millis(100), Duration::from_secs(5));
-    // (term, monotonic start, wall-clock start) of this node's leadership.
-    let mut leading: Option<(u64, std::time::Instant, u64)> = None;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        let m = svc.raft().metrics().borrow_watched().clone();
-        if m.state != openraft::ServerState::Leader {
-            leading = None;
-            continue;
-        }
-        if leading.is_none_or(|(term, _, _)| term != m.current_term) {
-            leading = Some((m.current_term, std::time::Instant::now(), svc.now_ms()));
-        }
-        let Some((_, since, since_wall)) = leading else {
-            continue;
-        };
-        let Some(before_ms) = retry_expiry_bound(since.elapsed(), since_wall, svc.now_ms(), ttl)
-        else {
-            continue;
-        };
-        while svc.raft().is_leader() && retry_entries_due(&svc, before_ms) {
-            let op = Op::ExpireRetryCache(ExpireRetryCache {
-                before_ms,
-                max_entries: batch,
-            });
-            match svc.propose(WriteId::default(), op).await {
-                Ok(om_proto::store::command_result::Result::Count(c))
-                    if c.count >= u64::from(batch) => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "retry cache expiry not proposed");
-                    break;
-                }
-            }
-            if *stop.borrow() {
-                return;
-            }
-        }
-    }
-}
-
-/// On the leader of a cluster that has no id yet (a new cluster, or one
-/// created before ids existed): proposes one. Ends once this node holds it.
-async fn name_cluster(
-    svc: Arc<OmService>,
-    id: Arc<crate::cluster_id::ClusterId>,
-    mut stop: watch::Receiver<bool>,
-) {
-    while id.get().is_none() {
-        if svc.raft().is_leader() {
-            let op = Op::InitCluster(om_proto::store::InitCluster {
-                cluster_id: crate::cluster_id::generate(),
-            });
-            match svc.propose(WriteId::default(), op).await {
-                Ok(_) => continue,
-                Err(e) => tracing::debug!(error = %e, "cluster id not proposed"),
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-    if let Some(id) = id.get() {
-        tracing::info!(cluster_id = %id, "cluster id");
-    }
-}
-
-/// On the leader, periodically proposes expiring open-key sessions older than
-/// `ttl`; a full batch is followed at once by the next.
-async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watch::Receiver<bool>) {
-    let every = (ttl / 4).clamp(Duration::from_millis(500), Duration::from_secs(60));
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        while svc.raft().is_leader() {
-            let before_ms = svc.now_ms().saturating_sub(ttl.as_millis() as u64);
-            if !open_sessions_expired(&svc, before_ms) {
-                break;
-            }
-            let op = Op::ExpireOpenKeys(om_proto::store::ExpireOpenKeys {
-                before_ms,
-                max_entries: crate::apply::OPEN_KEY_EXPIRY_BATCH,
-            });
-            match svc.propose(WriteId::default(), op).await {
-                Ok(om_proto::store::command_result::Result::Count(c))
-                    if c.count == u64::from(crate::apply::OPEN_KEY_EXPIRY_BATCH) => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "open-key expiry not proposed");
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Whether any session (key or file) was opened before `before_ms`: one seek
-/// per table in the expiry indexes, so an idle leader proposes nothing.
-fn open_sessions_expired(svc: &OmService, before_ms: u64) -> bool {
-    [
-        (keys::OPEN_KEYS_CF, keys::OPEN_EXPIRY_PREFIX),
-        (keys::OPEN_FILES_CF, keys::OPEN_FILE_EXPIRY_PREFIX),
-    ]
-    .iter()
-    .any(|(cf, prefix)| {
-        let mut upper = prefix.to_vec();
-        upper.extend_from_slice(&before_ms.to_be_bytes());
-        crate::store::iter::DeferredSeekIter::new(svc.db(), cf, Some(prefix.to_vec()), Some(upper))
-            .map(|mut it| it.has_current())
-            .unwrap_or(true)
-    })
-}
-
-/// Children purged per `PurgeDeletedDirs` command: bounds one apply.
-pub const PURGE_BATCH: u32 = 1000;
-
-/// Whether any recursively deleted directory awaits purging (one seek).
-fn deleted_dirs_pending(svc: &OmService) -> bool {
-    let Ok(mut it) =
-        crate::store::iter::DeferredSeekIter::new(svc.db(), keys::DELETED_DIRS_CF, None, None)
-    else {
-        return false;
-    };
-    it.seek_to_first();
-    it.has_current()
-}
-
-/// On the leader, purges recursively deleted directories in bounded batches
-/// through Raft until none is left. Progress is replicated state: a new
-/// leader (or a restarted one) continues where the last batch stopped.
-async fn purge_deleted_dirs(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        while svc.raft().is_leader() && deleted_dirs_pending(&svc) {
-            let op = Op::PurgeDeletedDirs(om_proto::store::PurgeDeletedDirs {
-                max_children: PURGE_BATCH,
-            });
-            match svc.propose(WriteId::default(), op).await {
-                Ok(om_proto::store::command_result::Result::Count(c)) if c.count > 0 => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "deleted-directory purge not proposed");
-                    break;
-                }
-            }
-            if *stop.borrow() {
-                return;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_expiry_waits_for_a_whole_ttl_of_leadership() {
-        let ttl = Duration::from_secs(600);
-        // Nothing expires before this leader has led for the TTL, whatever its
-        // wall clock says (a clock ahead of the previous leader's included).
-        assert_eq!(
-            retry_expiry_bound(Duration::from_secs(599), 0, u64::MAX, ttl),
-            None
-        );
-        // Then entries stamped more than a TTL ago on this clock go.
-        let start = 1_000_000_000;
-        assert_eq!(
-            retry_expiry_bound(ttl, start, start + 600_000, ttl),
-            Some(start)
-        );
-        assert_eq!(
-            retry_expiry_bound(ttl * 2, start, start + 1_200_000, ttl),
-            Some(start + 600_000)
-        );
-        // A wall clock that steps forward mid-leadership does not count.
-        assert_eq!(
-            retry_expiry_bound(ttl, start, start + 3_600_000, ttl),
-            Some(start)
-        );
-        // One stepping back only delays expiry.
-        assert_eq!(
-            retry_expiry_bound(ttl, start, start + 300_000, ttl),
-            Some(start - 300_000)
-        );
     }
 }

@@ -97,6 +97,9 @@ pub struct Page<T> {
     pub stats: IterStats,
 }
 
+/// Longest a stopping leader waits for another voter to take over.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub struct OmService {
     raft: Raft,
     db: Arc<DB>,
@@ -417,12 +420,8 @@ impl OmService {
         let ours = self.cluster_id();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let view = loop {
-            match crate::grpc::peer::peer_state(
-                &node.raft_addr,
-                self.node_id,
-                self.peer_tls.as_ref(),
-            )
-            .await
+            match crate::peers::peer_state(&node.raft_addr, self.node_id, self.peer_tls.as_ref())
+                .await
             {
                 Ok(v) => break v,
                 Err(e) if std::time::Instant::now() >= deadline => {

@@ -689,7 +689,7 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 pub fn dump_data_dir(data_dir: &Path) -> om::store::TableDump {
     let store = om_raft_store::open(
         data_dir,
-        om::server::table_descriptors(),
+        om::store::table_descriptors(),
         std::sync::Arc::new(om::apply::OmApplier),
     )
     .expect("open a stopped node's store");

@@ -881,7 +881,7 @@ fn check_rendering(m: &Manifests, e: &Expect) {
     let pod = m.pod();
     let grace = pod.termination_grace_period_seconds.unwrap() as u64;
     assert!(
-        grace >= om::server::HANDOVER_TIMEOUT.as_secs() + 10,
+        grace >= om::service::HANDOVER_TIMEOUT.as_secs() + 10,
         "the grace period must cover the handover and the shutdown"
     );
     let psc = pod.security_context.as_ref().unwrap();

@@ -183,7 +183,7 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
 /// The file is damaged on both remaining members: when the wiped node comes
 /// back, the leader may hand leadership to the other member (a member that
 /// lost acknowledged entries is caught up from scratch after a transfer; see
-/// `om::rejoin`), and whichever of them sends must find the damage.
+/// `om::tasks::rejoin`), and whichever of them sends must find the damage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it() {
     let addrs = cluster_addrs(3);

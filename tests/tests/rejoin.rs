@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use om::rejoin::{Outcome, Phase};
+use om::tasks::rejoin::{Outcome, Phase};
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
 use om_tests::{Faults, MemberAddrs, TestNode, cluster_addrs, http_get, metrics_of, wait_for};
@@ -353,7 +353,7 @@ async fn a_wiped_joined_voter_does_not_vote_before_it_caught_up() {
     // From its first answer on, it is not admitted and refuses votes.
     let first = wait_for(Duration::from_secs(20), "node 4's Raft port", || {
         let addr = j.raft.clone();
-        async move { om::grpc::peer::peer_state(&addr, 99, None).await.ok() }
+        async move { om::peers::peer_state(&addr, 99, None).await.ok() }
     })
     .await;
     assert!(!first.admitted, "an empty joiner was admitted at once");

@@ -16,6 +16,48 @@ use std::collections::BTreeMap;
 /// tombstones: 6.6 ms per scan without, 16 µs after the first scan with it).
 pub const RANGE_CONVERSION_MIN_TOMBSTONES: u32 = 1000;
 
+/// Options of the metadata tables' column families.
+///
+/// Tables that see bulk deletions get RocksDB's deletion-triggered compaction:
+/// an SST file is marked for compaction when any window of
+/// `DELETION_WINDOW` consecutive entries holds `DELETION_TRIGGER` or more
+/// tombstones, or when tombstones make up `DELETION_RATIO` of the file. That
+/// compacts tombstone bands away soon after they land, instead of waiting for
+/// size-based compaction, so scans do not keep paying for deleted keys.
+pub fn table_descriptors() -> Vec<rocksdb::ColumnFamilyDescriptor> {
+    table_descriptors_with(None)
+}
+
+/// `table_descriptors` under a memory budget (one shared block cache).
+pub fn table_descriptors_with(
+    memory: Option<&om_raft_store::memory::MemoryBudget>,
+) -> Vec<rocksdb::ColumnFamilyDescriptor> {
+    keys::TABLE_CFS
+        .iter()
+        .map(|name| {
+            let mut o = rocksdb::Options::default();
+            if let Some(m) = memory {
+                m.apply_to_cf(&mut o);
+            }
+            if keys::DELETION_HEAVY_CFS.contains(name) {
+                o.add_compact_on_deletion_collector_factory(
+                    DELETION_WINDOW,
+                    DELETION_TRIGGER,
+                    DELETION_RATIO,
+                );
+            }
+            rocksdb::ColumnFamilyDescriptor::new(*name, o)
+        })
+        .collect()
+}
+
+/// Entries per sliding window of the deletion-triggered compaction collector.
+pub const DELETION_WINDOW: usize = 32 * 1024;
+/// Tombstones within one window that mark the file for compaction.
+pub const DELETION_TRIGGER: usize = 8 * 1024;
+/// Fraction of tombstones in a whole file that marks it for compaction.
+pub const DELETION_RATIO: f64 = 0.5;
+
 /// Runtime options of the metadata tables, set once the database is open.
 pub fn tune_tables(db: &rocksdb::DB) -> Result<(), crate::error::OmError> {
     let value = RANGE_CONVERSION_MIN_TOMBSTONES.to_string();

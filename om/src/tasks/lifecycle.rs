@@ -15,9 +15,9 @@ use om_proto::store::{
 };
 use tokio::sync::watch;
 
-use super::scan::{self, PageLimits};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
+use crate::lifecycle::scan::{self, PageLimits};
 use crate::service::{OmService, WriteId};
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;

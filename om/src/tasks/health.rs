@@ -1,0 +1,106 @@
+//! Node status published while the node runs: the gRPC health service in
+//! step with readiness, the start-up phases, and Raft's gauges.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use om_raft_store::Raft;
+use openraft::async_runtime::WatchReceiver;
+use tokio::sync::watch;
+
+use super::catch_up::{CatchUp, readiness};
+use super::rejoin::Admission;
+use crate::service::OmService;
+
+/// Keeps the gRPC health service in step with readiness (`catch_up::readiness`):
+/// the whole server ("") and both public services are SERVING while the
+/// node is ready, NOT_SERVING otherwise and once it stops.
+pub async fn report_health(
+    health: tonic_health::server::HealthReporter,
+    svc: Arc<OmService>,
+    admission: Admission,
+    catch_up: CatchUp,
+    mut stop: watch::Receiver<bool>,
+) {
+    use tonic_health::ServingStatus;
+    const SERVICES: [&str; 3] = ["", "om.v1.OzoneManager", "om.v1.Cluster"];
+    let mut last = None;
+    loop {
+        let status = if *stop.borrow() {
+            ServingStatus::NotServing
+        } else if readiness(&svc, &admission, &catch_up).is_ok() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        if last != Some(status) {
+            for s in SERVICES {
+                health.set_service_status(s, status).await;
+            }
+            last = Some(status);
+        }
+        if *stop.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+}
+
+/// Records when this node first knew a leader and first was ready (both
+/// since `started`, like the earlier phases), as `om_startup_seconds` and one
+/// log line, so a slow start says which phase took the time.
+pub async fn report_startup(
+    started: std::time::Instant,
+    svc: Arc<OmService>,
+    admission: Admission,
+    catch_up: CatchUp,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader_known = None;
+    loop {
+        if leader_known.is_none()
+            && svc
+                .raft()
+                .metrics()
+                .borrow_watched()
+                .current_leader
+                .is_some()
+        {
+            let t = started.elapsed();
+            crate::metrics::startup_phase("leader_known", t);
+            leader_known = Some(t);
+        }
+        if readiness(&svc, &admission, &catch_up).is_ok() {
+            let ready = started.elapsed();
+            crate::metrics::startup_phase("ready", ready);
+            tracing::info!(
+                ready_s = ready.as_secs_f64(),
+                leader_known_s = leader_known.unwrap_or(ready).as_secs_f64(),
+                "ready"
+            );
+            return;
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Publishes Raft's metrics as gauges on every change, until `stop`.
+pub async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
+    let mut rx = raft.metrics();
+    let mut gauges = crate::metrics::RaftGauges::new();
+    loop {
+        // Read in place: cloning the metrics (membership maps, replication
+        // progress) on every commit showed in the leader's profile.
+        gauges.publish(&rx.borrow_watched());
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
