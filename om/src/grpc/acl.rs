@@ -158,7 +158,7 @@ pub async fn set_acl(svc: &OmService, r: SetAclRequest) -> Result<SetAclResponse
     }
 }
 
-pub async fn who_am_i(svc: &OmService) -> Result<WhoAmIResponse, OmError> {
+pub async fn who_am_i(svc: &OmService, _r: WhoAmIRequest) -> Result<WhoAmIResponse, OmError> {
     let (ctx, caller, admin) = svc.whoami()?;
     let via = ctx.as_ref().map_or("none", |c| c.principal.via).to_string();
     Ok(match caller {

@@ -5,9 +5,8 @@
 
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
-use tonic::{Response, Status};
 
-use super::{consistency, observe, unexpected, versions, write_id};
+use super::{Refused, consistency, unexpected, versions, write_id};
 use crate::apply::tagging::taggable;
 use crate::apply::versions::version_id;
 use crate::error::OmError;
@@ -80,35 +79,26 @@ pub async fn delete(
 pub async fn get(
     svc: &OmService,
     r: GetKeyTaggingRequest,
-) -> Result<Response<GetKeyTaggingResponse>, Status> {
-    let mut marker = None;
-    let out = observe("GetKeyTagging", async {
-        object_names(&r.volume, &r.bucket, &r.key, &r.version_id)?;
-        let rec = svc
-            .tagged_version(
-                consistency(&r.read),
-                &r.volume,
-                &r.bucket,
-                &r.key,
-                &r.version_id,
-            )
-            .await?;
-        if rec.delete_marker && r.version_id.is_empty() {
-            marker = Some(version_id(&rec));
-        }
-        taggable(
-            &rec,
+) -> Result<GetKeyTaggingResponse, Refused> {
+    object_names(&r.volume, &r.bucket, &r.key, &r.version_id)?;
+    let rec = svc
+        .tagged_version(
+            consistency(&r.read),
+            &r.volume,
+            &r.bucket,
+            &r.key,
             &r.version_id,
-            &format!("{}/{}/{}", r.volume, r.bucket, r.key),
-        )?;
-        Ok(GetKeyTaggingResponse {
+        )
+        .await?;
+    let path = format!("{}/{}/{}", r.volume, r.bucket, r.key);
+    match taggable(&rec, &r.version_id, &path) {
+        Err(e) if rec.delete_marker && r.version_id.is_empty() => {
+            Err(Refused::delete_marker(e, version_id(&rec)))
+        }
+        Err(e) => Err(e.into()),
+        Ok(()) => Ok(GetKeyTaggingResponse {
             version_id: version_id(&rec),
             tags: rec.tags,
-        })
-    })
-    .await;
-    match (out, marker) {
-        (Err(status), Some(vid)) => Err(versions::deleted(status, &vid)),
-        (out, _) => out,
+        }),
     }
 }
