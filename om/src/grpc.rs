@@ -24,6 +24,7 @@ mod files;
 mod keys;
 mod lifecycle;
 mod malformed;
+mod multipart;
 mod namespace;
 mod objects;
 mod quota;
@@ -475,16 +476,16 @@ rpcs! {
         rpc delete_key_tagging(DeleteKeyTaggingRequest) -> DeleteKeyTaggingResponse
             = "DeleteKeyTagging" tagging::delete;
         rpc initiate_multipart_upload(InitiateMultipartUploadRequest) -> InitiateMultipartUploadResponse
-            = "InitiateMultipartUpload" objects::initiate_multipart;
+            = "InitiateMultipartUpload" multipart::initiate_multipart;
         rpc commit_part(CommitPartRequest) -> CommitPartResponse
-            = "CommitPart" objects::commit_part;
+            = "CommitPart" multipart::commit_part;
         rpc complete_multipart_upload(CompleteMultipartUploadRequest) -> CompleteMultipartUploadResponse
-            = "CompleteMultipartUpload" objects::complete_multipart;
+            = "CompleteMultipartUpload" multipart::complete_multipart;
         rpc abort_multipart_upload(AbortMultipartUploadRequest) -> AbortMultipartUploadResponse
-            = "AbortMultipartUpload" objects::abort_multipart;
-        rpc list_parts(ListPartsRequest) -> ListPartsResponse = "ListParts" objects::list_parts;
+            = "AbortMultipartUpload" multipart::abort_multipart;
+        rpc list_parts(ListPartsRequest) -> ListPartsResponse = "ListParts" multipart::list_parts;
         rpc list_multipart_uploads(ListMultipartUploadsRequest) -> ListMultipartUploadsResponse
-            = "ListMultipartUploads" objects::list_uploads;
+            = "ListMultipartUploads" multipart::list_uploads;
         rpc list_deleted_blocks(ListDeletedBlocksRequest) -> ListDeletedBlocksResponse
             = "ListDeletedBlocks" objects::list_deleted_blocks;
         rpc ack_deleted_blocks(AckDeletedBlocksRequest) -> AckDeletedBlocksResponse
