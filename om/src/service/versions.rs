@@ -8,7 +8,8 @@
 
 use om_proto::store::KeyRecord;
 
-use super::{Consistency, OmService, item_len, utf8};
+use super::pages::utf8;
+use super::{Consistency, OmService, item_len};
 use crate::apply::versions::{self as v, Located, VersionRef};
 use crate::error::OmError;
 use crate::listing::{ContinuationToken, Item, ScanSpec, Start, marker_prefix, scan_page_within};
