@@ -13,6 +13,8 @@
 # Prints Markdown. BENCH_KEEP=1 keeps the data directories; MEMORY_BUDGET sets
 # every node's --memory-budget.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 keys="${1:-1000000}"
@@ -20,45 +22,20 @@ make -s build >/dev/null
 
 work="${BENCH_DIR:-$(mktemp -d)}"
 mkdir -p "$work"
-declare -A pid
-cleanup() {
-  for p in "${pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cluster_stop; [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"' EXIT
 
 base=${BENCH_PORT_BASE:-24000}
-cluster_of() { # port base -> initial cluster
-  local c="" i
-  for i in 1 2 3; do c+="${c:+,}$i=127.0.0.1:$(($1 + 10 + i))/127.0.0.1:$(($1 + i))"; done
-  echo "$c"
-}
-start() { # node-id port-base data-prefix
-  local i=$1 b=$2
-  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/$3$i" \
-    --grpc-addr "127.0.0.1:$((b + i))" --raft-addr "127.0.0.1:$((b + 10 + i))" \
-    --http-addr "127.0.0.1:$((b + 20 + i))" --initial-cluster "$(cluster_of "$b")" \
-    ${MEMORY_BUDGET:+--memory-budget "$MEMORY_BUDGET"} \
-    >>"$work/$3$i.log" 2>&1 &
-  pid[$3$i]=$!
-}
-metric() { # port-base node-id name
-  curl -s "http://127.0.0.1:$(($1 + 20 + $2))/metrics" | awk -v m="$3" '$1 == m { print $2 }'
-}
-leader() { # port-base
-  for i in 1 2 3; do
-    [ "$(metric "$1" "$i" om_raft_is_leader 2>/dev/null)" = 1 ] && { echo "$i"; return; }
-  done
+start() { # data-prefix port-base: the three nodes, with MEMORY_BUDGET if set
+  cluster_start "$1" "$2" ${MEMORY_BUDGET:+--memory-budget "$MEMORY_BUDGET"}
 }
 rss_mib() { awk '$1 == "VmRSS:" { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-for i in 1 2 3; do start "$i" "$base" om; done
-eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+start om "$base"
+eps=$(cluster_eps "$base")
 omctl() { "$target/release/omctl" --endpoint "$eps" --timeout 60 "$@"; }
-for _ in $(seq 1 200); do omctl volume list >/dev/null 2>&1 && break; sleep 0.2; done
+cluster_wait_tries=200 cluster_wait_ready "$base"
 omctl volume create bench >/dev/null
 omctl bucket create bench/keys >/dev/null
 
@@ -72,12 +49,12 @@ echo "### Memory after the load (the load is the write burst)"
 echo
 echo "| node | budget MiB | peak RSS MiB | RSS MiB | block cache MiB (memtables charged) | memtables MiB | table readers MiB |"
 echo "|---|---|---|---|---|---|---|"
-mib_metric() { awk -v v="$(metric "$base" "$1" "$2")" 'BEGIN { printf "%.0f", v / 1048576 }'; }
+mib_metric() { awk -v v="$(cluster_metric "$base" "$1" "$2")" 'BEGIN { printf "%.0f", v / 1048576 }'; }
 for i in 1 2 3; do
-  p=${pid[om$i]}
+  p=${cluster_pid[om$i]}
   echo "| $i | $(mib_metric "$i" om_db_memory_budget_bytes) | $(awk '$1 == "VmHWM:" { printf "%.0f", $2 / 1024 }' "/proc/$p/status") | $(rss_mib "$p") | $(mib_metric "$i" om_db_block_cache_usage_bytes) | $(mib_metric "$i" om_db_memtable_bytes) | $(mib_metric "$i" om_db_table_readers_bytes) |"
 done
-l=$(leader "$base")
+l=$(cluster_leader "$base")
 lep="127.0.0.1:$((base + l))"
 mix() { omctl --output json bench mix bench/keys --keys "$keys" --mix get=90,put=10 \
   --concurrency 16 --seconds 20 --warmup 2 </dev/null; }
@@ -88,7 +65,7 @@ pct() { # json op field
 echo
 echo "### Foreground latency, alone and while full backups run back to back (16 clients, get=90 put=10)"
 alone=$(mix)
-rss_before=$(rss_mib "${pid[om$l]}")
+rss_before=$(rss_mib "${cluster_pid[om$l]}")
 backups_loop() {
   local n=0
   while [ ! -e "$work/mix.done" ]; do
@@ -102,7 +79,7 @@ bpid=$!
 during=$(mix)
 touch "$work/mix.done"
 wait "$bpid"
-rss_after=$(rss_mib "${pid[om$l]}")
+rss_after=$(rss_mib "${cluster_pid[om$l]}")
 echo
 echo "| | get p50 ms | get p99 ms | put p50 ms | put p99 ms |"
 echo "|---|---|---|---|---|"
@@ -150,11 +127,11 @@ echo "|---|---|"
 for i in 1 2 3; do
   t=$(now)
   OM_LOG=warn "$target/release/om" restore --from "$dest/$incr_id" --data-dir "$work/r$i" --node-id "$i" \
-    --initial-cluster "$(cluster_of "$rbase")" >/dev/null
+    --initial-cluster "$(cluster_members "$rbase")" >/dev/null
   echo "| om restore, node $i | $(since "$t") |"
 done
 t=$(now)
-for i in 1 2 3; do start "$i" "$rbase" r; done
-until [ -n "$(leader "$rbase")" ]; do sleep 0.05; done
+start r "$rbase"
+until [ -n "$(cluster_leader "$rbase")" ]; do sleep 0.05; done
 echo "| start to a leader | $(since "$t") |"
 echo "| total | $(since "$total") |"

@@ -7,6 +7,8 @@
 # and each client count is measured on it, then on this build and etcd, one
 # after the other (rows "om (baseline)"), so a change is compared in one run.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 
@@ -17,41 +19,25 @@ fi
 make -s build >/dev/null
 
 work="$(mktemp -d)"
-pids=()
+etcd_pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in "${etcd_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  cluster_stop
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 base=${BENCH_PORT_BASE:-21000}
-# start_om BINARY NAME OFFSET: a 3-node om cluster of BINARY with data in
-# $work/NAME1..3, gRPC on base+OFFSET+1..3, Raft +10, HTTP +20.
-start_om() {
-  local bin=$1 name=$2 off=$(( base + $3 )) members="" i
-  for i in 1 2 3; do
-    members+="${members:+,}$i=127.0.0.1:$((off + 10 + i))/127.0.0.1:$((off + i))"
-  done
-  for i in 1 2 3; do
-    OM_LOG=warn "$bin" --node-id "$i" --data-dir "$work/$name$i" \
-      --grpc-addr "127.0.0.1:$((off + i))" --raft-addr "127.0.0.1:$((off + 10 + i))" \
-      --http-addr "127.0.0.1:$((off + 20 + i))" --initial-cluster "$members" \
-      >"$work/$name$i.log" 2>&1 &
-    pids+=($!)
-  done
-}
-start_om "$target/release/om" om 0
+# This build's cluster at base (data in $work/om1..3); a baseline's at base+50
+# ($work/base1..3).
+cluster_start om "$base"
 
 baseline_http=""
 if [ -n "${OM_BASELINE:-}" ]; then
-  start_om "$OM_BASELINE" base 50
-  baseline_eps="127.0.0.1:$((base + 51)),127.0.0.1:$((base + 52)),127.0.0.1:$((base + 53))"
-  baseline_http="127.0.0.1:$((base + 71)),127.0.0.1:$((base + 72)),127.0.0.1:$((base + 73))"
-  for _ in $(seq 1 100); do
-    "$target/release/omctl" --endpoint "$baseline_eps" --timeout 1 volume list >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  cluster_om="$OM_BASELINE" cluster_start base $((base + 50))
+  baseline_eps=$(cluster_eps $((base + 50)))
+  baseline_http=$(cluster_http $((base + 50)))
+  cluster_wait_ready $((base + 50))
 fi
 
 ecluster=""
@@ -67,17 +53,14 @@ for i in 1 2 3; do
     --initial-cluster "$ecluster" --initial-cluster-state new \
     --initial-cluster-token om-bench --log-level error \
     >"$work/etcd$i.log" 2>&1 &
-  pids+=($!)
+  etcd_pids+=($!)
 done
 
-om_eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
-om_http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
+om_eps=$(cluster_eps "$base")
+om_http=$(cluster_http "$base")
 etcd_eps="127.0.0.1:$((base + 31)),127.0.0.1:$((base + 32)),127.0.0.1:$((base + 33))"
 
-for _ in $(seq 1 100); do
-  "$target/release/omctl" --endpoint "$om_eps" --timeout 1 volume list >/dev/null 2>&1 && break
-  sleep 0.2
-done
+cluster_wait_ready "$base"
 for _ in $(seq 1 100); do
   ETCDCTL_API=3 etcdctl --endpoints "$etcd_eps" endpoint health >/dev/null 2>&1 && break
   sleep 0.2

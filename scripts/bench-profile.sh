@@ -8,6 +8,8 @@
 # and the hottest symbols. Needs `perf` (linux-perf); samples include the
 # kernel only where perf_event_paranoid allows it.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 clients="${1:-64}"
@@ -17,35 +19,15 @@ command -v perf >/dev/null || { echo "perf is not installed (apt-get install lin
 make -s build >/dev/null
 
 work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cluster_stop; rm -rf "$work"' EXIT
 
 base=${BENCH_PORT_BASE:-25000}
-cluster=""
-for i in 1 2 3; do
-  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
-done
-for i in 1 2 3; do
-  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
-    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
-    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
-    >"$work/om$i.log" 2>&1 &
-  pids+=($!)
-done
-eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
-http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
-for _ in $(seq 1 100); do
-  "$target/release/omctl" --endpoint "$eps" --timeout 1 volume list >/dev/null 2>&1 && break
-  sleep 0.2
-done
-metric() { curl -s "http://127.0.0.1:$((base + 20 + $1))/metrics" | awk -v m="$2" '$1 == m { print $2 }'; }
+cluster_start om "$base"
+eps=$(cluster_eps "$base")
+http=$(cluster_http "$base")
+cluster_wait_ready "$base"
 leader=""
-for i in 1 2 3; do [ "$(metric "$i" om_raft_is_leader)" = 1 ] && leader=$i; done
+for i in 1 2 3; do [ "$(cluster_metric "$base" "$i" om_raft_is_leader)" = 1 ] && leader=$i; done
 follower=$(( leader % 3 + 1 ))
 
 flags=(--concurrency "$clients" --seconds "$seconds" --om-metrics "$http" --output json)
@@ -55,9 +37,9 @@ bench=$!
 # Record the middle of the run, past the read keys' set-up and the ramp.
 sleep $(( seconds / 4 + 2 ))
 span=$(( seconds / 2 ))
-perf record -q -e cpu-clock -F 999 -p "${pids[$((leader - 1))]}" -o "$work/leader.data" -- sleep "$span" 2>/dev/null &
+perf record -q -e cpu-clock -F 999 -p "${cluster_pid[om$leader]}" -o "$work/leader.data" -- sleep "$span" 2>/dev/null &
 p1=$!
-perf record -q -e cpu-clock -F 999 -p "${pids[$((follower - 1))]}" -o "$work/follower.data" -- sleep "$span" 2>/dev/null &
+perf record -q -e cpu-clock -F 999 -p "${cluster_pid[om$follower]}" -o "$work/follower.data" -- sleep "$span" 2>/dev/null &
 p2=$!
 wait "$p1" "$p2" "$bench"
 

@@ -14,6 +14,8 @@
 # INSTALLS="ingest" to skip the one-batch install (whose memory grows with the
 # state) on large states, INSTALLS=none to skip both.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 keys="${1:-1000000}"
@@ -24,31 +26,13 @@ make -s build >/dev/null
 
 work="${BENCH_DIR:-$(mktemp -d)}"
 mkdir -p "$work"
-declare -A pid
-cleanup() {
-  for p in "${pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cluster_stop; [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"' EXIT
 
 base=${BENCH_PORT_BASE:-23000}
-cluster=""
-for i in 1 2 3; do
-  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
-done
-start() { # node-id [env...]
-  local i=$1; shift
-  env OM_LOG=warn "$@" "${om_bin:-$target/release/om}" --node-id "$i" --data-dir "$work/om$i" \
-    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
-    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
-    --snapshot-every "$snapshot_every" --snapshot-keep-logs 500 \
-    >>"$work/om$i.log" 2>&1 &
-  pid[$i]=$!
+start() { # node-id: (re)starts it with this run's snapshot settings
+  cluster_start_node om "$1" "$base" --snapshot-every "$snapshot_every" --snapshot-keep-logs 500
 }
-metric() { # node-id name
-  curl -s "http://127.0.0.1:$((base + 20 + $1))/metrics" | awk -v m="$2" '$1 == m { print $2 }'
-}
+metric() { cluster_metric "$base" "$@"; } # node-id name
 ready() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 20 + $1))/readyz" 2>/dev/null || true; }
 wait_ready() { # node-id -> seconds waited (gives up after 600 s)
   local t0; t0=$(date +%s.%N)
@@ -61,17 +45,12 @@ wait_ready() { # node-id -> seconds waited (gives up after 600 s)
   done
   awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
 }
-status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/${pid[$1]}/status"; }
-leader() {
-  for i in 1 2 3; do
-    [ "$(metric "$i" om_raft_is_leader 2>/dev/null)" = 1 ] && { echo "$i"; return; }
-  done
-}
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/${cluster_pid[om$1]}/status"; }
 
 for i in 1 2 3; do start "$i"; done
-eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+eps=$(cluster_eps "$base")
 omctl() { "$target/release/omctl" --endpoint "$eps" --timeout 60 "$@"; }
-for _ in $(seq 1 200); do omctl volume list >/dev/null 2>&1 && break; sleep 0.2; done
+cluster_wait_tries=200 cluster_wait_ready "$base"
 omctl volume create scale >/dev/null
 omctl bucket create scale/keys >/dev/null
 
@@ -114,23 +93,23 @@ echo
 echo "### Catch-up of a wiped follower"
 echo "| install | ready after s | peak RSS MiB | snapshot bytes |"
 echo "|---|---:|---:|---:|"
-l=$(leader)
+l=$(cluster_leader "$base")
 for mode in ${INSTALLS:-ingest batch}; do
   [ "$mode" = none ] && continue
   f=$(( l % 3 + 1 ))
-  kill -9 "${pid[$f]}"; wait "${pid[$f]}" 2>/dev/null || true
+  cluster_kill_node om "$f"
   rm -rf "$work/om$f"
   # A few writes so the leader's log has moved on.
   omctl bench load scale/keys --keys 2000 --start "$keys" --prefix "after-$mode/" >/dev/null
-  if [ "$mode" = batch ]; then start "$f" OM_SNAPSHOT_INSTALL=batch; else start "$f"; fi
+  if [ "$mode" = batch ]; then OM_SNAPSHOT_INSTALL="batch" start "$f"; else start "$f"; fi
   secs=$(wait_ready "$f")
   echo "| $mode | $secs | $(( $(status_kb "$f" VmHWM) / 1024 )) | $(metric "$l" om_raft_snapshot_bytes) |"
 done
 
 echo
 echo "### Restart to ready after kill -9 of the leader"
-l=$(leader)
-kill -9 "${pid[$l]}"; wait "${pid[$l]}" 2>/dev/null || true
+l=$(cluster_leader "$base")
+cluster_kill_node om "$l"
 start "$l"
 echo "ready after $(wait_ready "$l") s"
 echo
@@ -160,8 +139,8 @@ if [ -n "${OM_BASELINE:-}" ]; then
   echo "|---|---:|---:|---:|---:|---:|"
   for round in 1 2; do
     for b in baseline this; do
-      kill -9 "${pid[$l]}"; wait "${pid[$l]}" 2>/dev/null || true
-      if [ "$b" = baseline ]; then om_bin="$OM_BASELINE/om" start "$l"; else start "$l"; fi
+      cluster_kill_node om "$l"
+      if [ "$b" = baseline ]; then cluster_om="$OM_BASELINE/om" start "$l"; else start "$l"; fi
       secs=$(wait_ready "$l")
       echo "| $b (round $round) | $secs $(phases "$l")"
     done

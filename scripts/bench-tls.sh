@@ -8,18 +8,14 @@
 # tables.
 #   scripts/bench-tls.sh [extra omctl bench flags, e.g. --seconds 5]
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 make -s build >/dev/null
 
 work="$(mktemp -d)"
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  pids=()
-}
-trap 'stop_all; rm -rf "$work"' EXIT
+trap 'cluster_stop; rm -rf "$work"' EXIT
 
 # A CA, one certificate for every node (they all run on 127.0.0.1) and a
 # client certificate for omctl.
@@ -63,26 +59,17 @@ run() { # mode: plain | mtls | secured
     ctl=(--cacert "$pki/ca.crt")
     token_env=(env "OM_TOKEN=$(cat "$pki/bench-user.token")")
   fi
-  local cluster=""
+  # One node at a time: each secured node writes its own audit log.
   for i in 1 2 3; do
-    cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
+    cluster_start_node "$mode" "$i" "$base" "${tls[@]}" \
+      $([ "$mode" = secured ] && echo --audit-log "$work/audit-$i.log")
   done
-  for i in 1 2 3; do
-    OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/$mode$i" \
-      --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
-      --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" "${tls[@]}" \
-      $([ "$mode" = secured ] && echo --audit-log "$work/audit-$i.log") \
-      >"$work/$mode$i.log" 2>&1 &
-    pids+=($!)
-  done
-  local eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
-  local http="127.0.0.1:$((base + 21)),127.0.0.1:$((base + 22)),127.0.0.1:$((base + 23))"
+  local eps http
+  eps=$(cluster_eps "$base")
+  http=$(cluster_http "$base")
   local probe=("${ctl[@]}")
   [ "$mode" = secured ] && probe=("${admin[@]}")
-  for _ in $(seq 1 100); do
-    "$target/release/omctl" --endpoint "$eps" --timeout 1 "${probe[@]}" volume list >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  cluster_wait_ready "$base" "${probe[@]}"
   if [ "$mode" = secured ]; then
     "$target/release/omctl" --endpoint "$eps" --timeout 10 "${admin[@]}" acl add / user:bench-user:ALL >/dev/null
   fi
@@ -94,7 +81,7 @@ run() { # mode: plain | mtls | secured
     echo
     echo "audit lines written: $(cat "$work"/audit-*.log* 2>/dev/null | wc -l)"
   fi
-  stop_all
+  cluster_stop
 }
 
 echo "om $(git describe --always --dirty 2>/dev/null || echo unknown), $(nproc) cores, $(date -u +%Y-%m-%d)"

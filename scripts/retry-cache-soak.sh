@@ -7,6 +7,8 @@
 # expiry tick, and the count levels off near write rate x TTL.
 #   scripts/retry-cache-soak.sh [SECONDS=600] [TTL_S=60] [CLIENTS=256]
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
+. "$(dirname "$0")/lib/cluster.sh"
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
 ttl=${2:-60}
@@ -15,31 +17,12 @@ target="${CARGO_TARGET_DIR:-target}"
 make -s build >/dev/null
 
 work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cluster_stop; rm -rf "$work"' EXIT
 
 base=${SOAK_PORT_BASE:-22000}
-cluster=""
-for i in 1 2 3; do
-  cluster+="${cluster:+,}$i=127.0.0.1:$((base + 10 + i))/127.0.0.1:$((base + i))"
-done
-for i in 1 2 3; do
-  OM_LOG=warn "$target/release/om" --node-id "$i" --data-dir "$work/om$i" \
-    --grpc-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
-    --http-addr "127.0.0.1:$((base + 20 + i))" --initial-cluster "$cluster" \
-    --retry-cache-ttl-s "$ttl" >"$work/om$i.log" 2>&1 &
-  pids+=($!)
-done
-eps="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
-for _ in $(seq 1 100); do
-  "$target/release/omctl" --endpoint "$eps" --timeout 1 volume list >/dev/null 2>&1 && break
-  sleep 0.2
-done
+cluster_start om "$base" --retry-cache-ttl-s "$ttl"
+eps=$(cluster_eps "$base")
+cluster_wait_ready "$base"
 
 # One gauge from node 1's /metrics (the retry cache is replicated state).
 gauge() {
