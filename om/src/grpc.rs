@@ -55,6 +55,7 @@ fn capped(m: String) -> String {
 
 pub use objects::MAX_RECORD_BLOCKS;
 pub mod auth;
+pub mod guard;
 pub mod peer;
 pub mod tokens;
 

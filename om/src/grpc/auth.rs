@@ -14,19 +14,15 @@
 //! when usable, else generated), which the response returns in
 //! `om-request-id`.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use tonic::Status;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
+use tonic::codegen::http;
 
 pub use crate::authz::Principal;
 use crate::authz::{Impersonation, MAX_GROUPS, RequestCtx, valid_name};
 
+use super::guard::{Answer, Guard, Guarded, Refusal};
 use super::tokens::FailureLimiter;
 pub use super::tokens::{
     MAX_PRINCIPAL_BYTES, MAX_TOKEN_BYTES, TokenFile, TokenStore, new_token, token_line,
@@ -307,56 +303,33 @@ impl Authenticator {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
 /// Wraps a public service: authenticates every request before it is decoded.
-#[derive(Clone)]
-pub struct Authenticate<S> {
-    inner: S,
-    auth: Arc<Authenticator>,
+pub type Authenticate<S> = Guarded<S, Arc<Authenticator>>;
+
+/// A request that passed authentication: its context, its id for the
+/// response's `om-request-id`, and where the service leaves the staleness
+/// of a stale read it served.
+pub struct Authenticated {
+    ctx: RequestCtx,
+    header: Option<http::HeaderValue>,
+    staleness: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl<S> Authenticate<S> {
-    pub fn new(inner: S, auth: Arc<Authenticator>) -> Self {
-        Authenticate { inner, auth }
-    }
-}
+impl Guard for Arc<Authenticator> {
+    type Admitted = Authenticated;
 
-impl<S: NamedService> NamedService for Authenticate<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B> Service<http::Request<B>> for Authenticate<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<Authenticated, Refusal> {
         let info = req.extensions().get::<crate::net::ConnInfo>();
-        let operation = req
-            .uri()
-            .path()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let operation = super::guard::method(req).to_string();
         let request_id = request_id(req.headers());
-        let refused = |status: Status| -> Self::Future {
+        let refused = |status: Status| {
             let mut resp = status.into_http();
             if let Ok(v) = request_id.parse() {
                 resp.headers_mut().insert("om-request-id", v);
             }
-            Box::pin(async move { Ok(resp) })
+            Box::new(resp)
         };
-        let principal = match self.auth.authenticate(req.headers(), info) {
+        let principal = match self.authenticate(req.headers(), info) {
             Ok(p) => {
                 // An authenticated request proves its connection.
                 if let Some(prove) = info.and_then(|i| i.prove.as_ref()) {
@@ -366,35 +339,42 @@ where
             }
             Err(status) => {
                 metrics::counter!("om_unauthenticated_total").increment(1);
-                self.auth
-                    .audit_refusal(&operation, request_id.clone(), None, &status);
-                return refused(status);
+                self.audit_refusal(&operation, request_id.clone(), None, &status);
+                return Err(refused(status));
             }
         };
         let impersonate = match impersonation(req.headers()) {
             Ok(i) => i,
             Err(status) => {
-                self.auth
-                    .audit_refusal(&operation, request_id.clone(), Some(&principal), &status);
-                return refused(status);
+                self.audit_refusal(&operation, request_id.clone(), Some(&principal), &status);
+                return Err(refused(status));
             }
         };
         let header = request_id.parse().ok();
         let staleness = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
-        let ctx = RequestCtx {
-            principal,
-            impersonate,
-            operation,
-            request_id,
-            staleness_ms: staleness.clone(),
-        };
-        let fut = crate::authz::scope(ctx, self.inner.call(req));
+        Ok(Authenticated {
+            ctx: RequestCtx {
+                principal,
+                impersonate,
+                operation,
+                request_id,
+                staleness_ms: staleness.clone(),
+            },
+            header,
+            staleness,
+        })
+    }
+
+    /// Runs the call in the request's context (`authz::scope`) and names the
+    /// request id and any read staleness in the response's headers.
+    fn run(&self, a: Authenticated, call: Answer) -> Answer {
+        let fut = crate::authz::scope(a.ctx, call);
         Box::pin(async move {
             let mut resp = fut.await?;
-            if let Some(v) = header {
+            if let Some(v) = a.header {
                 resp.headers_mut().insert("om-request-id", v);
             }
-            let age = staleness.load(std::sync::atomic::Ordering::Relaxed);
+            let age = a.staleness.load(std::sync::atomic::Ordering::Relaxed);
             if age != u64::MAX {
                 resp.headers_mut()
                     .insert("om-read-staleness-ms", http::HeaderValue::from(age));

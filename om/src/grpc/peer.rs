@@ -4,11 +4,7 @@
 //! refuses every caller whose certificate names no member.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use om_proto::raft::raft_peer_server::{RaftPeer, RaftPeerServer};
@@ -18,10 +14,10 @@ use om_proto::raft::{
 };
 use om_raft_store::Raft;
 use openraft::async_runtime::WatchReceiver;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
+use tonic::codegen::http;
 use tonic::{Request, Response, Status};
 
+use super::guard::{Guard, Refusal};
 use crate::divergence::Divergence;
 use crate::tasks::rejoin::{Admission, Phase, handover_target, needs_reset};
 
@@ -222,52 +218,24 @@ impl RaftPeer for PeerGrpc {
 /// Appends and snapshots always pass: refusing a streaming append would
 /// leave the sender's request stream running on the connection.
 #[derive(Clone)]
-pub struct RaftGate<S> {
-    inner: S,
-    admission: Admission,
-    divergence: Arc<Divergence>,
+pub struct RaftGate {
+    pub admission: Admission,
+    pub divergence: Arc<Divergence>,
 }
 
-impl<S> RaftGate<S> {
-    pub fn new(inner: S, admission: Admission, divergence: Arc<Divergence>) -> Self {
-        RaftGate {
-            inner,
-            admission,
-            divergence,
-        }
-    }
-}
+impl Guard for RaftGate {
+    type Admitted = ();
 
-impl<S: NamedService> NamedService for RaftGate<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-impl<S, B> Service<http::Request<B>> for RaftGate<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), Refusal> {
+        let method = super::guard::method(req);
         let diverged = matches!(method, "Vote" | "TransferLeader")
             .then(|| self.divergence.diverged())
             .flatten()
             .map(|why| format!("this replica diverged ({why}): it neither votes nor leads"));
-        if let Some(why) = diverged.or_else(|| self.admission.refuses(method)) {
-            let resp = Status::unavailable(why).into_http();
-            return Box::pin(async move { Ok(resp) });
+        match diverged.or_else(|| self.admission.refuses(method)) {
+            Some(why) => Err(Box::new(Status::unavailable(why).into_http())),
+            None => Ok(()),
         }
-        Box::pin(self.inner.call(req))
     }
 }
 
@@ -426,77 +394,53 @@ fn named_members(
         .collect()
 }
 
-/// Wraps a Raft-port service: with a `MemberCheck`, a request from a client
+/// Guards a Raft-port service: with a `MemberCheck`, a request from a client
 /// that is not a member is answered before its message is decoded.
 #[derive(Clone)]
-pub struct MembersOnly<S> {
-    inner: S,
-    check: Option<Arc<MemberCheck>>,
-}
+pub struct MembersOnly(pub Option<Arc<MemberCheck>>);
 
-impl<S> MembersOnly<S> {
-    pub fn new(inner: S, check: Option<Arc<MemberCheck>>) -> Self {
-        MembersOnly { inner, check }
-    }
-}
+impl Guard for MembersOnly {
+    type Admitted = ();
 
-impl<S: NamedService> NamedService for MembersOnly<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B> Service<http::Request<B>> for MembersOnly<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        let admitted = match &self.check {
-            Some(check) => check.admit(&req),
-            None => Ok(None),
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), Refusal> {
+        let Some(check) = &self.0 else {
+            return Ok(());
         };
-        if let (Some(check), Err(status)) = (&self.check, admitted.as_ref()) {
-            let status = status.clone();
-            metrics::counter!("om_raft_port_refused_total", "code" => format!("{:?}", status.code()))
-                .increment(1);
-            // Logged at 1, 2, 4, 8... refusals: an outsider cannot flood the log.
-            let n = check
-                .refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                + 1;
-            if n.is_power_of_two() {
-                tracing::warn!(
-                    remote = ?req.extensions().get::<crate::net::ConnInfo>().and_then(|i| i.remote),
-                    reason = status.message(),
-                    refused = n,
-                    "Raft port request refused"
-                );
+        let status = match check.admit(req) {
+            Ok(Some(peers)) => {
+                req.extensions_mut().insert(peers);
+                return Ok(());
             }
-            // The whole connection is refused, not only this request.
-            if let Some(close) = req
-                .extensions()
-                .get::<crate::net::ConnInfo>()
-                .and_then(|i| i.close.clone())
-            {
-                tokio::spawn(async move {
-                    // After the refusal has been written.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    close.call();
-                });
-            }
-            let resp = status.into_http();
-            return Box::pin(async move { Ok(resp) });
+            Ok(None) => return Ok(()),
+            Err(status) => status,
+        };
+        metrics::counter!("om_raft_port_refused_total", "code" => format!("{:?}", status.code()))
+            .increment(1);
+        // Logged at 1, 2, 4, 8... refusals: an outsider cannot flood the log.
+        let n = check
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                remote = ?req.extensions().get::<crate::net::ConnInfo>().and_then(|i| i.remote),
+                reason = status.message(),
+                refused = n,
+                "Raft port request refused"
+            );
         }
-        if let Ok(Some(peers)) = admitted {
-            req.extensions_mut().insert(peers);
+        // The whole connection is refused, not only this request.
+        if let Some(close) = req
+            .extensions()
+            .get::<crate::net::ConnInfo>()
+            .and_then(|i| i.close.clone())
+        {
+            tokio::spawn(async move {
+                // After the refusal has been written.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                close.call();
+            });
         }
-        Box::pin(self.inner.call(req))
+        Err(Box::new(status.into_http()))
     }
 }

@@ -15,6 +15,7 @@ use super::{BoxError, InitialMember};
 use crate::cluster_id::ClusterId;
 use crate::divergence::Divergence;
 use crate::grpc::auth::Authenticate;
+use crate::grpc::guard::Guarded;
 use crate::grpc::peer::{MemberCheck, MembersOnly, PeerGrpc, RaftGate};
 use crate::grpc::{ClusterGrpc, MalformedAsInvalid, OmGrpc};
 use crate::net::ProveBy;
@@ -57,24 +58,27 @@ pub(super) fn raft_port(
         Some(check) => ProveBy::Member(Arc::new(move |info| check.admits_connection(info))),
         None => ProveBy::Handshake,
     };
-    let raft_svc = MembersOnly::new(
-        RaftGate::new(
+    let gate = RaftGate {
+        admission: p.admission.clone(),
+        divergence: p.divergence.clone(),
+    };
+    let raft_svc = Guarded::new(
+        Guarded::new(
             RaftGrpcService::new(p.raft.clone())
                 .with_contact(p.leader_contact)
                 .into_server(),
-            p.admission.clone(),
-            p.divergence.clone(),
+            gate,
         ),
-        members_only.clone(),
+        MembersOnly(members_only.clone()),
     );
-    let peer_svc = MembersOnly::new(
+    let peer_svc = Guarded::new(
         PeerGrpc::server(
             p.raft.clone(),
             p.admission.clone(),
             p.divergence.clone(),
             p.cluster_id.clone(),
         ),
-        members_only,
+        MembersOnly(members_only),
     );
     let tls = security.tls.as_ref().map(|t| t.raft.clone());
     let stopped = tasks.stopped();
