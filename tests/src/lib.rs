@@ -216,6 +216,59 @@ pub fn metrics_of(n: &TestNode) -> openraft::RaftMetrics<om_raft_store::TypeConf
     openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone()
 }
 
+/// A client of every member in `addrs`, with a 20 s deadline.
+pub fn members_client(addrs: &[MemberAddrs]) -> OmClient {
+    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    OmClient::new(
+        &eps,
+        ClientOptions {
+            deadline: Duration::from_secs(20),
+            ..client_options()
+        },
+    )
+    .unwrap()
+}
+
+/// A client of one member alone that reads its state as it is (stale
+/// reads), giving up after `deadline`.
+pub fn local_client(addr: &MemberAddrs, deadline: Duration) -> OmClient {
+    OmClient::new(
+        std::slice::from_ref(&addr.grpc),
+        ClientOptions {
+            stale_reads: true,
+            deadline,
+            attempt_timeout: deadline,
+            ..client_options()
+        },
+    )
+    .unwrap()
+}
+
+/// Waits (up to 20 s) until every running node names the same leader,
+/// other than `not`.
+pub async fn agreed_leader(nodes: &[Option<TestNode>], not: Option<u64>) -> u64 {
+    wait_for(Duration::from_secs(20), "an agreed leader", || {
+        let ls: Vec<Option<u64>> = nodes
+            .iter()
+            .flatten()
+            .map(|n| metrics_of(n).current_leader)
+            .collect();
+        let first = ls[0];
+        let ok = first.is_some() && first != not && ls.iter().all(|l| *l == first);
+        async move { if ok { first } else { None } }
+    })
+    .await
+}
+
+/// Runs omctl against `endpoint` with a deadline of `timeout_s` seconds.
+pub fn omctl(endpoint: &str, timeout_s: u64, args: &[&str]) -> std::process::Output {
+    Command::new(binary("omctl"))
+        .args(["--endpoint", endpoint, "--timeout", &timeout_s.to_string()])
+        .args(args)
+        .output()
+        .expect("run omctl")
+}
+
 /// The `--initial-cluster` value for `members`.
 pub fn initial_cluster(members: &[MemberAddrs]) -> String {
     members

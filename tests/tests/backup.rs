@@ -17,11 +17,7 @@ const VOL: &str = "vol1";
 const BKT: &str = "bkt1";
 
 fn omctl(endpoint: &str, args: &[&str]) -> Output {
-    Command::new(binary("omctl"))
-        .args(["--endpoint", endpoint, "--timeout", "60"])
-        .args(args)
-        .output()
-        .expect("run omctl")
+    om_tests::omctl(endpoint, 60, args)
 }
 
 fn ok(o: Output, what: &str) -> String {

@@ -1,11 +1,10 @@
 //! PutKeys through gRPC, and `omctl bench load` / `bench mix` as a user runs
 //! them against a real `om` process.
 
-use std::process::Command;
 use std::time::Duration;
 
 use om_client::v1::{BucketLayout, ListKeysRequest, NewKey};
-use om_tests::{OmProcess, TestNode, binary};
+use om_tests::{OmProcess, TestNode};
 use tonic::Code;
 
 fn new_key(name: &str, size: u64) -> NewKey {
@@ -112,11 +111,7 @@ async fn put_keys_creates_all_or_nothing() {
 }
 
 fn omctl(endpoint: &str, args: &[&str]) -> String {
-    let o = Command::new(binary("omctl"))
-        .args(["--endpoint", endpoint, "--timeout", "30"])
-        .args(args)
-        .output()
-        .expect("run omctl");
+    let o = om_tests::omctl(endpoint, 30, args);
     assert!(
         o.status.success(),
         "omctl {args:?} failed: {}",

@@ -1,19 +1,12 @@
 //! `omctl` against a real `om` process, as a user would run it.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use om_tests::{OmProcess, binary};
+use om_tests::OmProcess;
 
 fn omctl(endpoint: &str, args: &[&str]) -> Output {
-    Command::new(binary("omctl"))
-        .arg("--endpoint")
-        .arg(endpoint)
-        .arg("--timeout")
-        .arg("20")
-        .args(args)
-        .output()
-        .expect("run omctl")
+    om_tests::omctl(endpoint, 20, args)
 }
 
 fn ok(endpoint: &str, args: &[&str]) -> String {

@@ -3,11 +3,9 @@
 //! FAILED_PRECONDITION QUOTA_EXCEEDED naming the resource, the refused write
 //! changes nothing, and deleting makes room again.
 
-use std::process::Command;
-
 use om_client::OmClient;
 use om_client::v1::*;
-use om_tests::{TestNode, binary, rejected, wait_for};
+use om_tests::{TestNode, rejected, wait_for};
 use tonic::Code;
 
 const ETAG: &str = "0cc175b9c0f1b6a831c399e269772661";
@@ -402,11 +400,7 @@ async fn quotas_are_set_cleared_and_never_below_usage() {
 }
 
 fn omctl(endpoint: &str, args: &[&str]) -> std::process::Output {
-    Command::new(binary("omctl"))
-        .args(["--endpoint", endpoint, "--timeout", "20"])
-        .args(args)
-        .output()
-        .expect("run omctl")
+    om_tests::omctl(endpoint, 20, args)
 }
 
 fn ok_json(endpoint: &str, args: &[&str]) -> serde_json::Value {

@@ -12,53 +12,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
 use om_proto::raft as pb;
 use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_raft_store::StateMachine;
 use om_raft_store::snapshot_store::{MAX_SNAPSHOT_BYTES, SnapshotFaults, SnapshotStats};
-use om_tests::{MemberAddrs, TestNode, cluster_addrs, http_get, metrics_of, wait_for};
+use om_tests::{
+    TestNode, agreed_leader, cluster_addrs, http_get, local_client, members_client, metrics_of,
+    wait_for,
+};
 use tonic::codegen::tokio_stream;
-
-/// Waits until every live node agrees on one leader.
-async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {
-    wait_for(Duration::from_secs(20), "an agreed leader", || {
-        let ls: Vec<Option<u64>> = nodes
-            .iter()
-            .flatten()
-            .map(|n| metrics_of(n).current_leader)
-            .collect();
-        let first = ls[0];
-        let ok = first.is_some() && ls.iter().all(|l| *l == first);
-        async move { if ok { first } else { None } }
-    })
-    .await
-}
-
-fn client(addrs: &[MemberAddrs]) -> OmClient {
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    OmClient::new(
-        &eps,
-        ClientOptions {
-            deadline: Duration::from_secs(20),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-fn local_client(addr: &MemberAddrs) -> OmClient {
-    OmClient::new(
-        std::slice::from_ref(&addr.grpc),
-        ClientOptions {
-            stale_reads: true,
-            deadline: Duration::from_secs(2),
-            attempt_timeout: Duration::from_secs(2),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
 
 async fn hooks(n: &TestNode) -> (Arc<SnapshotFaults>, Arc<SnapshotStats>) {
     n.node
@@ -109,8 +71,8 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
     for a in &addrs {
         nodes.push(Some(TestNode::start_member(a, &addrs).await));
     }
-    let leader = leader_of(&nodes).await;
-    let c = client(&addrs);
+    let leader = agreed_leader(&nodes, None).await;
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -158,7 +120,7 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
     .await;
     nodes[victim] =
         Some(TestNode::start_member_in(dir, &addrs[victim], &addrs, None, |_| {}).await);
-    let lc = local_client(&addrs[victim]);
+    let lc = local_client(&addrs[victim], Duration::from_secs(2));
     let last = format!("k{:03}", written - 1);
     wait_for(Duration::from_secs(20), "the follower to catch up", || {
         let (lc, last) = (&lc, &last);
@@ -197,9 +159,9 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
             TestNode::start_member_with(a, &addrs, None, tweak).await,
         ));
     }
-    let leader = leader_of(&nodes).await;
+    let leader = agreed_leader(&nodes, None).await;
     let li = (leader - 1) as usize;
-    let c = client(&addrs);
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -264,7 +226,7 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
 
     // Same id and addresses, empty data directory: it needs a snapshot.
     nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
-    let lc = local_client(&addrs[victim]);
+    let lc = local_client(&addrs[victim], Duration::from_secs(2));
     wait_for(
         Duration::from_secs(30),
         "the wiped node to catch up",
@@ -625,9 +587,9 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
             TestNode::start_member_with(a, &addrs, Some(faults.clone()), tweak).await,
         ));
     }
-    let leader = leader_of(&nodes).await;
+    let leader = agreed_leader(&nodes, None).await;
     let li = (leader - 1) as usize;
-    let c = client(&addrs);
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -684,7 +646,7 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
 
     let d = nodes[victim].take().unwrap().stop().await;
     nodes[victim] = Some(TestNode::start_member_in(d, &addrs[victim], &addrs, None, tweak).await);
-    let lc = local_client(&addrs[victim]);
+    let lc = local_client(&addrs[victim], Duration::from_secs(2));
     wait_for(
         Duration::from_secs(30),
         "the restarted node to catch up",

@@ -5,54 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use om::tasks::rejoin::{Outcome, Phase};
+use om_client::OmClient;
 use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
-use om_tests::{Faults, MemberAddrs, TestNode, cluster_addrs, http_get, metrics_of, wait_for};
-
-/// Waits until every running node names the same leader.
-async fn leader_of(nodes: &[Option<TestNode>]) -> u64 {
-    leader_other_than(nodes, 0).await
-}
-
-/// Waits until every running node names the same leader, not `old`.
-async fn leader_other_than(nodes: &[Option<TestNode>], old: u64) -> u64 {
-    wait_for(Duration::from_secs(20), "an agreed leader", || {
-        let ls: Vec<Option<u64>> = nodes
-            .iter()
-            .flatten()
-            .map(|n| metrics_of(n).current_leader)
-            .collect();
-        let first = ls[0];
-        let ok = first.is_some_and(|l| l != old) && ls.iter().all(|l| *l == first);
-        async move { if ok { first } else { None } }
-    })
-    .await
-}
-
-fn client(addrs: &[MemberAddrs]) -> OmClient {
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    OmClient::new(
-        &eps,
-        ClientOptions {
-            deadline: Duration::from_secs(20),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-fn local_client(a: &MemberAddrs) -> OmClient {
-    OmClient::new(
-        std::slice::from_ref(&a.grpc),
-        ClientOptions {
-            stale_reads: true,
-            deadline: Duration::from_secs(2),
-            attempt_timeout: Duration::from_secs(2),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
+use om_tests::{
+    Faults, MemberAddrs, TestNode, agreed_leader, cluster_addrs, http_get, local_client,
+    members_client, metrics_of, wait_for,
+};
 
 async fn outcome_of(n: &TestNode) -> Outcome {
     let mut rx = n.node.admission.outcome();
@@ -84,8 +42,8 @@ async fn cluster(
             TestNode::start_member_with(a, &addrs, faults.clone(), |_| {}).await,
         ));
     }
-    leader_of(&nodes).await;
-    let c = client(&addrs);
+    agreed_leader(&nodes, None).await;
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -103,7 +61,7 @@ async fn check_rejoined(
     c: &OmClient,
     victim: usize,
 ) {
-    let lc = local_client(&addrs[victim]);
+    let lc = local_client(&addrs[victim], Duration::from_secs(2));
     wait_for(
         Duration::from_secs(20),
         "the rejoined node to have b004",
@@ -127,7 +85,7 @@ async fn check_rejoined(
         },
     )
     .await;
-    let leader = leader_of(&nodes).await;
+    let leader = agreed_leader(&nodes, None).await;
     assert_ne!(leader as usize, victim + 1);
     nodes[(leader - 1) as usize]
         .take()
@@ -135,7 +93,7 @@ async fn check_rejoined(
         .node
         .shutdown()
         .await;
-    leader_other_than(&nodes, leader).await;
+    agreed_leader(&nodes, Some(leader)).await;
     write(c, "c", 3).await;
     assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 28);
     for n in nodes.into_iter().flatten() {
@@ -152,7 +110,7 @@ async fn check_rejoined(
 async fn a_wiped_member_catches_up_and_votes_only_after() {
     let faults = Arc::new(Faults::default());
     let (addrs, mut nodes, c) = cluster(Some(faults.clone())).await;
-    let leader = leader_of(&nodes).await;
+    let leader = agreed_leader(&nodes, None).await;
     let victim = (1..3).find(|i| *i as u64 + 1 != leader).unwrap();
     let id = victim as u64 + 1;
     nodes[victim].take().unwrap().node.shutdown().await;
@@ -237,10 +195,10 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_lowest_id_rejoins_instead_of_initializing() {
     let (addrs, mut nodes, c) = cluster(None).await;
-    if leader_of(&nodes).await == 1 {
+    if agreed_leader(&nodes, None).await == 1 {
         c.transfer_leader(2).await.unwrap();
     }
-    let leader = leader_of(&nodes).await;
+    let leader = agreed_leader(&nodes, None).await;
     assert_ne!(leader, 1);
     nodes[0].take().unwrap().node.shutdown().await;
     write(&c, "b", 5).await;
@@ -271,7 +229,7 @@ async fn a_first_boot_waits_for_every_member() {
     assert_eq!(first.node.admission.phase(), Phase::Sealed);
     assert!(first.node.raft.is_initialized().await.is_ok_and(|i| !i));
     nodes.push(Some(TestNode::start_member(&addrs[2], &addrs).await));
-    leader_of(&nodes).await;
+    agreed_leader(&nodes, None).await;
     assert_eq!(
         outcome_of(nodes[0].as_ref().unwrap()).await,
         Outcome::Initialized
@@ -285,7 +243,7 @@ async fn a_first_boot_waits_for_every_member() {
             "{o:?}"
         );
     }
-    let c = client(&addrs);
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;
@@ -309,7 +267,7 @@ async fn a_wiped_joined_voter_does_not_vote_before_it_caught_up() {
         .zip(&dirs)
         .map(|(a, d)| OmProcess::spawn_member(d.path(), a, initial))
         .collect();
-    let c = client(initial);
+    let c = members_client(initial);
     wait_for(Duration::from_secs(30), "a leader", || {
         let c = &c;
         async move { c.cluster_status().await.ok().filter(|s| s.leader_id != 0) }
@@ -391,7 +349,7 @@ async fn a_wiped_joined_voter_does_not_vote_before_it_caught_up() {
         },
     )
     .await;
-    let lc = local_client(&j);
+    let lc = local_client(&j, Duration::from_secs(2));
     for key in ["a000", "b004", "c004"] {
         lc.lookup_key("vol1", "bkt1", key)
             .await
