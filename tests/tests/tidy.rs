@@ -1,0 +1,396 @@
+//! Structure checks over the workspace's own sources (ARCHITECTURE.md,
+//! "Code map"): no Rust source file past `MAX_LINES` lines of code outside
+//! tests, and om's modules import only from the layers below their own, with
+//! no cycle among the submodules of any module, so the layering cannot erode
+//! one import at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Longest a source file may be, test items not counted.
+const MAX_LINES: usize = 800;
+
+/// om's top-level modules by layer, lowest first. A module may import only
+/// from rows below its own; a new module must be placed here.
+const LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["validate"],
+    &["store"],
+    &[
+        "fs",
+        "cluster_id",
+        "metrics",
+        "backup",
+        "audit",
+        "peers",
+        "net",
+        "limits",
+        "memory",
+    ],
+    &["authz", "listing", "lifecycle", "divergence"],
+    &["apply", "verify"],
+    &["service"],
+    &["tasks"],
+    &["grpc", "http"],
+    &["config"],
+    &["restore"],
+    &["server"],
+];
+
+/// Crates whose sources the line limit covers (the `tests` crate is tests).
+const CRATES: &[&str] = &["proto", "tls", "raft-store", "om", "cli", "client"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace")
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Test-only files: `tests.rs`, `*_tests.rs`, anything under a `tests`
+/// directory.
+fn is_test_file(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || p.components().any(|c| c.as_os_str() == "tests")
+}
+
+/// The lines of `src` outside `#[cfg(test)]` items, with `//` comments cut.
+fn code_lines(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = src.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() == "#[cfg(test)]" {
+            // Skip the item: one line (`mod tests;`) or a braced block.
+            let mut depth = 0i64;
+            let mut opened = false;
+            for l in lines.by_ref() {
+                for c in l.chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            opened = true;
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        let code = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        out.push(code.to_string());
+    }
+    out
+}
+
+#[test]
+fn no_source_file_is_longer_than_the_limit() {
+    let root = workspace();
+    let mut long = Vec::new();
+    for krate in CRATES {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        for f in files.iter().filter(|f| !is_test_file(f)) {
+            let src = std::fs::read_to_string(f).unwrap();
+            let n = code_lines(&src).len();
+            if n > MAX_LINES {
+                long.push(format!(
+                    "{} has {n} lines outside tests",
+                    f.strip_prefix(&root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files past {MAX_LINES} lines (split them by subject):\n{}",
+        long.join("\n")
+    );
+}
+
+/// om's modules by path ("apply::versions"; "" is the crate root) and the
+/// code of each.
+fn om_modules() -> BTreeMap<String, String> {
+    let src = workspace().join("om").join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        if parts == ["main"] || is_test_file(&f) {
+            continue;
+        }
+        let path = if parts == ["lib"] {
+            String::new()
+        } else {
+            parts.join("::")
+        };
+        let code = code_lines(&std::fs::read_to_string(&f).unwrap()).join("\n");
+        out.insert(path, code);
+    }
+    out
+}
+
+/// Every path a module names through `crate::` or `super::`, made absolute
+/// ("apply::versions::version_id"), groups (`{a, b::c}`) expanded.
+fn named_paths(module: &str, code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &code[i..];
+        let preceded_by_ident =
+            i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        let start = if preceded_by_ident {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with("super::") {
+            let mut base: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
+            let mut n = 0;
+            while code[i + n..].starts_with("super::") {
+                base.pop();
+                n += "super::".len();
+            }
+            Some((base.iter().map(|s| s.to_string()).collect(), n))
+        } else {
+            None
+        };
+        match start {
+            Some((base, skip)) => {
+                i += skip;
+                i += parse_tree(&code[i..], &base, &mut out);
+            }
+            None => i += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out
+}
+
+/// Parses a use tree (`a::b`, `a::{b, c::d}`, `*`) at the start of `s`,
+/// pushing each full path under `base`; returns the bytes read.
+fn parse_tree(s: &str, base: &[String], out: &mut Vec<String>) -> usize {
+    let mut path = base.to_vec();
+    let mut i = 0;
+    loop {
+        let ident: String = s[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ident.is_empty() {
+            i += ident.len();
+            path.push(ident);
+            if s[i..].starts_with("::") {
+                i += 2;
+                continue;
+            }
+            out.push(path.join("::"));
+            return i;
+        }
+        if s[i..].starts_with('{') {
+            i += 1;
+            loop {
+                let ws = s[i..].len() - s[i..].trim_start().len();
+                i += ws;
+                if s[i..].starts_with('}') {
+                    return i + 1;
+                }
+                if s[i..].starts_with(',') {
+                    i += 1;
+                    continue;
+                }
+                let before = i;
+                i += parse_tree(&s[i..], &path, out);
+                // Skip `as name` and anything else up to the separator.
+                while i < s.len() && !s[i..].starts_with(',') && !s[i..].starts_with('}') {
+                    i += s[i..].chars().next().map_or(1, char::len_utf8);
+                }
+                if i == before {
+                    return i;
+                }
+            }
+        }
+        out.push(path.join("::"));
+        return i;
+    }
+}
+
+/// The module a path names: its longest prefix that is a module.
+fn module_of(path: &str, modules: &BTreeSet<String>) -> Option<String> {
+    let parts: Vec<&str> = path.split("::").collect();
+    (1..=parts.len())
+        .rev()
+        .map(|n| parts[..n].join("::"))
+        .find(|p| modules.contains(p))
+}
+
+fn is_within(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+/// Edges between om's modules (a module and its ancestors or descendants
+/// do not count).
+fn om_edges() -> BTreeSet<(String, String)> {
+    let modules = om_modules();
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
+    let mut edges = BTreeSet::new();
+    for (m, code) in &modules {
+        for p in named_paths(m, code) {
+            if let Some(t) = module_of(&p, &names)
+                && !t.is_empty()
+                && !is_within(m, &t)
+            {
+                edges.insert((m.clone(), t));
+            }
+        }
+    }
+    edges
+}
+
+fn top(m: &str) -> &str {
+    m.split("::").next().unwrap_or(m)
+}
+
+#[test]
+fn om_modules_import_only_from_lower_layers() {
+    let rank: BTreeMap<&str, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(r, row)| row.iter().map(move |m| (*m, r)))
+        .collect();
+    let mut wrong = Vec::new();
+    for m in om_modules().keys().filter(|m| !m.is_empty()) {
+        if !rank.contains_key(top(m)) {
+            wrong.push(format!("{m} is in no layer: add it to LAYERS"));
+        }
+    }
+    for (from, to) in om_edges() {
+        let (a, b) = (top(&from), top(&to));
+        if a == b {
+            continue;
+        }
+        if let (Some(ra), Some(rb)) = (rank.get(a), rank.get(b))
+            && ra <= rb
+        {
+            wrong.push(format!("{from} imports {to}, which is not below it"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn submodules_of_a_module_form_no_cycle() {
+    let edges = om_edges();
+    // Children of one parent, each edge between two of them (the module
+    // each endpoint belongs to one level below the parent).
+    let mut by_parent: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (from, to) in &edges {
+        let (f, t): (Vec<&str>, Vec<&str>) = (from.split("::").collect(), to.split("::").collect());
+        let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+        if common == 0 || common >= f.len() || common >= t.len() {
+            continue;
+        }
+        let parent = f[..common].join("::");
+        by_parent
+            .entry(parent.clone())
+            .or_default()
+            .entry(f[common].to_string())
+            .or_default()
+            .insert(t[common].to_string());
+    }
+    let mut cycles = Vec::new();
+    for (parent, graph) in &by_parent {
+        if let Some(cycle) = find_cycle(graph) {
+            cycles.push(format!("in {parent}: {}", cycle.join(" -> ")));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// A cycle of `graph`, if it has one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            let mut c = stack[i..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for next in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, done, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
+}
+
+/// The checks themselves find what they are meant to.
+#[test]
+fn the_checks_see_imports_and_cycles() {
+    let paths = named_paths(
+        "apply::limits",
+        "use super::{Ctx, versions::{a, b as c}};\nlet x = crate::store::keys::f();",
+    );
+    assert_eq!(
+        paths,
+        [
+            "apply::Ctx",
+            "apply::versions::a",
+            "apply::versions::b",
+            "store::keys::f"
+        ]
+    );
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), BTreeSet::from(["b".to_string()])),
+        ("b".to_string(), BTreeSet::from(["a".to_string()])),
+    ]
+    .into();
+    assert!(find_cycle(&graph).is_some());
+    let code =
+        code_lines("fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\nfn b() {} // c");
+    assert_eq!(code, ["fn a() {}", "fn b() {} "]);
+}
