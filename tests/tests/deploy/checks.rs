@@ -1,0 +1,800 @@
+//! What every rendering must satisfy: names, ports, peers, certificates,
+//! volumes, probes, policies and alerts that fit together.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicyIngressRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use om_tests::certs::TestCa;
+
+use super::render::*;
+
+/// One rendering's objects fit together: every object in the namespace;
+/// Services, PodDisruptionBudget, NetworkPolicy, anti-affinity and zone
+/// spread select the members (and not the backup job); the initial
+/// cluster members.sh computes names every member through the peer
+/// Service, the namespace and the cluster domain, with the container's
+/// ports; om loads its settings; each pod's certificate names its own
+/// address and the client Service; the backup job reaches the client
+/// Service as an admin and writes the volume the restore init container
+/// reads; one image everywhere; /metrics only on the monitored Service.
+pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
+    let what = m.what.as_str();
+    let ns = m.ns();
+    for (kind, name, namespace) in &m.objects {
+        if kind != "Namespace" {
+            assert_eq!(
+                namespace.as_deref(),
+                Some(ns.as_str()),
+                "{what}: {kind} {name}"
+            );
+        }
+    }
+
+    // The StatefulSet, its peer Service and the selectors.
+    let sts = m.sts();
+    let spec = sts.spec.as_ref().unwrap();
+    let name = m.sts_name();
+    let replicas = m.replicas();
+    assert!(
+        replicas % 2 == 1,
+        "{what}: an odd number of members, not {replicas}"
+    );
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+    assert!(
+        spec.volume_claim_templates
+            .as_ref()
+            .is_some_and(|v| !v.is_empty())
+    );
+    let selector = m.selector();
+    let peer_svc = m.peer_service();
+    let ps = m.service(&peer_svc).spec.as_ref().unwrap();
+    assert_eq!(ps.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(ps.publish_not_ready_addresses, Some(true));
+    for s in &m.services {
+        assert_eq!(
+            s.spec.as_ref().unwrap().selector.as_ref(),
+            Some(&selector),
+            "{what}: Service {:?} selects the members",
+            s.metadata.name
+        );
+    }
+    let pdb = m.pdb.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(pdb.min_available, None);
+    assert_eq!(pdb.selector, Some(spec.selector.clone()));
+
+    // The pod: grace period, security, placement.
+    let pod = m.pod();
+    let grace = pod.termination_grace_period_seconds.unwrap() as u64;
+    assert!(
+        grace >= om::service::HANDOVER_TIMEOUT.as_secs() + 10,
+        "the grace period must cover the handover and the shutdown"
+    );
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.fs_group_change_policy.as_deref(),
+        Some("OnRootMismatch")
+    );
+    let anti = pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .expect("pod anti-affinity");
+    let terms: Vec<&LabelSelector> = anti
+        .required_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .filter_map(|t| t.label_selector.as_ref())
+        .chain(
+            anti.preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .filter_map(|w| w.pod_affinity_term.label_selector.as_ref()),
+        )
+        .collect();
+    assert!(!terms.is_empty());
+    for t in terms {
+        assert_eq!(t.match_labels.as_ref(), Some(&selector), "{what}");
+    }
+    let zone = pod
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .find(|c| c.topology_key == "topology.kubernetes.io/zone")
+        .expect("a spread over zones");
+    assert_eq!(
+        zone.label_selector
+            .as_ref()
+            .and_then(|l| l.match_labels.as_ref()),
+        Some(&selector)
+    );
+    if e.strict_zones {
+        assert_eq!(zone.when_unsatisfiable, "DoNotSchedule", "{what}");
+        assert!(
+            zone.min_domains.is_some_and(|d| d >= 3),
+            "{what}: minDomains 3 or more"
+        );
+    } else {
+        assert_eq!(zone.when_unsatisfiable, "ScheduleAnyway", "{what}");
+        assert_eq!(
+            zone.min_domains, None,
+            "{what}: minDomains goes with DoNotSchedule only"
+        );
+    }
+
+    // The containers: om, the restore init container, the backup job's.
+    let c = m.om();
+    let init = m.restore();
+    let job = m.job_pod();
+    let b = m.backup();
+    let image = c.image.clone().unwrap();
+    for other in [init, b] {
+        assert_eq!(other.image.as_ref(), Some(&image), "{what}: {}", other.name);
+        let csc = other.security_context.as_ref().unwrap();
+        assert_eq!(csc.read_only_root_filesystem, Some(true));
+        assert_eq!(csc.allow_privilege_escalation, Some(false));
+    }
+    let csc = c.security_context.as_ref().unwrap();
+    assert_eq!(csc.read_only_root_filesystem, Some(true));
+    assert_eq!(csc.allow_privilege_escalation, Some(false));
+    assert!(c.resources.as_ref().unwrap().requests.is_some());
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(probe_path(&c.readiness_probe), "/readyz");
+    assert_eq!(probe_path(&c.liveness_probe), "/healthz");
+    assert_eq!(probe_path(&c.startup_probe), "/healthz");
+
+    // The settings om reads: ports match the container's, files are on
+    // mounted volumes.
+    let config = m.config();
+    let data = config.1;
+    let cfg: toml::Table = toml::from_str(&data["om.toml"]).unwrap();
+    for (key, p) in [
+        ("grpc_addr", "grpc"),
+        ("raft_addr", "raft"),
+        ("http_addr", "http"),
+    ] {
+        let addr: std::net::SocketAddr = cfg[key].as_str().unwrap().parse().unwrap();
+        assert_eq!(i32::from(addr.port()), port(c, p), "{key}");
+    }
+    let script = script_of(c);
+    let config_path = word_after(&script, "--config");
+    let env = container_env(c, &format!("{name}-0"), &ns, config);
+    let mounted = |c: &Container, path: &str| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|v| path == v.mount_path || path.starts_with(&format!("{}/", v.mount_path)))
+            .cloned()
+    };
+    let data_dir = cfg["data_dir"].as_str().unwrap().to_string();
+    let mut paths = vec![
+        config_path.clone(),
+        data_dir.clone(),
+        cfg["audit_log"].as_str().unwrap().to_string(),
+    ];
+    paths.extend(
+        ["OM_TLS_CERT", "OM_TLS_KEY", "OM_TLS_CA"]
+            .iter()
+            .filter_map(|k| env_value(&env, k)),
+    );
+    for path in &paths {
+        assert!(
+            mounted(c, path).is_some(),
+            "{what}: {path} is not on a mounted volume"
+        );
+    }
+    let config_mount = mounted(c, &config_path).unwrap();
+    assert_eq!(config_mount.name, "config");
+    let members_sh = format!("{}/members.sh", config_mount.mount_path);
+    assert!(script.contains(&format!(". {members_sh}")), "{script}");
+
+    // The initial cluster members.sh computes: every member through the
+    // peer Service, the namespace and the cluster domain, with the
+    // container's ports; the same for every pod, and in the restore
+    // container.
+    let initial = initial_cluster_of(&data["members.sh"], &env);
+    let members = om::config::parse_initial_cluster(&initial).unwrap();
+    assert_eq!(members.len(), replicas, "{what}: {initial}");
+    for (i, mem) in members.iter().enumerate() {
+        let host = m.peer_host(i);
+        assert_eq!(mem.id, i as u64 + 1);
+        assert_eq!(mem.raft_addr, format!("{host}:{}", port(c, "raft")));
+        assert_eq!(mem.grpc_addr, format!("{host}:{}", port(c, "grpc")));
+        assert_eq!(
+            om::config::node_id_of_host(&format!("{name}-{i}")).unwrap(),
+            mem.id
+        );
+    }
+    let last = format!("{name}-{}", replicas - 1);
+    assert_eq!(
+        initial_cluster_of(&data["members.sh"], &container_env(c, &last, &ns, config)),
+        initial
+    );
+    assert_eq!(
+        initial_cluster_of(
+            &data["members.sh"],
+            &container_env(init, &last, &ns, config)
+        ),
+        initial
+    );
+
+    // om loads that file with that environment: the settings given as
+    // OM_* variables are these.
+    for (k, _) in &env {
+        assert!(
+            !k.starts_with("OM_")
+                || [
+                    "OM_LOG_FORMAT",
+                    "OM_TLS_CERT",
+                    "OM_TLS_KEY",
+                    "OM_TLS_CA",
+                    "OM_INSECURE"
+                ]
+                .contains(&k.as_str()),
+            "{what}: {k} is not checked here"
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("om.toml");
+    std::fs::write(&f, &data["om.toml"]).unwrap();
+    let loaded = om::config::Config::load(om::config::Args {
+        config: Some(f),
+        node_id: Some(2),
+        initial_cluster: Some(initial.clone()),
+        tls_cert: env_value(&env, "OM_TLS_CERT").map(PathBuf::from),
+        tls_key: env_value(&env, "OM_TLS_KEY").map(PathBuf::from),
+        tls_ca: env_value(&env, "OM_TLS_CA").map(PathBuf::from),
+        insecure: env_value(&env, "OM_INSECURE").as_deref() == Some("true"),
+        log_format: env_value(&env, "OM_LOG_FORMAT"),
+        ..Default::default()
+    })
+    .unwrap_or_else(|err| panic!("{what}: om does not load its settings: {err}"));
+    assert_eq!(loaded.initial_cluster, members);
+
+    // The restore init container: same data and config mounts as om, the
+    // backup volume read-only, restore_from from the ConfigMap (empty: no
+    // restore), om restore with the node id and the initial cluster into
+    // om's data directory.
+    let restore = script_of(init);
+    for needle in [
+        "om restore",
+        "--from",
+        "--data-dir",
+        "--node-id",
+        "--initial-cluster",
+        "$OM_INITIAL_CLUSTER",
+    ] {
+        assert!(
+            restore.contains(needle),
+            "{what}: the restore script lacks {needle}"
+        );
+    }
+    assert!(restore.contains(&format!(". {members_sh}")), "{restore}");
+    assert!(
+        restore.contains(&format!("data={data_dir}\n")),
+        "{what}: the restore script writes om's data_dir {data_dir}"
+    );
+    for v in [&data_dir, &config_path] {
+        assert_eq!(
+            mounted(init, v).map(|mt| (mt.name, mt.mount_path)),
+            mounted(c, v).map(|mt| (mt.name, mt.mount_path)),
+            "{what}: {v}"
+        );
+    }
+    let restore_from = init
+        .env
+        .iter()
+        .flatten()
+        .find_map(|v| {
+            v.value_from
+                .as_ref()
+                .and_then(|f| f.config_map_key_ref.as_ref())
+                .filter(|k| k.key == "restore_from")
+                .map(|_| v.name.clone())
+        })
+        .expect("restore_from from the ConfigMap");
+    assert!(restore.contains(&format!("${restore_from}")), "{restore}");
+    assert_eq!(data["restore_from"], "", "{what}: no restore by default");
+
+    // The backup volume: one claim, written by the job and read-only in
+    // the restore container (not mounted in om's).
+    let claim_of = |pod: &PodSpec, name: &str| {
+        volume(pod, name)
+            .persistent_volume_claim
+            .clone()
+            .unwrap_or_else(|| panic!("{what}: volume {name} is a claim"))
+    };
+    let job_script = script_of(b);
+    let dest = word_after(&job_script, "backup create")
+        .trim_end_matches(')')
+        .to_string();
+    let job_mount = mounted(b, &dest).expect("the backup destination is mounted");
+    let claim = claim_of(job, &job_mount.name);
+    assert!(
+        m.claims
+            .iter()
+            .any(|pvc| pvc.metadata.name.as_ref() == Some(&claim.claim_name)),
+        "{what}: no claim {}",
+        claim.claim_name
+    );
+    assert_ne!(job_mount.read_only, Some(true));
+    let init_mount = init
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| {
+            // Mounts of the claim templates (data) are no pod volumes.
+            pod.volumes
+                .iter()
+                .flatten()
+                .find(|x| x.name == v.name)
+                .and_then(|x| x.persistent_volume_claim.as_ref())
+                .is_some_and(|p| p.claim_name == claim.claim_name)
+        })
+        .expect("the restore container mounts the backups");
+    assert_eq!(init_mount.read_only, Some(true));
+    assert_eq!(claim_of(pod, &init_mount.name).read_only, Some(true));
+    assert!(
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .all(|v| v.name != init_mount.name),
+        "om itself does not mount the backups"
+    );
+    assert!(
+        restore.contains(&format!("from={}/$", init_mount.mount_path)),
+        "{what}: restore_from is a path on the backup volume"
+    );
+
+    // The backup job: one at a time, create then prune with a retention,
+    // through the client Service by its certificate name, as non-root;
+    // its pods are no members.
+    let cj = m.cronjob.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(cj.concurrency_policy.as_deref(), Some("Forbid"));
+    for needle in ["omctl", "backup create", "backup prune", "--keep"] {
+        assert!(
+            job_script.contains(needle),
+            "{what}: the backup job lacks {needle}"
+        );
+    }
+    assert!(
+        job_script.find("backup create") < job_script.find("backup prune"),
+        "{what}: prune after create"
+    );
+    let job_env = container_env(b, "om-backup-0", &ns, config);
+    let keep = word_after(&job_script, "--keep").replace(['"', '$'], "");
+    let keep: u32 = env_value(&job_env, &keep)
+        .unwrap_or(keep)
+        .parse()
+        .expect("a number of backups to keep");
+    assert!(keep >= 1);
+    let client = m.client_service();
+    let client_grpc = client
+        .spec
+        .as_ref()
+        .unwrap()
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("grpc"))
+        .expect("the client Service's gRPC port")
+        .port;
+    assert_eq!(
+        env_value(&job_env, "OM_ENDPOINT"),
+        Some(format!("{}:{client_grpc}", m.client_names()[0])),
+        "{what}: the backup job's endpoint"
+    );
+    let jsc = job.security_context.as_ref().unwrap();
+    assert_eq!(jsc.run_as_non_root, Some(true));
+    assert_eq!(jsc.fs_group, psc.fs_group, "the backups are om's group's");
+    let job_labels = m
+        .cronjob
+        .as_ref()
+        .unwrap()
+        .spec
+        .as_ref()
+        .unwrap()
+        .job_template
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|md| md.labels.clone())
+        .unwrap_or_default();
+    assert!(
+        !selects(&selector, &job_labels),
+        "{what}: the backup job's pods would be taken for members"
+    );
+
+    // Ports: /metrics is not on the client Service; the monitored Service
+    // has it.
+    let client_name = client.metadata.name.clone().unwrap();
+    assert!(
+        client
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .iter()
+            .flatten()
+            .all(|p| p.name.as_deref() == Some("grpc")
+                && p.target_port == Some(IntOrString::String("grpc".into()))),
+        "{what}: the client Service serves gRPC only"
+    );
+    let metrics: Vec<&Service> = m
+        .services
+        .iter()
+        .filter(|s| {
+            s.spec.as_ref().unwrap().ports.iter().flatten().any(|p| {
+                p.target_port == Some(IntOrString::String("http".into()))
+                    || p.port == port(c, "http")
+            })
+        })
+        .collect();
+    assert_eq!(metrics.len(), 1, "{what}: one Service has the HTTP port");
+    let metrics = metrics[0];
+    assert_ne!(metrics.metadata.name.as_ref(), Some(&client_name));
+    assert_eq!(
+        metrics.spec.as_ref().unwrap().cluster_ip.as_deref(),
+        Some("None"),
+        "{what}: the metrics Service is headless"
+    );
+    if e.monitoring {
+        assert_eq!(m.monitors.len(), 1);
+        let (_, mon) = &m.monitors[0];
+        let wanted = mon.selector.match_labels.clone().unwrap_or_default();
+        let selected: Vec<String> = m
+            .services
+            .iter()
+            .filter(|s| selects(&wanted, s.metadata.labels.as_ref().unwrap()))
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(
+            selected,
+            vec![metrics.metadata.name.clone().unwrap()],
+            "{what}: the ServiceMonitor selects the metrics Service alone"
+        );
+        let ep = &mon.endpoints[0];
+        assert_eq!(ep.path, "/metrics");
+        let _ = &ep.interval;
+        assert!(
+            metrics
+                .spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some(ep.port.as_str())
+                    && p.target_port == Some(IntOrString::String("http".into())))
+        );
+        // The alerts' job is the value of the monitor's jobLabel on the
+        // Service, whatever the prefix.
+        let job_label = mon.job_label.as_deref().expect("a jobLabel");
+        let job_name = &metrics.metadata.labels.as_ref().unwrap()[job_label];
+        for r in &m.rules {
+            for (at, _) in r.expr.match_indices("job=\"") {
+                let rest = &r.expr[at + 5..];
+                let value = &rest[..rest.find('"').unwrap()];
+                assert_eq!(value, job_name, "{what}: {}", r.alert);
+            }
+        }
+    } else {
+        assert!(m.monitors.is_empty() && m.rules.is_empty(), "{what}");
+    }
+
+    // The NetworkPolicy: Raft from the members, gRPC from every pod of the
+    // cluster, HTTP from a labelled namespace; every port by one rule.
+    let np = m.network_policy.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(
+        np.pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref()),
+        Some(&selector)
+    );
+    assert_eq!(np.policy_types, Some(vec!["Ingress".to_string()]));
+    let rules = np.ingress.as_ref().unwrap();
+    for r in rules {
+        assert!(
+            r.ports.as_ref().is_some_and(|p| !p.is_empty()),
+            "{what}: a rule for every port"
+        );
+    }
+    let rule_for = |p: &str| {
+        let matching: Vec<&NetworkPolicyIngressRule> = rules
+            .iter()
+            .filter(|r| {
+                r.ports
+                    .iter()
+                    .flatten()
+                    .any(|x| x.port == Some(IntOrString::String(p.to_string())))
+            })
+            .collect();
+        assert_eq!(matching.len(), 1, "{what}: one rule for port {p}");
+        matching[0]
+    };
+    for p in c.ports.iter().flatten() {
+        rule_for(p.name.as_deref().unwrap());
+    }
+    let from = |p: &str| rule_for(p).from.clone().unwrap_or_default();
+    let raft = from("raft");
+    assert_eq!(raft.len(), 1);
+    assert!(raft[0].namespace_selector.is_none() && raft[0].ip_block.is_none());
+    assert_eq!(
+        raft[0]
+            .pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref()),
+        Some(&selector),
+        "{what}: Raft from the members only"
+    );
+    let grpc = from("grpc");
+    assert_eq!(grpc.len(), 1);
+    assert_eq!(
+        grpc[0].namespace_selector,
+        Some(LabelSelector::default()),
+        "{what}: gRPC from every namespace"
+    );
+    assert!(grpc[0].pod_selector.is_none() && grpc[0].ip_block.is_none());
+    let http = from("http");
+    assert!(!http.is_empty());
+    for peer in &http {
+        assert!(
+            peer.ip_block.is_none()
+                && peer
+                    .namespace_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.as_ref())
+                    .is_some_and(|l| !l.is_empty()),
+            "{what}: HTTP from a labelled namespace only"
+        );
+    }
+
+    // Certificates.
+    let admins: BTreeSet<String> = cfg["admins"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|a| a.trim().to_string())
+        .collect();
+    if e.tls {
+        check_certificates(m, c, &env, &members, &admins);
+    } else {
+        assert!(
+            m.certificates.is_empty() && m.issuers.is_empty(),
+            "{what}: no cert-manager objects"
+        );
+        for p in [pod, job] {
+            assert!(
+                p.volumes.iter().flatten().all(|v| v.csi.is_none()),
+                "{what}: no certificate volumes"
+            );
+        }
+        assert_eq!(env_value(&env, "OM_INSECURE").as_deref(), Some("true"));
+        for k in ["OM_CACERT", "OM_CERT", "OM_KEY"] {
+            assert_eq!(env_value(&job_env, k), None, "{what}: {k}");
+        }
+    }
+}
+
+/// The mutual-TLS part of a rendering: each pod's CSI volume asks a CA
+/// Issuer of the rendering for a certificate with the member marker that
+/// names its own address (and no other member's, as om matches them) and
+/// the client Service; om's TLS files are that volume's; the backup job's
+/// volume asks the same Issuer for an admin's client certificate, which
+/// omctl's TLS files are; the Certificates' Issuers and Secrets follow
+/// their names.
+pub(crate) fn check_certificates(
+    m: &Manifests,
+    c: &Container,
+    env: &[(String, String)],
+    members: &[om::config::InitialMember],
+    admins: &BTreeSet<String>,
+) {
+    let what = m.what.as_str();
+    let ns = m.ns();
+    let name = m.sts_name();
+    let pod = m.pod();
+    let tls_cert = env_value(env, "OM_TLS_CERT").expect("OM_TLS_CERT");
+    let tls_mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| tls_cert.starts_with(&format!("{}/", v.mount_path)))
+        .expect("the certificate's volume");
+    let tls = csi_volume(pod, &tls_mount.name);
+    let attr = |key: &str| csi_attribute(tls, key);
+    assert_eq!(tls.read_only, Some(true), "the CSI driver mounts read-only");
+    assert_eq!(attr("issuer-kind"), "Issuer");
+    let issuer = attr("issuer-name");
+    assert!(
+        m.issuers.iter().any(|(n, s)| n == issuer && s.ca.is_some()),
+        "{what}: {issuer} is a CA Issuer"
+    );
+    // The Raft port admits only certificates with the member marker.
+    assert_eq!(
+        split_list(attr("uri-sans")),
+        vec![om::grpc::peer::MEMBER_MARKER.to_string()]
+    );
+    let usages = split_list(attr("key-usages"));
+    for u in ["server auth", "client auth"] {
+        assert!(usages.iter().any(|x| x == u), "{usages:?} lacks {u}");
+    }
+    assert_eq!(attr("key-algorithm"), "ECDSA");
+    assert_eq!(attr("key-size"), "256");
+    let hours = |key: &str| -> u64 {
+        attr(key)
+            .strip_suffix('h')
+            .and_then(|h| h.parse().ok())
+            .unwrap_or_else(|| panic!("{key}: whole hours expected"))
+    };
+    assert!(
+        hours("renew-before") < hours("duration"),
+        "renewed before it expires"
+    );
+    let tls_dir = format!("{}/", tls_mount.mount_path);
+    for (key, var) in [
+        ("certificate-file", "OM_TLS_CERT"),
+        ("privatekey-file", "OM_TLS_KEY"),
+        ("ca-file", "OM_TLS_CA"),
+    ] {
+        assert_eq!(
+            env_value(env, var)
+                .as_deref()
+                .and_then(|p| p.strip_prefix(&tls_dir)),
+            Some(attr(key)),
+            "{var}"
+        );
+    }
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(
+        Some(attr("fs-group").parse::<i64>().unwrap()),
+        psc.fs_group,
+        "the key is readable by om's group only"
+    );
+    // Pod NAME-i's certificate names member i's Raft host and no other
+    // member's (om binds a request to the members whose hosts the
+    // certificate names: checked with om's own matching), its short peer
+    // name, no wildcard, and the client Service, which clients verify.
+    let ca = TestCa::new("om cluster CA");
+    let issued = tempfile::tempdir().unwrap();
+    let [client_fqdn, client_svc] = m.client_names();
+    for (i, mem) in members.iter().enumerate() {
+        let host = m.peer_host(i);
+        assert_eq!(om_tls::host_of(&mem.raft_addr), host);
+        assert_eq!(om_tls::host_of(&mem.grpc_addr), host);
+        let names = csi_dns_names(tls, &format!("{name}-{i}"), &ns);
+        assert!(names.iter().all(|n| !n.contains('*')), "{names:?}");
+        for n in [
+            host.clone(),
+            format!("{name}-{i}.{}.{ns}.svc", m.peer_service()),
+            client_fqdn.clone(),
+            client_svc.clone(),
+        ] {
+            assert!(names.contains(&n), "{what}: {names:?} lacks {n}");
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let cert = ca.issue_member(issued.path(), &format!("{name}-{i}"), &refs);
+        let der = om_tls::rustls::pki_types::CertificateDer::from(cert.der);
+        for (j, other) in members.iter().enumerate() {
+            assert_eq!(
+                om_tls::names_any_host(&der, [other.raft_addr.as_str()]),
+                i == j,
+                "{what}: {name}-{i}'s certificate and member {}",
+                other.id
+            );
+        }
+    }
+    // Issuers exist, referred to by their names; each Certificate's Secret
+    // is named after it. A Secret is readable by whoever reads the
+    // namespace's Secrets: none carries the member marker or a wildcard.
+    for (n, cert) in &m.certificates {
+        assert!(
+            m.issuers.iter().any(|(i, _)| *i == cert.issuer_ref.name),
+            "{what}: {n}: no Issuer {}",
+            cert.issuer_ref.name
+        );
+        assert_eq!(cert.issuer_ref.kind, "Issuer");
+        assert_eq!(&cert.secret_name, n, "{what}: {n}'s Secret");
+        assert!(
+            cert.uris
+                .iter()
+                .flatten()
+                .all(|u| u != om::grpc::peer::MEMBER_MARKER),
+            "{n}"
+        );
+        assert!(
+            cert.dns_names.iter().flatten().all(|d| !d.contains('*')),
+            "{n}"
+        );
+    }
+    for (n, spec) in &m.issuers {
+        if let Some(ca_issuer) = &spec.ca {
+            assert!(
+                m.certificates
+                    .iter()
+                    .any(|(_, c)| c.is_ca == Some(true) && c.secret_name == ca_issuer.secret_name),
+                "{what}: Issuer {n} signs with the CA Certificate's Secret"
+            );
+        }
+    }
+    assert!(m.issuers.iter().any(|(_, s)| s.self_signed.is_some()));
+    // The backup job's client certificate: from the same Issuer, an admin
+    // (its first DNS name is its principal), no member marker, client
+    // auth only; omctl's TLS files are on that volume.
+    let job = m.job_pod();
+    let b = m.backup();
+    let job_env = container_env(b, "om-backup-0", &ns, m.config());
+    let cacert = env_value(&job_env, "OM_CACERT").expect("OM_CACERT");
+    let job_mount = b
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| cacert.starts_with(&format!("{}/", v.mount_path)))
+        .expect("omctl's certificate volume");
+    let job_tls = csi_volume(job, &job_mount.name);
+    let jattr = |key: &str| csi_attribute(job_tls, key);
+    assert_eq!(jattr("issuer-name"), issuer);
+    assert_eq!(jattr("issuer-kind"), "Issuer");
+    let principal = jattr("common-name");
+    assert_eq!(
+        split_list(jattr("dns-names")).first().map(String::as_str),
+        Some(principal),
+        "{what}: the principal is the first DNS name, as om reads it"
+    );
+    assert!(
+        admins.contains(principal),
+        "{what}: {principal} is an admin"
+    );
+    assert!(
+        !job_tls
+            .volume_attributes
+            .as_ref()
+            .unwrap()
+            .contains_key(&format!("{CSI_DRIVER}/uri-sans")),
+        "{what}: the backup job is no member"
+    );
+    let usages = split_list(jattr("key-usages"));
+    assert!(usages.iter().any(|u| u == "client auth"));
+    assert!(!usages.iter().any(|u| u == "server auth"));
+    let job_dir = format!("{}/", job_mount.mount_path);
+    for (key, var) in [
+        ("certificate-file", "OM_CERT"),
+        ("privatekey-file", "OM_KEY"),
+        ("ca-file", "OM_CACERT"),
+    ] {
+        assert_eq!(
+            env_value(&job_env, var)
+                .as_deref()
+                .and_then(|p| p.strip_prefix(&job_dir)),
+            Some(jattr(key)),
+            "{var}"
+        );
+    }
+    // Every admin is a Certificate's name or the backup job's.
+    for a in admins {
+        assert!(
+            a == principal
+                || m.certificates
+                    .iter()
+                    .any(|(_, c)| c.common_name.as_deref() == Some(a.as_str())),
+            "{what}: admin {a} has no certificate here"
+        );
+    }
+}

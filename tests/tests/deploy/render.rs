@@ -1,0 +1,810 @@
+//! Rendering the manifests with `kubectl kustomize`, parsed strictly into
+//! Kubernetes' types, and helpers that read what they say.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{
+    CSIVolumeSource, ConfigMap, Container, Namespace, PersistentVolumeClaim, PodSpec, Service,
+    Volume,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+pub(crate) fn deploy_dir() -> PathBuf {
+    om_tests::repo_root().join("deploy")
+}
+
+/// The kustomize base.
+pub(crate) fn kube_dir() -> PathBuf {
+    deploy_dir().join("kubernetes")
+}
+
+pub(crate) fn overlay_dir(name: &str) -> PathBuf {
+    deploy_dir().join("overlays").join(name)
+}
+
+/// Files of the base's folder the kustomization leaves out on purpose: they
+/// need more installed than the base does (approver-policy.yaml), or are no
+/// Kubernetes objects (alert-tests/, promtool's tests of the alerts).
+pub(crate) const OPTIONAL: &[&str] = &["approver-policy.yaml", "alert-tests"];
+
+/// cert-manager's CSI driver, which also prefixes its volume attributes.
+pub(crate) const CSI_DRIVER: &str = "csi.cert-manager.io";
+
+/// The YAML documents of `file`.
+pub(crate) fn documents(file: &Path) -> Vec<serde_norway::Value> {
+    let text = std::fs::read_to_string(file).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde_norway::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `v` as `T`, refusing any field `T` does not know.
+pub(crate) fn strict<T: DeserializeOwned>(v: &serde_norway::Value, what: &str) -> T {
+    let mut unknown = Vec::new();
+    let t = serde_ignored::deserialize(v.clone(), |path| unknown.push(path.to_string()))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(unknown.is_empty(), "{what}: unknown fields {unknown:?}");
+    t
+}
+
+// The custom resources the manifests use, as their CRDs define the fields
+// used here; anything else is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Custom<S> {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) metadata: ObjectMeta,
+    pub(crate) spec: S,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ServiceMonitorSpec {
+    pub(crate) job_label: Option<String>,
+    pub(crate) selector: LabelSelector,
+    pub(crate) endpoints: Vec<Endpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Endpoint {
+    pub(crate) port: String,
+    pub(crate) path: String,
+    pub(crate) interval: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PrometheusRuleSpec {
+    pub(crate) groups: Vec<RuleGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleGroup {
+    #[allow(dead_code)]
+    pub(crate) name: String,
+    pub(crate) rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rule {
+    pub(crate) alert: String,
+    pub(crate) expr: String,
+    #[serde(rename = "for")]
+    #[allow(dead_code)]
+    pub(crate) for_: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct IssuerSpec {
+    pub(crate) self_signed: Option<BTreeMap<String, String>>,
+    pub(crate) ca: Option<CaIssuer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct CaIssuer {
+    #[allow(dead_code)]
+    pub(crate) secret_name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct CertificateSpec {
+    #[serde(rename = "isCA")]
+    pub(crate) is_ca: Option<bool>,
+    pub(crate) common_name: Option<String>,
+    pub(crate) secret_name: String,
+    pub(crate) duration: Option<String>,
+    pub(crate) renew_before: Option<String>,
+    pub(crate) dns_names: Option<Vec<String>>,
+    pub(crate) uris: Option<Vec<String>>,
+    pub(crate) usages: Option<Vec<String>>,
+    pub(crate) private_key: Option<PrivateKey>,
+    pub(crate) issuer_ref: IssuerRef,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PrivateKey {
+    pub(crate) algorithm: String,
+    pub(crate) size: u32,
+    pub(crate) rotation_policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IssuerRef {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+}
+
+// approver-policy's CertificateRequestPolicy (policy.cert-manager.io/v1alpha1),
+// the fields approver-policy.yaml uses.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct PolicySpec {
+    pub(crate) allowed: Option<PolicyAllowed>,
+    pub(crate) constraints: Option<PolicyConstraints>,
+    pub(crate) selector: PolicySelector,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PolicyAllowed {
+    pub(crate) common_name: Option<AllowedString>,
+    pub(crate) dns_names: Option<AllowedStrings>,
+    pub(crate) uris: Option<AllowedStrings>,
+    #[serde(rename = "isCA")]
+    pub(crate) is_ca: Option<bool>,
+    pub(crate) usages: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct AllowedString {
+    pub(crate) value: Option<String>,
+    pub(crate) required: Option<bool>,
+    pub(crate) validations: Option<Vec<ValidationRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct AllowedStrings {
+    pub(crate) values: Option<Vec<String>>,
+    pub(crate) required: Option<bool>,
+    pub(crate) validations: Option<Vec<ValidationRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct ValidationRule {
+    pub(crate) rule: String,
+    pub(crate) message: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PolicyConstraints {
+    pub(crate) min_duration: Option<String>,
+    pub(crate) max_duration: Option<String>,
+    pub(crate) private_key: Option<KeyConstraints>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct KeyConstraints {
+    pub(crate) algorithm: Option<String>,
+    pub(crate) min_size: Option<u32>,
+    pub(crate) max_size: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PolicySelector {
+    pub(crate) issuer_ref: Option<PolicyIssuerRef>,
+    pub(crate) namespace: Option<PolicyNamespace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct PolicyIssuerRef {
+    pub(crate) name: Option<String>,
+    pub(crate) kind: Option<String>,
+    pub(crate) group: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PolicyNamespace {
+    pub(crate) match_names: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Kustomization {
+    #[allow(dead_code)]
+    pub(crate) api_version: String,
+    #[allow(dead_code)]
+    pub(crate) kind: String,
+    #[allow(dead_code)]
+    pub(crate) namespace: String,
+    pub(crate) resources: Vec<String>,
+    pub(crate) config_map_generator: Vec<Generator>,
+    pub(crate) transformers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Generator {
+    #[allow(dead_code)]
+    pub(crate) name: String,
+    pub(crate) files: Vec<String>,
+    #[allow(dead_code)]
+    pub(crate) options: serde_norway::Value,
+}
+
+/// The YAML documents `kubectl kustomize DIR` renders (`kustomize build
+/// DIR` where kubectl is missing).
+pub(crate) fn kustomize(dir: &Path) -> Vec<serde_norway::Value> {
+    let run = |program: &str, verb: &str| Command::new(program).arg(verb).arg(dir).output();
+    let out = match run("kubectl", "kustomize") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => run("kustomize", "build")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "rendering the manifests needs kubectl (kubectl kustomize) or kustomize: {e}"
+                )
+            }),
+        other => other.unwrap(),
+    };
+    assert!(
+        out.status.success(),
+        "kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde_norway::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Every object of one rendering, by kind.
+#[derive(Default)]
+pub(crate) struct Manifests {
+    /// Which rendering (for messages).
+    pub(crate) what: String,
+    /// Kind, name and namespace of every object.
+    pub(crate) objects: Vec<(String, String, Option<String>)>,
+    pub(crate) namespace: Option<Namespace>,
+    pub(crate) config_maps: Vec<ConfigMap>,
+    pub(crate) services: Vec<Service>,
+    pub(crate) statefulset: Option<StatefulSet>,
+    pub(crate) pdb: Option<PodDisruptionBudget>,
+    pub(crate) network_policy: Option<NetworkPolicy>,
+    pub(crate) cronjob: Option<CronJob>,
+    pub(crate) claims: Vec<PersistentVolumeClaim>,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) monitors: Vec<(ObjectMeta, ServiceMonitorSpec)>,
+    pub(crate) certificates: Vec<(String, CertificateSpec)>,
+    pub(crate) issuers: Vec<(String, IssuerSpec)>,
+}
+
+/// `dir` rendered by kustomize, each object parsed strictly.
+pub(crate) fn render(dir: &Path) -> Manifests {
+    let what = dir
+        .strip_prefix(om_tests::repo_root())
+        .unwrap_or(dir)
+        .display()
+        .to_string();
+    let mut m = Manifests {
+        what: what.clone(),
+        ..Default::default()
+    };
+    for (i, doc) in kustomize(dir).iter().enumerate() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let what = format!("{what}: {kind} {name} (#{i})");
+        m.objects.push((
+            kind.clone(),
+            name,
+            doc["metadata"]["namespace"].as_str().map(str::to_string),
+        ));
+        match kind.as_str() {
+            "Namespace" => m.namespace = Some(strict(doc, &what)),
+            "ConfigMap" => m.config_maps.push(strict(doc, &what)),
+            "Service" => m.services.push(strict(doc, &what)),
+            "StatefulSet" => m.statefulset = Some(strict(doc, &what)),
+            "PodDisruptionBudget" => m.pdb = Some(strict(doc, &what)),
+            "NetworkPolicy" => m.network_policy = Some(strict(doc, &what)),
+            "CronJob" => m.cronjob = Some(strict(doc, &what)),
+            "PersistentVolumeClaim" => m.claims.push(strict(doc, &what)),
+            "ServiceMonitor" => {
+                let c: Custom<ServiceMonitorSpec> = strict(doc, &what);
+                assert_eq!(c.api_version, "monitoring.coreos.com/v1");
+                m.monitors.push((c.metadata, c.spec));
+            }
+            "PrometheusRule" => {
+                let c: Custom<PrometheusRuleSpec> = strict(doc, &what);
+                assert_eq!(c.api_version, "monitoring.coreos.com/v1");
+                m.rules
+                    .extend(c.spec.groups.into_iter().flat_map(|g| g.rules));
+            }
+            "Certificate" => {
+                let c: Custom<CertificateSpec> = strict(doc, &what);
+                assert_eq!(
+                    (c.api_version.as_str(), c.kind.as_str()),
+                    ("cert-manager.io/v1", "Certificate")
+                );
+                m.certificates.push((c.metadata.name.unwrap(), c.spec));
+            }
+            "Issuer" => {
+                let c: Custom<IssuerSpec> = strict(doc, &what);
+                assert_eq!(c.api_version, "cert-manager.io/v1");
+                m.issuers.push((c.metadata.name.unwrap(), c.spec));
+            }
+            other => panic!("{what}: unexpected kind {other:?}"),
+        }
+    }
+    m
+}
+
+impl Manifests {
+    pub(crate) fn ns(&self) -> String {
+        self.namespace
+            .as_ref()
+            .and_then(|n| n.metadata.name.clone())
+            .unwrap_or_else(|| panic!("{}: no Namespace", self.what))
+    }
+
+    pub(crate) fn sts(&self) -> &StatefulSet {
+        self.statefulset
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no StatefulSet", self.what))
+    }
+
+    pub(crate) fn sts_name(&self) -> String {
+        self.sts().metadata.name.clone().unwrap()
+    }
+
+    pub(crate) fn replicas(&self) -> usize {
+        self.sts().spec.as_ref().unwrap().replicas.unwrap() as usize
+    }
+
+    /// The peer Service's name: the StatefulSet's serviceName.
+    pub(crate) fn peer_service(&self) -> String {
+        self.sts()
+            .spec
+            .as_ref()
+            .unwrap()
+            .service_name
+            .clone()
+            .unwrap()
+    }
+
+    /// The labels the StatefulSet selects its pods by.
+    pub(crate) fn selector(&self) -> BTreeMap<String, String> {
+        self.sts()
+            .spec
+            .as_ref()
+            .unwrap()
+            .selector
+            .match_labels
+            .clone()
+            .unwrap()
+    }
+
+    /// The StatefulSet's pod template.
+    pub(crate) fn pod(&self) -> &PodSpec {
+        self.sts()
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+    }
+
+    pub(crate) fn om(&self) -> &Container {
+        container(&self.pod().containers, "om")
+    }
+
+    /// The StatefulSet's init container that restores a backup.
+    pub(crate) fn restore(&self) -> &Container {
+        container(
+            self.pod().init_containers.as_deref().unwrap_or_default(),
+            "restore",
+        )
+    }
+
+    /// The backup CronJob's pod template.
+    pub(crate) fn job_pod(&self) -> &PodSpec {
+        self.cronjob
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no CronJob", self.what))
+            .spec
+            .as_ref()
+            .unwrap()
+            .job_template
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+    }
+
+    pub(crate) fn backup(&self) -> &Container {
+        container(&self.job_pod().containers, "backup")
+    }
+
+    /// The ConfigMap the StatefulSet mounts as `config`: its name and data.
+    pub(crate) fn config(&self) -> (&str, &BTreeMap<String, String>) {
+        let name = &volume(self.pod(), "config")
+            .config_map
+            .as_ref()
+            .expect("volume config is a ConfigMap")
+            .name;
+        let cm = self
+            .config_maps
+            .iter()
+            .find(|c| c.metadata.name.as_ref() == Some(name))
+            .unwrap_or_else(|| panic!("{}: no ConfigMap {name}", self.what));
+        (name.as_str(), cm.data.as_ref().unwrap())
+    }
+
+    /// The cluster's DNS domain (the ConfigMap's cluster_domain).
+    pub(crate) fn domain(&self) -> String {
+        self.config().1["cluster_domain"].clone()
+    }
+
+    pub(crate) fn service(&self, name: &str) -> &Service {
+        self.services
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("{}: no Service {name}", self.what))
+    }
+
+    /// The Service clients use: the one with a virtual IP.
+    pub(crate) fn client_service(&self) -> &Service {
+        let clients: Vec<&Service> = self
+            .services
+            .iter()
+            .filter(|s| s.spec.as_ref().unwrap().cluster_ip.as_deref() != Some("None"))
+            .collect();
+        assert_eq!(clients.len(), 1, "{}: one client Service", self.what);
+        clients[0]
+    }
+
+    /// The address member `ordinal` has in the initial cluster and in its
+    /// certificate: its pod's name under the peer Service.
+    pub(crate) fn peer_host(&self, ordinal: usize) -> String {
+        format!(
+            "{}-{ordinal}.{}.{}.svc.{}",
+            self.sts_name(),
+            self.peer_service(),
+            self.ns(),
+            self.domain()
+        )
+    }
+
+    /// The client Service's names in the members' certificates, the fully
+    /// qualified one first.
+    pub(crate) fn client_names(&self) -> [String; 2] {
+        let client = self.client_service().metadata.name.clone().unwrap();
+        let ns = self.ns();
+        [
+            format!("{client}.{ns}.svc.{}", self.domain()),
+            format!("{client}.{ns}.svc"),
+        ]
+    }
+}
+
+pub(crate) fn container<'a>(containers: &'a [Container], name: &str) -> &'a Container {
+    containers
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+pub(crate) fn volume<'a>(pod: &'a PodSpec, name: &str) -> &'a Volume {
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no volume {name}"))
+}
+
+/// A container's command and arguments.
+pub(crate) fn argv_of(c: &Container) -> Vec<String> {
+    let mut argv = c.command.clone().unwrap_or_default();
+    argv.extend(c.args.clone().unwrap_or_default());
+    argv
+}
+
+/// The script of a container whose command is `/bin/sh -c SCRIPT` (POSIX
+/// sh: the image's /bin/sh is dash).
+pub(crate) fn script_of(c: &Container) -> String {
+    let argv = argv_of(c);
+    assert!(
+        argv.len() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c",
+        "{}: /bin/sh -c SCRIPT, not {argv:?}",
+        c.name
+    );
+    argv[2].clone()
+}
+
+/// The word after the first `key` in `text`.
+pub(crate) fn word_after(text: &str, key: &str) -> String {
+    let (_, rest) = text
+        .split_once(key)
+        .unwrap_or_else(|| panic!("no {key:?} in {text:?}"));
+    rest.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The container port named `name`.
+pub(crate) fn port(c: &Container, name: &str) -> i32 {
+    c.ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{}: no port {name}", c.name))
+        .container_port
+}
+
+/// A container's environment as Kubernetes sets it in pod `pod` of
+/// namespace `ns`: `$(VAR)` references to variables defined before
+/// expanded, `fieldRef`s to the pod's name and namespace, and
+/// `configMapKeyRef`s to the ConfigMap `config` (its name and data).
+pub(crate) fn container_env(
+    c: &Container,
+    pod: &str,
+    ns: &str,
+    config: (&str, &BTreeMap<String, String>),
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), None) => expand(v, &out),
+            (None, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    match f.field_path.as_str() {
+                        "metadata.name" => pod.to_string(),
+                        "metadata.namespace" => ns.to_string(),
+                        other => panic!("{}: {}: fieldRef {other}", c.name, e.name),
+                    }
+                } else if let Some(k) = &from.config_map_key_ref {
+                    assert_eq!(k.name, config.0, "{}: {}", c.name, e.name);
+                    config.1.get(&k.key).cloned().unwrap_or_else(|| {
+                        panic!("{}: {}: no key {} in {}", c.name, e.name, k.key, config.0)
+                    })
+                } else {
+                    panic!("{}: {}: an unexpected valueFrom", c.name, e.name)
+                }
+            }
+            (None, None) => String::new(),
+            (Some(_), Some(_)) => panic!("{}: {}: value and valueFrom", c.name, e.name),
+        };
+        out.push((e.name.clone(), value));
+    }
+    out
+}
+
+/// Kubernetes' expansion of `$(VAR)` in an environment value: variables
+/// defined before it; a reference to any other stays as written.
+pub(crate) fn expand(value: &str, env: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("$(") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let Some(end) = after.find(')') else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        match env.iter().rev().find(|(n, _)| *n == after[..end]) {
+            Some((_, v)) => out.push_str(v),
+            None => out.push_str(&rest[at..at + 2 + end + 1]),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+pub(crate) fn env_value(env: &[(String, String)], name: &str) -> Option<String> {
+    env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
+/// The initial cluster members.sh (the ConfigMap's) exports, run as the
+/// containers run it (sourced by /bin/sh) with environment `env`.
+pub(crate) fn initial_cluster_of(members_sh: &str, env: &[(String, String)]) -> String {
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "set -eu\n{members_sh}\nprintf %s \"$OM_INITIAL_CLUSTER\""
+        ))
+        .env_clear()
+        .envs(env.iter().cloned())
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "members.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether a selector's labels are all among `labels`.
+pub(crate) fn selects(
+    selector: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The StatefulSet's (or the job's) volume `name`, served by cert-manager's
+/// CSI driver.
+pub(crate) fn csi_volume<'a>(pod: &'a PodSpec, name: &str) -> &'a CSIVolumeSource {
+    let csi = volume(pod, name)
+        .csi
+        .as_ref()
+        .unwrap_or_else(|| panic!("volume {name} is not a CSI volume"));
+    assert_eq!(csi.driver, CSI_DRIVER);
+    csi
+}
+
+/// The CSI driver's attribute `key` of `csi`.
+pub(crate) fn csi_attribute<'a>(csi: &'a CSIVolumeSource, key: &str) -> &'a str {
+    csi.volume_attributes
+        .as_ref()
+        .and_then(|a| a.get(&format!("{CSI_DRIVER}/{key}")))
+        .unwrap_or_else(|| panic!("no {CSI_DRIVER}/{key}"))
+}
+
+/// A comma-separated attribute, split as the CSI driver splits it.
+pub(crate) fn split_list(s: &str) -> Vec<String> {
+    s.split(',').map(|x| x.trim().to_string()).collect()
+}
+
+/// The DNS names the CSI driver puts in pod `pod`'s certificate: its
+/// `dns-names` attribute with the pod's variables expanded.
+pub(crate) fn csi_dns_names(csi: &CSIVolumeSource, pod: &str, ns: &str) -> Vec<String> {
+    let template = csi_attribute(csi, "dns-names");
+    let names = template
+        .replace("${POD_NAME}", pod)
+        .replace("${POD_NAMESPACE}", ns);
+    assert!(
+        !names.contains('$'),
+        "{template}: a variable other than POD_NAME and POD_NAMESPACE"
+    );
+    split_list(&names)
+}
+
+/// approver-policy's wildcard match: `*` stands for any string, dots
+/// included.
+pub(crate) fn wildcard(pattern: &str, s: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == s,
+        Some((head, tail)) => s.strip_prefix(head).is_some_and(|rest| {
+            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && wildcard(tail, &rest[i..]))
+        }),
+    }
+}
+
+/// Every `"om_…"` metric name om's sources register.
+pub(crate) fn metric_catalog() -> BTreeSet<String> {
+    let root = om_tests::repo_root();
+    let mut out = BTreeSet::new();
+    let mut stack = vec![
+        root.join("om/src"),
+        root.join("raft-store/src"),
+        root.join("tls/src"),
+    ];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.extend(metric_names(&text));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn metric_names(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("om_") {
+        let start = i + at;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_') {
+            end += 1;
+        }
+        let before = start.checked_sub(1).map(|j| b[j]);
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+            out.push(text[start..end].to_string());
+        }
+        i = end.max(start + 3);
+    }
+    out
+}
+
+/// Each `om_…` metric of a PromQL expression with its label selector (what
+/// is between the braces after it), if it has one.
+pub(crate) fn metric_selectors(expr: &str) -> Vec<(String, Option<String>)> {
+    let b = expr.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = expr[i..].find("om_") {
+        let start = i + at;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_') {
+            end += 1;
+        }
+        let before = start.checked_sub(1).map(|j| b[j]);
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+            let selector = expr[end..]
+                .strip_prefix('{')
+                .and_then(|s| s.split_once('}'))
+                .map(|(s, _)| s.to_string());
+            out.push((expr[start..end].to_string(), selector));
+        }
+        i = end.max(start + 3);
+    }
+    out
+}
+
+/// What a rendering is meant to be, beyond fitting together.
+pub(crate) struct Expect {
+    /// Mutual TLS with cert-manager (the base, overlays/example), or
+    /// plaintext without it (overlays/dev).
+    pub(crate) tls: bool,
+    /// Members spread over zones strictly (DoNotSchedule with minDomains),
+    /// or as a preference.
+    pub(crate) strict_zones: bool,
+    /// The Prometheus operator's objects are there.
+    pub(crate) monitoring: bool,
+}
