@@ -1,5 +1,6 @@
 //! Continuation tokens and the byte sizes a page's envelope may take.
 
+use om_proto::store::BucketRecord;
 use prost::Message;
 
 use crate::error::OmError;
@@ -29,6 +30,22 @@ pub struct ContinuationToken {
 }
 
 impl ContinuationToken {
+    /// What a listing of `bucket` expects of a token presented to it, no
+    /// resume point yet: the same listing, bucket (by object id, so not a
+    /// recreated one), prefix and delimiter.
+    pub fn expected(listing: &str, bucket: &BucketRecord, prefix: &[u8], delimiter: &[u8]) -> Self {
+        ContinuationToken {
+            version: 1,
+            listing: listing.to_string(),
+            volume: bucket.volume.clone(),
+            bucket: bucket.name.clone(),
+            bucket_object_id: bucket.object_id,
+            prefix: prefix.to_vec(),
+            delimiter: delimiter.to_vec(),
+            resume: Vec::new(),
+        }
+    }
+
     fn digest(body: &[u8]) -> [u8; 16] {
         use md5::Digest;
         let mut h = md5::Md5::new();

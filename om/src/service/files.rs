@@ -266,16 +266,8 @@ impl OmService {
             }
             other => other.dir_id().unwrap_or_default(),
         };
-        let expect = ContinuationToken {
-            version: 1,
-            listing: "status".to_string(),
-            volume: q.volume.clone(),
-            bucket: q.bucket.clone(),
-            bucket_object_id: b.object_id,
-            prefix: q.path.as_bytes().to_vec(),
-            delimiter: vec![u8::from(q.recursive)],
-            resume: Vec::new(),
-        };
+        let expect =
+            ContinuationToken::expected("status", &b, q.path.as_bytes(), &[u8::from(q.recursive)]);
         let base = if q.path.is_empty() {
             String::new()
         } else {

@@ -109,16 +109,12 @@ impl OmService {
         )
         .await?;
         let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
-        let expect = ContinuationToken {
-            version: 1,
-            listing: "keys".to_string(),
-            volume: q.volume.clone(),
-            bucket: q.bucket.clone(),
-            bucket_object_id: bucket.object_id,
-            prefix: q.prefix.as_bytes().to_vec(),
-            delimiter: q.delimiter.as_bytes().to_vec(),
-            resume: Vec::new(),
-        };
+        let expect = ContinuationToken::expected(
+            "keys",
+            &bucket,
+            q.prefix.as_bytes(),
+            q.delimiter.as_bytes(),
+        );
         let start = if !q.continuation_token.is_empty() {
             Start::At(ContinuationToken::decode_token(&q.continuation_token, &expect)?.resume)
         } else if q.start_after.is_empty() {
@@ -220,16 +216,7 @@ impl OmService {
         if b.layout == crate::apply::LAYOUT_FSO {
             return self.list_open_files(&b, prefix, max, token, convert);
         }
-        let expect = ContinuationToken {
-            version: 1,
-            listing: "open_keys".to_string(),
-            volume: volume.to_string(),
-            bucket: bucket.to_string(),
-            bucket_object_id: b.object_id,
-            prefix: prefix.as_bytes().to_vec(),
-            delimiter: Vec::new(),
-            resume: Vec::new(),
-        };
+        let expect = ContinuationToken::expected("open_keys", &b, prefix.as_bytes(), &[]);
         let start = if token.is_empty() {
             Start::Beginning
         } else {
@@ -299,16 +286,7 @@ impl OmService {
             crate::fs::Walk::Dir(id) => id,
             crate::fs::Walk::Missing { .. } => return Ok(empty),
         };
-        let expect = ContinuationToken {
-            version: 1,
-            listing: "open_files".to_string(),
-            volume: b.volume.clone(),
-            bucket: b.name.clone(),
-            bucket_object_id: b.object_id,
-            prefix: prefix.as_bytes().to_vec(),
-            delimiter: Vec::new(),
-            resume: Vec::new(),
-        };
+        let expect = ContinuationToken::expected("open_files", b, prefix.as_bytes(), &[]);
         let start = if token.is_empty() {
             Start::Beginning
         } else {

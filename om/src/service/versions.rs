@@ -259,16 +259,12 @@ impl OmService {
         )
         .await?;
         let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
-        let expect = ContinuationToken {
-            version: 1,
-            listing: "versions".to_string(),
-            volume: q.volume.clone(),
-            bucket: q.bucket.clone(),
-            bucket_object_id: bucket.object_id,
-            prefix: q.prefix.as_bytes().to_vec(),
-            delimiter: q.delimiter.as_bytes().to_vec(),
-            resume: Vec::new(),
-        };
+        let expect = ContinuationToken::expected(
+            "versions",
+            &bucket,
+            q.prefix.as_bytes(),
+            q.delimiter.as_bytes(),
+        );
         let start = if q.continuation_token.is_empty() {
             self.versions_start(&q)?
         } else {
