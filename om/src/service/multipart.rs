@@ -2,10 +2,10 @@
 
 use om_proto::store::{PartRecord, UploadRecord};
 
-use super::pages::{Listed, entry, utf8};
-use super::{Consistency, OmService, item_len};
+use super::pages::{Listed, RolledUp, entry, utf8};
+use super::{Consistency, OmService};
 use crate::error::OmError;
-use crate::listing::{Item, ScanSpec, Start, scan_page_within};
+use crate::listing::{ScanSpec, Start, scan_page_within};
 use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{self, PartTable, UploadTable};
@@ -171,46 +171,30 @@ impl OmService {
                 current_only: None,
             },
             self.item_budget(),
-            |item| match item {
-                Item::Entry { name, value } => {
+            |item| {
+                Listed::read(item, |name, value| {
                     let (key, id) = keys::split_key_run(&name)
                         .ok_or_else(|| OmError::Internal("malformed upload entry".to_string()))?;
                     let key = utf8(key.to_vec())?;
                     let (t, bytes) = convert(key.clone(), table::decode::<UploadTable>(&value)?);
-                    Ok((Listed::Entry(key, (id, t)), bytes))
-                }
-                Item::CommonPrefix(p) => {
-                    let p = utf8(p)?;
-                    let bytes = item_len(p.len());
-                    Ok((Listed::Prefix(p), bytes))
-                }
+                    Ok((key, id, t, bytes))
+                })
             },
         )?;
+        let rolled = RolledUp::of(page.items);
         let mut out = UploadPage {
-            uploads: Vec::new(),
-            common_prefixes: Vec::new(),
+            uploads: rolled.entries,
+            common_prefixes: rolled.prefixes,
             truncated: page.resume.is_some(),
             next_key_marker: String::new(),
             next_upload_id_marker: None,
             stats: page.stats,
         };
-        for item in page.items {
-            match item {
-                Listed::Entry(key, (id, t)) => {
-                    out.next_key_marker = key;
-                    out.next_upload_id_marker = Some(id);
-                    out.uploads.push(t);
-                }
-                Listed::Prefix(p) => {
-                    out.next_key_marker.clone_from(&p);
-                    out.next_upload_id_marker = None;
-                    out.common_prefixes.push(p);
-                }
-            }
-        }
-        if !out.truncated {
-            out.next_key_marker.clear();
-            out.next_upload_id_marker = None;
+        if out.truncated
+            && let Some((key, id)) = rolled.last
+        {
+            out.next_key_marker = key;
+            out.next_upload_id_marker = id;
         }
         Ok(out)
     }

@@ -2,10 +2,10 @@
 
 use om_proto::store::{BucketRecord, DeletedBlocksRecord, KeyRecord, OpenKeyRecord};
 
-use super::pages::{Listed, entry, utf8};
-use super::{Consistency, OmService, item_len, versions};
+use super::pages::{Listed, RolledUp, entry, utf8};
+use super::{Consistency, OmService, versions};
 use crate::error::OmError;
-use crate::listing::{ContinuationToken, Item, ScanSpec, Start, scan_page_within};
+use crate::listing::{ContinuationToken, ScanSpec, Start, scan_page_within};
 use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{self, DeletedBlocksTable, KeyTable, OpenFileTable, OpenKeyTable};
@@ -141,41 +141,24 @@ impl OmService {
                 ),
             },
             self.item_budget(),
-            |item| match item {
-                Item::Entry { name, value } => {
+            |item| {
+                Listed::read(item, |name, value| {
                     let name = utf8(name)?;
                     let (t, bytes) = convert(name.clone(), table::decode::<KeyTable>(&value)?);
-                    Ok((Listed::Entry(name, t), bytes))
-                }
-                Item::CommonPrefix(p) => {
-                    let p = utf8(p)?;
-                    let bytes = item_len(p.len());
-                    Ok((Listed::Prefix(p), bytes))
-                }
+                    Ok((name, (), t, bytes))
+                })
             },
         )?;
+        let rolled = RolledUp::of(page.items);
         let mut out = KeyPage {
-            keys: Vec::new(),
-            common_prefixes: Vec::new(),
+            keys: rolled.entries,
+            common_prefixes: rolled.prefixes,
             next_start_after: String::new(),
             next_continuation_token: String::new(),
             stats: page.stats,
         };
-        let mut last = String::new();
-        for item in page.items {
-            match item {
-                Listed::Entry(name, t) => {
-                    last = name;
-                    out.keys.push(t);
-                }
-                Listed::Prefix(p) => {
-                    last.clone_from(&p);
-                    out.common_prefixes.push(p);
-                }
-            }
-        }
         if let Some(resume) = page.resume {
-            out.next_start_after = last;
+            out.next_start_after = rolled.last.map(|(name, _)| name).unwrap_or_default();
             out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
         }
         Ok(out)

@@ -19,11 +19,66 @@ pub struct Page<T> {
     pub stats: IterStats,
 }
 
-/// An item of a page with roll-up: a converted entry with its name, or a
-/// common prefix.
-pub(super) enum Listed<T> {
-    Entry(String, T),
+/// An item of a page with roll-up: a converted entry with its name and
+/// what else the next page's markers need of it (an upload id, a version
+/// id), or a common prefix.
+pub(super) enum Listed<M, T> {
+    Entry(String, M, T),
     Prefix(String),
+}
+
+impl<M, T> Listed<M, T> {
+    /// Reads one scanned item: an entry through `entry` (its name, marker,
+    /// converted value and the bytes that adds to the response), a common
+    /// prefix as it is.
+    pub(super) fn read(
+        item: Item,
+        entry: impl FnOnce(Vec<u8>, Vec<u8>) -> Result<(String, M, T, usize), OmError>,
+    ) -> Result<(Self, usize), OmError> {
+        match item {
+            Item::Entry { name, value } => {
+                let (name, marker, t, bytes) = entry(name, value)?;
+                Ok((Listed::Entry(name, marker, t), bytes))
+            }
+            Item::CommonPrefix(p) => {
+                let p = utf8(p)?;
+                let bytes = super::item_len(p.len());
+                Ok((Listed::Prefix(p), bytes))
+            }
+        }
+    }
+}
+
+/// A page with roll-up split into its entries and common prefixes, each in
+/// order, and its last item: an entry's name and marker, or a prefix and
+/// no marker (what the next page's markers are made of).
+pub(super) struct RolledUp<M, T> {
+    pub entries: Vec<T>,
+    pub prefixes: Vec<String>,
+    pub last: Option<(String, Option<M>)>,
+}
+
+impl<M, T> RolledUp<M, T> {
+    pub fn of(items: Vec<Listed<M, T>>) -> Self {
+        let mut out = RolledUp {
+            entries: Vec::new(),
+            prefixes: Vec::new(),
+            last: None,
+        };
+        for item in items {
+            match item {
+                Listed::Entry(name, marker, t) => {
+                    out.last = Some((name, Some(marker)));
+                    out.entries.push(t);
+                }
+                Listed::Prefix(p) => {
+                    out.last = Some((p.clone(), None));
+                    out.prefixes.push(p);
+                }
+            }
+        }
+        out
+    }
 }
 
 pub(super) fn utf8(b: Vec<u8>) -> Result<String, OmError> {

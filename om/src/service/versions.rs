@@ -8,11 +8,11 @@
 
 use om_proto::store::KeyRecord;
 
-use super::pages::utf8;
-use super::{Consistency, OmService, item_len};
+use super::pages::{Listed, RolledUp, utf8};
+use super::{Consistency, OmService};
 use crate::apply::versions::{self as v, Located, VersionRef};
 use crate::error::OmError;
-use crate::listing::{ContinuationToken, Item, ScanSpec, Start, marker_prefix, scan_page_within};
+use crate::listing::{ContinuationToken, ScanSpec, Start, marker_prefix, scan_page_within};
 use crate::store::iter::IterStats;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
@@ -148,11 +148,6 @@ pub struct VersionPage<T> {
     pub stats: IterStats,
 }
 
-enum Listed<T> {
-    Version(String, String, T),
-    Prefix(String),
-}
-
 impl OmService {
     /// Version `version_id` of a key (object or delete marker), and whether
     /// it is the current one. FILE_SYSTEM_OPTIMIZED buckets hold only "null"
@@ -285,45 +280,31 @@ impl OmService {
                 current_only: None,
             },
             self.item_budget(),
-            |item| match item {
-                Item::Entry { name, value } => {
+            |item| {
+                Listed::read(item, |name, value| {
                     let (key, version) = keys::split_version(&name);
                     let key = utf8(key.to_vec())?;
                     let rec = table::decode::<KeyTable>(&value)?;
                     let id = v::version_id(&rec);
                     let (t, bytes) = convert(key.clone(), rec, version.is_none());
-                    Ok((Listed::Version(key, id, t), bytes))
-                }
-                Item::CommonPrefix(p) => {
-                    let p = utf8(p)?;
-                    let bytes = item_len(p.len());
-                    Ok((Listed::Prefix(p), bytes))
-                }
+                    Ok((key, id, t, bytes))
+                })
             },
         )?;
+        let rolled = RolledUp::of(page.items);
         let mut out = VersionPage {
-            versions: Vec::new(),
-            common_prefixes: Vec::new(),
+            versions: rolled.entries,
+            common_prefixes: rolled.prefixes,
             next_key_marker: String::new(),
             next_version_id_marker: String::new(),
             next_continuation_token: String::new(),
             stats: page.stats,
         };
-        let mut last = (String::new(), String::new());
-        for item in page.items {
-            match item {
-                Listed::Version(key, id, t) => {
-                    last = (key, id);
-                    out.versions.push(t);
-                }
-                Listed::Prefix(p) => {
-                    last = (p.clone(), String::new());
-                    out.common_prefixes.push(p);
-                }
-            }
-        }
         if let Some(resume) = page.resume {
-            (out.next_key_marker, out.next_version_id_marker) = last;
+            if let Some((key, id)) = rolled.last {
+                out.next_key_marker = key;
+                out.next_version_id_marker = id.unwrap_or_default();
+            }
             out.next_continuation_token = ContinuationToken { resume, ..expect }.encode_token();
         }
         Ok(out)
