@@ -21,6 +21,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A log entry's command as `Bytes`: shared with the decoded command,
         // not copied, when a leader sends it to each follower.
         .bytes(".om.raft.v1.Entry.normal")
+        // Messages that carry an S3 secret key print it redacted
+        // (`om_proto::redacted`), so no log line can show one.
+        .skip_debug([
+            ".om.store.v1.S3SecretRecord",
+            ".om.store.v1.CreateS3Secret",
+            ".om.v1.CreateS3SecretResponse",
+            ".om.v1.GetS3SecretResponse",
+        ])
         .file_descriptor_set_path(out.join("om_descriptor.bin"))
         .build_client(true)
         .build_server(true)

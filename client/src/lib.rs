@@ -188,6 +188,11 @@ impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> f
 
 /// `channel` with `opts`' TLS settings, bearer token and impersonation.
 fn auth_channel(addr: &str, opts: &ClientOptions) -> Result<AuthChannel, ClientError> {
+    with_headers(channel(addr, opts.tls.as_ref())?, opts)
+}
+
+/// `inner` carrying `opts`' bearer token and impersonation.
+fn with_headers(inner: Channel, opts: &ClientOptions) -> Result<AuthChannel, ClientError> {
     use tonic::codegen::http::HeaderValue;
     let value = |what: &str, v: &str| {
         HeaderValue::from_str(v).map_err(|_| {
@@ -208,7 +213,7 @@ fn auth_channel(addr: &str, opts: &ClientOptions) -> Result<AuthChannel, ClientE
         }
     }
     Ok(AuthChannel {
-        inner: channel(addr, opts.tls.as_ref())?,
+        inner,
         headers: Arc::new(headers),
     })
 }
@@ -290,6 +295,36 @@ impl OmClient {
                 addrs,
                 channels,
                 preferred: 0,
+            }),
+            client_id: new_client_id(),
+            seq: AtomicU64::new(0),
+            opts,
+        })
+    }
+
+    /// A client over the same endpoints and settings that acts for `user`
+    /// (and `groups`): every request carries the impersonation metadata, so
+    /// om checks and audits that user's rights. The principal this client
+    /// authenticates as needs the IMPERSONATE right. Channels are shared with
+    /// `self` (one connection per endpoint), the client id is new.
+    pub fn impersonating(&self, user: &str, groups: &[String]) -> Result<OmClient, ClientError> {
+        let mut opts = self.opts.clone();
+        opts.impersonate = Some(user.to_string());
+        opts.impersonate_groups = groups.to_vec();
+        let (addrs, channels, preferred) = {
+            let e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+            let channels = e
+                .channels
+                .iter()
+                .map(|c| with_headers(c.inner.clone(), &opts))
+                .collect::<Result<Vec<_>, _>>()?;
+            (e.addrs.clone(), channels, e.preferred)
+        };
+        Ok(OmClient {
+            endpoints: Mutex::new(Endpoints {
+                addrs,
+                channels,
+                preferred,
             }),
             client_id: new_client_id(),
             seq: AtomicU64::new(0),
@@ -507,6 +542,10 @@ impl OmClient {
         /// Replaces, adds to or removes from the grants of the cluster, a
         /// volume or a bucket.
         set_acl(SetAclRequest) -> SetAclResponse;
+        /// Creates an S3 credential (access key and secret key) for a user.
+        create_s3_secret(CreateS3SecretRequest) -> CreateS3SecretResponse;
+        /// Revokes an S3 credential.
+        revoke_s3_secret(RevokeS3SecretRequest) -> RevokeS3SecretResponse;
     }
 
     read_rpcs! {
@@ -525,6 +564,11 @@ impl OmClient {
         list_status(ListStatusRequest) -> ListStatusResponse;
         /// The owner and grants of the cluster, a volume or a bucket.
         get_acl(GetAclRequest) -> GetAclResponse;
+        /// An S3 credential with its secret key (NOT_FOUND S3_SECRET_NOT_FOUND
+        /// when it does not exist or was revoked).
+        get_s3_secret(GetS3SecretRequest) -> GetS3SecretResponse;
+        /// A page of S3 credentials, without their secrets.
+        list_s3_secrets(ListS3SecretsRequest) -> ListS3SecretsResponse;
     }
 
     /// Who the server takes this client for.

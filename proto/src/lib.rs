@@ -89,6 +89,56 @@ impl store::Command {
     }
 }
 
+/// Debug output of the messages that carry an S3 secret key: every field
+/// but the secret, which shows as `<redacted>` (see `build.rs`).
+mod redacted {
+    use std::fmt;
+
+    const HIDDEN: &str = "<redacted>";
+
+    impl fmt::Debug for super::store::S3SecretRecord {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("S3SecretRecord")
+                .field("format", &self.format)
+                .field("access_key", &self.access_key)
+                .field("secret_key", &HIDDEN)
+                .field("user", &self.user)
+                .field("groups", &self.groups)
+                .field("created_ms", &self.created_ms)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for super::store::CreateS3Secret {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("CreateS3Secret")
+                .field("access_key", &self.access_key)
+                .field("secret_key", &HIDDEN)
+                .field("user", &self.user)
+                .field("groups", &self.groups)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for super::v1::CreateS3SecretResponse {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("CreateS3SecretResponse")
+                .field("credential", &self.credential)
+                .field("secret_key", &HIDDEN)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for super::v1::GetS3SecretResponse {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("GetS3SecretResponse")
+                .field("credential", &self.credential)
+                .field("secret_key", &HIDDEN)
+                .finish()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
@@ -118,5 +168,33 @@ mod tests {
             .map(|(k, _)| a.windows(k.len()).position(|w| w == k.as_bytes()).unwrap())
             .collect();
         assert!(pos.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn secrets_print_redacted() {
+        let r = super::store::S3SecretRecord {
+            access_key: "OMEXAMPLE".into(),
+            secret_key: "very-secret-key".into(),
+            user: "alice".into(),
+            ..Default::default()
+        };
+        let shown = format!("{r:?}");
+        assert!(shown.contains("OMEXAMPLE") && shown.contains("alice"));
+        assert!(!shown.contains("very-secret-key"));
+        let c = super::store::Command {
+            op: Some(super::store::command::Op::CreateS3Secret(
+                super::store::CreateS3Secret {
+                    secret_key: "very-secret-key".into(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        assert!(!format!("{c:?}").contains("very-secret-key"));
+        let g = super::v1::GetS3SecretResponse {
+            secret_key: "very-secret-key".into(),
+            ..Default::default()
+        };
+        assert!(!format!("{g:?}").contains("very-secret-key"));
     }
 }
