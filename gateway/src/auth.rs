@@ -1,0 +1,282 @@
+//! Who a request is. S3 signs every request with an access key whose secret
+//! key om keeps (`GetS3Secret`, which needs the gateway's IMPERSONATE right);
+//! s3s verifies the signature with the secret this module hands it. Every om
+//! call of the request then goes through a client that impersonates the
+//! key's user (and groups), so om's ACLs and audit log see that user, never
+//! the gateway.
+//!
+//! Secrets are cached for `--secret-cache-seconds` (a revoked key keeps
+//! working at most that long here), unknown keys for a shorter while, and
+//! both maps are bounded. Secrets stay in `SecretKey`, whose `Debug` is
+//! redacted; nothing here logs one.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use om_client::OmClient;
+use om_client::v1::GetS3SecretRequest;
+use s3s::auth::{Credentials, S3Auth, SecretKey};
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+
+use crate::errors;
+
+/// Most access keys (known or not) cached.
+const MAX_CACHED_KEYS: usize = 10_000;
+/// Most impersonating clients kept (one per user and groups).
+const MAX_CACHED_USERS: usize = 10_000;
+/// How long an unknown access key is remembered as unknown, at most.
+const MISS_TTL: Duration = Duration::from_secs(2);
+/// Longest access key considered (om's are 20 characters).
+const MAX_ACCESS_KEY_LEN: usize = 128;
+
+/// The user an access key acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// A map that forgets its oldest entries beyond `cap`.
+struct Bounded<K, V> {
+    cap: usize,
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+}
+
+impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Bounded {
+            cap: cap.max(1),
+            map: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.insert(k.clone(), v).is_some() {
+            return;
+        }
+        self.order.push_back(k);
+        while self.map.len() > self.cap {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.map.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// A cached answer for one access key: its secret and user, or unknown.
+#[derive(Clone)]
+struct Cached {
+    at: Instant,
+    found: Option<(SecretKey, Arc<Identity>)>,
+}
+
+/// A user and its groups: what an impersonating client acts for.
+type Principal = (String, Vec<String>);
+
+/// Credentials and per-user om clients.
+pub struct Auth {
+    om: Arc<OmClient>,
+    ttl: Duration,
+    keys: Mutex<Bounded<String, Cached>>,
+    clients: Mutex<Bounded<Principal, Arc<OmClient>>>,
+}
+
+impl Auth {
+    /// `om` is the gateway's own client (it needs IMPERSONATE); `ttl` bounds
+    /// how long a secret is trusted without asking om again.
+    pub fn new(om: Arc<OmClient>, ttl: Duration) -> Arc<Auth> {
+        Arc::new(Auth {
+            om,
+            ttl,
+            keys: Mutex::new(Bounded::new(MAX_CACHED_KEYS)),
+            clients: Mutex::new(Bounded::new(MAX_CACHED_USERS)),
+        })
+    }
+
+    /// The secret and user of `access_key`; `None` when om knows no such key.
+    async fn lookup(&self, access_key: &str) -> S3Result<Option<(SecretKey, Arc<Identity>)>> {
+        if access_key.is_empty()
+            || access_key.len() > MAX_ACCESS_KEY_LEN
+            || !access_key.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Ok(None);
+        }
+        if let Some(c) = self.cached(access_key) {
+            return Ok(c);
+        }
+        let req = GetS3SecretRequest {
+            read: None,
+            access_key: access_key.to_string(),
+        };
+        let found = match self.om.get_s3_secret(req).await {
+            Ok(r) => r.credential.map(|c| {
+                (
+                    SecretKey::from(r.secret_key),
+                    Arc::new(Identity {
+                        user: c.user,
+                        groups: c.groups,
+                    }),
+                )
+            }),
+            Err(e) if e.reason() == "S3_SECRET_NOT_FOUND" => None,
+            Err(e) if errors::s3_code(e.code(), e.reason(), "") == S3ErrorCode::AccessDenied => {
+                tracing::error!(
+                    reason = e.reason(),
+                    "om refuses to tell secret keys: the gateway's principal needs IMPERSONATE"
+                );
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InternalError,
+                    "the gateway may not verify credentials",
+                ));
+            }
+            Err(e) => return Err(errors::from_om(e)),
+        };
+        if !self.ttl.is_zero() {
+            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            keys.insert(
+                access_key.to_string(),
+                Cached {
+                    at: Instant::now(),
+                    found: found.clone(),
+                },
+            );
+        }
+        Ok(found)
+    }
+
+    /// A fresh cached answer for `access_key`, if any.
+    fn cached(&self, access_key: &str) -> Option<Option<(SecretKey, Arc<Identity>)>> {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let c = keys.get(&access_key.to_string())?;
+        let ttl = if c.found.is_some() {
+            self.ttl
+        } else {
+            self.ttl.min(MISS_TTL)
+        };
+        (c.at.elapsed() < ttl).then(|| c.found.clone())
+    }
+
+    /// The om client acting for the request's user. Anonymous requests are
+    /// refused: om has no anonymous user.
+    pub async fn client(&self, creds: Option<&Credentials>) -> S3Result<Arc<OmClient>> {
+        let Some(creds) = creds else {
+            return Err(s3_error!(
+                AccessDenied,
+                "anonymous requests are not accepted"
+            ));
+        };
+        let Some((_, who)) = self.lookup(&creds.access_key).await? else {
+            return Err(s3_error!(InvalidAccessKeyId));
+        };
+        self.client_for(&who)
+    }
+
+    /// The (cached) client impersonating `who`.
+    pub fn client_for(&self, who: &Identity) -> S3Result<Arc<OmClient>> {
+        let k = (who.user.clone(), who.groups.clone());
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(&k) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(
+            self.om
+                .impersonating(&who.user, &who.groups)
+                .map_err(errors::from_om)?,
+        );
+        clients.insert(k, c.clone());
+        Ok(c)
+    }
+
+    /// The identity behind `creds`, for responses that name an owner.
+    pub async fn identity(&self, creds: Option<&Credentials>) -> S3Result<Arc<Identity>> {
+        let Some(creds) = creds else {
+            return Err(s3_error!(
+                AccessDenied,
+                "anonymous requests are not accepted"
+            ));
+        };
+        match self.lookup(&creds.access_key).await? {
+            Some((_, who)) => Ok(who),
+            None => Err(s3_error!(InvalidAccessKeyId)),
+        }
+    }
+
+    /// Cached access keys and clients (for tests and metrics).
+    pub fn cache_sizes(&self) -> (usize, usize) {
+        let k = self.keys.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let c = self.clients.lock().unwrap_or_else(|p| p.into_inner()).len();
+        (k, c)
+    }
+}
+
+/// The `S3Auth` s3s calls to verify signatures.
+pub struct SecretLookup(pub Arc<Auth>);
+
+#[async_trait::async_trait]
+impl S3Auth for SecretLookup {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        match self.0.lookup(access_key).await? {
+            Some((secret, _)) => Ok(secret),
+            None => Err(s3_error!(InvalidAccessKeyId)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_forgets_oldest() {
+        let mut b = Bounded::new(2);
+        b.insert("a", 1);
+        b.insert("b", 2);
+        b.insert("a", 3);
+        assert_eq!(b.get(&"a"), Some(&3));
+        b.insert("c", 4);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.get(&"a"), None);
+        assert_eq!(b.get(&"b"), Some(&2));
+        assert_eq!(b.get(&"c"), Some(&4));
+    }
+
+    #[tokio::test]
+    async fn malformed_keys_never_reach_om() {
+        // An endpoint nobody listens on: a lookup that reached om would fail
+        // with ServiceUnavailable instead of answering "unknown".
+        let opts = om_client::ClientOptions {
+            deadline: Duration::from_millis(50),
+            ..Default::default()
+        };
+        let om = Arc::new(OmClient::new(&["127.0.0.1:1".to_string()], opts).unwrap());
+        let auth = Auth::new(om, Duration::from_secs(10));
+        for k in ["", "with space", &"A".repeat(200)] {
+            assert!(auth.lookup(k).await.unwrap().is_none(), "{k:?}");
+        }
+        assert!(auth.lookup("OMABCDEFGHIJ01234567").await.is_err());
+        assert_eq!(auth.cache_sizes(), (0, 0));
+        let e = auth.client(None).await.err().unwrap();
+        assert_eq!(e.code(), &S3ErrorCode::AccessDenied);
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug() {
+        let k = SecretKey::from("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+        assert!(!format!("{k:?}").contains("wJalr"));
+    }
+}

@@ -1,0 +1,408 @@
+//! Object data. om keeps every key's metadata and names its data as blocks
+//! (ids om allocates); the gateway keeps the bytes of those blocks in a
+//! `BlockStore`. Data always flows in chunks: no object, part or block is
+//! ever held whole in memory.
+//!
+//! Besides blocks named by id, a store holds *staged* data: bytes written
+//! before om has assigned them a block id. A multipart part is such data
+//! (om allocates a part's blocks only when the part is committed, after its
+//! bytes and MD5 are known); once committed, each staged chunk is promoted
+//! (renamed) to its block id.
+//!
+//! `LocalBlocks` keeps one file per block under a directory, fanned out into
+//! 256 subdirectories by the block id's low byte. Every file is written to a
+//! temporary name, fsync'd, renamed into place and its directory fsync'd, so
+//! a block is either absent or complete, and complete once `put` returns.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+/// A stream of data chunks.
+pub type ByteStream<'a> = BoxStream<'a, io::Result<Bytes>>;
+
+/// Size of the chunks reads yield.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// Names data staged before it has a block id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StagedId(String);
+
+impl StagedId {
+    fn new() -> StagedId {
+        StagedId(format!("{:032x}", rand::random::<u128>()))
+    }
+}
+
+/// Where object data lives. Every method is safe to call concurrently; a
+/// block id is written by one writer only (om hands each id out once).
+#[async_trait]
+pub trait BlockStore: Send + Sync + 'static {
+    /// Writes block `id` from `data` (replacing any earlier content), durable
+    /// when this returns; answers the bytes written. On error nothing is
+    /// left under the block's name.
+    async fn put(&self, id: u64, data: ByteStream<'_>) -> io::Result<u64>;
+
+    /// `len` bytes of block `id` from `offset`. Fails at once when the block
+    /// is missing or shorter than `offset + len`.
+    async fn get(&self, id: u64, offset: u64, len: u64) -> io::Result<ByteStream<'static>>;
+
+    /// Removes block `id`; a missing block is not an error.
+    async fn delete(&self, id: u64) -> io::Result<()>;
+
+    /// Writes `data` under a new staged name, durable when this returns.
+    async fn stage(&self, data: ByteStream<'_>) -> io::Result<(StagedId, u64)>;
+
+    /// `len` bytes of staged data from `offset`.
+    async fn get_staged(
+        &self,
+        staged: &StagedId,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<ByteStream<'static>>;
+
+    /// Makes staged data block `id`, atomically; the staged name is gone.
+    async fn promote(&self, staged: &StagedId, id: u64) -> io::Result<()>;
+
+    /// Removes staged data; a missing name is not an error.
+    async fn discard(&self, staged: &StagedId) -> io::Result<()>;
+
+    /// Removes staged data and unfinished writes older than `age` (what a
+    /// crashed gateway left); answers how many were removed.
+    async fn sweep(&self, age: Duration) -> io::Result<usize>;
+}
+
+/// Blocks as files under one directory.
+pub struct LocalBlocks {
+    root: PathBuf,
+}
+
+/// Removes a temporary file unless it was renamed into place.
+struct TempFile(Option<PathBuf>);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl LocalBlocks {
+    /// Opens (creating if needed) a block directory.
+    pub fn open(root: impl Into<PathBuf>) -> io::Result<LocalBlocks> {
+        let root = root.into();
+        for i in 0..=255u8 {
+            std::fs::create_dir_all(root.join(format!("{i:02x}")))?;
+        }
+        std::fs::create_dir_all(root.join("staging"))?;
+        Ok(LocalBlocks { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn block_path(&self, id: u64) -> PathBuf {
+        self.root
+            .join(format!("{:02x}", id & 0xff))
+            .join(format!("{id:016x}"))
+    }
+
+    fn staged_path(&self, s: &StagedId) -> PathBuf {
+        self.root.join("staging").join(&s.0)
+    }
+
+    /// Writes `data` to a temporary file in `dir`, fsync'd; the guard
+    /// removes it unless it is renamed.
+    async fn write_temp(
+        &self,
+        dir: &Path,
+        mut data: ByteStream<'_>,
+    ) -> io::Result<(TempFile, u64)> {
+        let tmp = dir.join(format!(".tmp-{:032x}", rand::random::<u128>()));
+        let mut f = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .await?;
+        let guard = TempFile(Some(tmp));
+        let mut n = 0u64;
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk?;
+            f.write_all(&chunk).await?;
+            n += chunk.len() as u64;
+        }
+        f.flush().await?;
+        f.sync_all().await?;
+        Ok((guard, n))
+    }
+
+    /// Renames the guarded temporary file to `to` and fsyncs the directory.
+    async fn install(mut guard: TempFile, to: &Path) -> io::Result<()> {
+        let Some(tmp) = guard.0.as_ref() else {
+            return Err(io::Error::other("temporary file already installed"));
+        };
+        tokio::fs::rename(tmp, to).await?;
+        guard.0 = None;
+        sync_dir(to).await
+    }
+}
+
+/// Fsyncs the directory holding `path`, so a rename into it is durable.
+async fn sync_dir(path: &Path) -> io::Result<()> {
+    let Some(dir) = path.parent().map(Path::to_path_buf) else {
+        return Ok(());
+    };
+    tokio::task::spawn_blocking(move || std::fs::File::open(dir)?.sync_all())
+        .await
+        .map_err(io::Error::other)?
+}
+
+/// `len` bytes of the file at `path` from `offset`, in chunks.
+async fn read_range(path: PathBuf, offset: u64, len: u64) -> io::Result<ByteStream<'static>> {
+    let mut f = tokio::fs::File::open(&path).await?;
+    let size = f.metadata().await?.len();
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} holds {size} bytes, {len} wanted from {offset}",
+                path.display()
+            ),
+        ));
+    }
+    f.seek(io::SeekFrom::Start(offset)).await?;
+    let s = futures::stream::try_unfold((f, len), |(mut f, left)| async move {
+        if left == 0 {
+            return Ok(None);
+        }
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(READ_CHUNK);
+        let mut buf = BytesMut::with_capacity(want);
+        while buf.len() < want {
+            let mut limited = (&mut f).take((want - buf.len()) as u64);
+            if limited.read_buf(&mut buf).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "block file ended early",
+                ));
+            }
+        }
+        let n = buf.len() as u64;
+        Ok(Some((buf.freeze(), (f, left - n))))
+    });
+    Ok(s.boxed())
+}
+
+async fn remove_if_present(path: &Path) -> io::Result<()> {
+    match tokio::fs::remove_file(path).await {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[async_trait]
+impl BlockStore for LocalBlocks {
+    async fn put(&self, id: u64, data: ByteStream<'_>) -> io::Result<u64> {
+        let path = self.block_path(id);
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        let (tmp, n) = self.write_temp(&dir, data).await?;
+        Self::install(tmp, &path).await?;
+        Ok(n)
+    }
+
+    async fn get(&self, id: u64, offset: u64, len: u64) -> io::Result<ByteStream<'static>> {
+        read_range(self.block_path(id), offset, len).await
+    }
+
+    async fn delete(&self, id: u64) -> io::Result<()> {
+        remove_if_present(&self.block_path(id)).await
+    }
+
+    async fn stage(&self, data: ByteStream<'_>) -> io::Result<(StagedId, u64)> {
+        let id = StagedId::new();
+        let path = self.staged_path(&id);
+        let dir = self.root.join("staging");
+        let (tmp, n) = self.write_temp(&dir, data).await?;
+        Self::install(tmp, &path).await?;
+        Ok((id, n))
+    }
+
+    async fn get_staged(
+        &self,
+        staged: &StagedId,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<ByteStream<'static>> {
+        read_range(self.staged_path(staged), offset, len).await
+    }
+
+    async fn promote(&self, staged: &StagedId, id: u64) -> io::Result<()> {
+        let to = self.block_path(id);
+        tokio::fs::rename(self.staged_path(staged), &to).await?;
+        sync_dir(&to).await
+    }
+
+    async fn discard(&self, staged: &StagedId) -> io::Result<()> {
+        remove_if_present(&self.staged_path(staged)).await
+    }
+
+    async fn sweep(&self, age: Duration) -> io::Result<usize> {
+        let mut removed = sweep_dir(&self.root.join("staging"), age, |_| true).await?;
+        for i in 0..=255u8 {
+            let dir = self.root.join(format!("{i:02x}"));
+            removed += sweep_dir(&dir, age, |name| name.starts_with(".tmp-")).await?;
+        }
+        Ok(removed)
+    }
+}
+
+/// Removes the files of `dir` whose name passes `pick`, last modified at
+/// least `age` ago.
+async fn sweep_dir(dir: &Path, age: Duration, pick: impl Fn(&str) -> bool) -> io::Result<usize> {
+    let mut removed = 0;
+    let mut entries = tokio::fs::read_dir(dir).await?;
+    let now = SystemTime::now();
+    while let Some(e) = entries.next_entry().await? {
+        if !e.file_name().to_str().is_some_and(&pick) {
+            continue;
+        }
+        let modified = e.metadata().await?.modified()?;
+        if now.duration_since(modified).unwrap_or_default() >= age {
+            remove_if_present(&e.path()).await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+
+    fn chunks(parts: &[&'static [u8]]) -> ByteStream<'static> {
+        futures::stream::iter(
+            parts
+                .iter()
+                .map(|p| Ok(Bytes::from_static(p)))
+                .collect::<Vec<_>>(),
+        )
+        .boxed()
+    }
+
+    async fn collect(s: ByteStream<'static>) -> io::Result<Vec<u8>> {
+        let parts: Vec<Bytes> = s.try_collect().await?;
+        Ok(parts.concat())
+    }
+
+    #[tokio::test]
+    async fn put_get_ranges_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalBlocks::open(dir.path()).unwrap();
+        let n = s.put(0x1234, chunks(&[b"hello ", b"world"])).await.unwrap();
+        assert_eq!(n, 11);
+        assert!(dir.path().join("34").join("0000000000001234").exists());
+        assert_eq!(
+            collect(s.get(0x1234, 0, 11).await.unwrap()).await.unwrap(),
+            b"hello world"
+        );
+        assert_eq!(
+            collect(s.get(0x1234, 6, 5).await.unwrap()).await.unwrap(),
+            b"world"
+        );
+        assert_eq!(
+            collect(s.get(0x1234, 11, 0).await.unwrap()).await.unwrap(),
+            b""
+        );
+        // Past the end, and a missing block, fail before any data.
+        assert!(s.get(0x1234, 6, 6).await.is_err());
+        assert_eq!(
+            s.get(7, 0, 1).await.err().map(|e| e.kind()),
+            Some(io::ErrorKind::NotFound)
+        );
+        s.delete(0x1234).await.unwrap();
+        s.delete(0x1234).await.unwrap();
+        assert!(s.get(0x1234, 0, 1).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn large_reads_come_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalBlocks::open(dir.path()).unwrap();
+        let data: Vec<u8> = (0..(READ_CHUNK * 2 + 17))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let body = futures::stream::iter(
+            data.chunks(1000)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>(),
+        )
+        .boxed();
+        assert_eq!(s.put(1, body).await.unwrap(), data.len() as u64);
+        let parts: Vec<Bytes> = s
+            .get(1, 0, data.len() as u64)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(parts.iter().all(|p| p.len() <= READ_CHUNK));
+        assert_eq!(parts.concat(), data);
+        let tail = collect(s.get(1, 5, data.len() as u64 - 5).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(tail, data[5..]);
+    }
+
+    #[tokio::test]
+    async fn failed_write_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalBlocks::open(dir.path()).unwrap();
+        let body = futures::stream::iter(vec![
+            Ok(Bytes::from_static(b"partial")),
+            Err(io::Error::other("client went away")),
+        ])
+        .boxed();
+        assert!(s.put(9, body).await.is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("09")).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(s.get(9, 0, 0).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn stage_promote_discard_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalBlocks::open(dir.path()).unwrap();
+        let (a, n) = s.stage(chunks(&[b"abc", b"def"])).await.unwrap();
+        assert_eq!(n, 6);
+        assert_eq!(
+            collect(s.get_staged(&a, 2, 3).await.unwrap())
+                .await
+                .unwrap(),
+            b"cde"
+        );
+        s.promote(&a, 300).await.unwrap();
+        assert_eq!(
+            collect(s.get(300, 0, 6).await.unwrap()).await.unwrap(),
+            b"abcdef"
+        );
+        assert!(s.get_staged(&a, 0, 1).await.is_err());
+
+        let (b, _) = s.stage(chunks(&[b"x"])).await.unwrap();
+        s.discard(&b).await.unwrap();
+        s.discard(&b).await.unwrap();
+
+        let (_c, _) = s.stage(chunks(&[b"y"])).await.unwrap();
+        std::fs::write(dir.path().join("05").join(".tmp-left"), b"z").unwrap();
+        assert_eq!(s.sweep(Duration::from_secs(3600)).await.unwrap(), 0);
+        assert_eq!(s.sweep(Duration::ZERO).await.unwrap(), 2);
+        assert!(!dir.path().join("05").join(".tmp-left").exists());
+    }
+}

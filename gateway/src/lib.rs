@@ -1,0 +1,225 @@
+//! om-s3: a stateless S3 gateway over om, as Ozone's s3g is over Ozone
+//! Manager. S3 REST in front (s3s: SigV4, presigned URLs, aws-chunked
+//! bodies, XML), om for every piece of metadata (through `om_client`,
+//! acting as the user behind each request's access key), and object data in
+//! a block store, one file per om block.
+//!
+//! Any number of gateways can serve one om cluster and block store: all
+//! state is om's or the store's. One of them (`--reclaim`) frees the blocks
+//! om releases.
+//!
+//! `start` runs a gateway in-process (what the binary and tests do).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use om_client::OmClient;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+pub mod auth;
+pub mod blocks;
+pub mod config;
+pub mod errors;
+mod host;
+mod http;
+pub mod reclaim;
+pub mod s3;
+
+pub use config::Config;
+
+use blocks::{BlockStore, LocalBlocks};
+
+/// How long `start` keeps trying to reach om for the volume.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a stopping gateway lets requests in flight finish.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// A running gateway.
+pub struct Running {
+    addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Where the S3 API listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where `/healthz` and `/metrics` are served, with `--http`.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// Stops accepting, lets requests in flight finish (up to 30 s), and
+    /// stops the background tasks.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Creates the gateway's volume unless it exists. om may still be starting:
+/// unavailability is retried for a while.
+async fn ensure_volume(om: &OmClient, volume: &str) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let owner = match om.who_am_i().await {
+            Ok(w) if !w.user.is_empty() => w.user,
+            Ok(_) => "om-s3".to_string(),
+            Err(e)
+                if e.code() == tonic::Code::Unavailable && started.elapsed() < STARTUP_DEADLINE =>
+            {
+                tracing::warn!(error = %e, "om is not reachable yet");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e).context("asking om who the gateway is"),
+        };
+        return match om.create_volume(volume, &owner).await {
+            Ok(_) => {
+                tracing::info!(volume, owner, "created the volume");
+                Ok(())
+            }
+            Err(e) if e.reason() == "VOLUME_ALREADY_EXISTS" => Ok(()),
+            Err(e) if e.code() == tonic::Code::PermissionDenied => {
+                match om.get_volume(volume).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => bail!(
+                        "volume {volume} does not exist and the gateway may not create it: {e}"
+                    ),
+                }
+            }
+            Err(e) => Err(e).with_context(|| format!("creating volume {volume}")),
+        };
+    }
+}
+
+/// Serves S3 on `listener` until `stop` turns true, then drains.
+async fn serve(
+    listener: TcpListener,
+    service: S3Service,
+    max_conns: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(max_conns.max(1)));
+    let mut conns = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors, typically: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let mut stop = stop.clone();
+        conns.spawn(async move {
+            let _permit = permit;
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = stop.changed() => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
+}
+
+/// Starts a gateway: connects to om, makes sure the volume exists, opens
+/// the block store, and serves S3 (and, with `--http`, health and metrics).
+pub async fn start(cfg: Config) -> Result<Running> {
+    let om = Arc::new(OmClient::new(
+        &config::endpoints(&cfg.endpoint)?,
+        cfg.client_options()?,
+    )?);
+    ensure_volume(&om, &cfg.volume).await?;
+    start_with(cfg, om).await
+}
+
+/// `start` with a given om client and without making sure the volume
+/// exists (for a program that manages the volume itself).
+pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
+    let dir = cfg.blocks_dir()?;
+    let store: Arc<dyn BlockStore> = Arc::new(
+        LocalBlocks::open(&dir)
+            .with_context(|| format!("opening the block store {}", dir.display()))?,
+    );
+    let auth = auth::Auth::new(om.clone(), Duration::from_secs(cfg.secret_cache_seconds));
+    let mut builder = S3ServiceBuilder::new(s3::OmS3::new(
+        auth.clone(),
+        store.clone(),
+        cfg.volume.clone(),
+    ));
+    builder.set_auth(auth::SecretLookup(auth));
+    let domains = cfg.domains();
+    if !domains.is_empty() {
+        builder.set_host(host::Domains::new(domains));
+    }
+    let service = builder.build();
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let mut http_addr = None;
+    if let Some(a) = cfg.http {
+        let prom = http::recorder();
+        let l = TcpListener::bind(a)
+            .await
+            .with_context(|| format!("binding --http {a}"))?;
+        http_addr = Some(l.local_addr()?);
+        tasks.spawn(http::serve(l, prom, stopped.clone()));
+    }
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    tasks.spawn(serve(
+        listener,
+        service,
+        cfg.max_connections,
+        stopped.clone(),
+    ));
+    if cfg.reclaim {
+        let every = Duration::from_secs(cfg.reclaim_seconds.max(1));
+        tasks.spawn(reclaim::run(om, store, every, stopped));
+    }
+    tracing::info!(%addr, volume = %cfg.volume, blocks = %dir.display(), reclaim = cfg.reclaim, "serving S3");
+    Ok(Running {
+        addr,
+        http_addr,
+        stop,
+        tasks,
+    })
+}

@@ -1,0 +1,440 @@
+//! PutObject, GetObject and HeadObject.
+//!
+//! A PUT opens a write session in om (`open_key`, which allocates the first
+//! blocks), streams the body into those blocks (asking `allocate_block` for
+//! more as they fill), hashing MD5 on the way, and commits the key
+//! (`commit_key`) with its size, block layout, ETag and conditions. Until
+//! the commit nothing is visible; a PUT that fails before it deletes what it
+//! wrote, and om frees the session's blocks when the session expires.
+//!
+//! A GET looks the key (or version) up (`lookup_key_version`), evaluates the
+//! request's conditions, and streams the selected byte range of its blocks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use om_client::OmClient;
+use om_client::v1::{
+    AllocateBlockRequest, BlockInfo, CommitKeyRequest, KeyConditions, KeyInfo, OpenKeyRequest,
+};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use super::OmS3;
+use super::codec::{self, etag, header_version, ts};
+use super::conditions::{self, Conditions};
+use super::data::{self, Body, MAX_PUT_SIZE, PART_CHUNK};
+use crate::blocks::BlockStore;
+use crate::errors::{delete_marker_headers, from_om};
+
+/// Most blocks asked of om in one call (om's cap).
+const MAX_BLOCKS_PER_CALL: u64 = 64;
+
+/// Refuses server-side encryption: the gateway does not encrypt, and
+/// storing data unencrypted that a client asked to encrypt would be a lie.
+pub(super) fn refuse_encryption(
+    sse: Option<&ServerSideEncryption>,
+    sse_c: Option<&SSECustomerAlgorithm>,
+) -> S3Result<()> {
+    if sse.is_some() || sse_c.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "server-side encryption is not supported"
+        ));
+    }
+    Ok(())
+}
+
+/// S3's conditional-write headers as om's commit conditions.
+pub(super) fn write_conditions(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<Option<KeyConditions>> {
+    let mut c = KeyConditions::default();
+    match if_none_match {
+        None => {}
+        Some(ETagCondition::Any) => c.if_none_match_any = true,
+        Some(_) => {
+            return Err(s3_error!(
+                NotImplemented,
+                "If-None-Match on a write takes only *"
+            ));
+        }
+    }
+    match if_match {
+        None => {}
+        Some(ETagCondition::ETag(e)) => c.if_match = e.value().to_string(),
+        Some(ETagCondition::Any) => {
+            return Err(s3_error!(
+                NotImplemented,
+                "If-Match on a write takes an ETag"
+            ));
+        }
+    }
+    Ok((c != KeyConditions::default()).then_some(c))
+}
+
+/// A key or version; a delete marker named by version id is S3's 405 with
+/// `x-amz-delete-marker`.
+pub(super) async fn lookup(
+    om: &OmClient,
+    volume: &str,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> S3Result<KeyInfo> {
+    let k = om
+        .lookup_key_version(volume, bucket, key, &codec::request_version(version))
+        .await
+        .map_err(from_om)?;
+    if k.delete_marker {
+        let mut e = S3Error::with_message(
+            S3ErrorCode::MethodNotAllowed,
+            "the specified method is not allowed against a delete marker",
+        );
+        e.set_headers(delete_marker_headers(&k.version_id, true));
+        return Err(e);
+    }
+    Ok(k)
+}
+
+/// S3's `x-amz-expiration` for a key om says a lifecycle rule expires.
+pub(super) fn expiration(k: &KeyInfo) -> Option<String> {
+    if k.expiration_ms == 0 {
+        return None;
+    }
+    let when = chrono::DateTime::from_timestamp_millis(i64::try_from(k.expiration_ms).ok()?)?;
+    Some(format!(
+        "expiry-date=\"{}\", rule-id=\"{}\"",
+        when.format("%a, %d %b %Y %H:%M:%S GMT"),
+        k.expiration_rule_id
+    ))
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn metadata(k: &KeyInfo) -> Option<Metadata> {
+    (!k.metadata.is_empty()).then(|| k.metadata.clone().into_iter().collect())
+}
+
+/// Streams `body` into the session's blocks: `avail` are allocated and
+/// unwritten; more are allocated as needed. Answers the written layout. On
+/// error, the blocks written are deleted (none is committed yet).
+async fn write_blocks(
+    om: &OmClient,
+    store: &Arc<dyn BlockStore>,
+    names: (&str, &str, &str),
+    session_id: u64,
+    mut avail: VecDeque<BlockInfo>,
+    body: &mut Body,
+    expected: Option<u64>,
+) -> S3Result<Vec<BlockInfo>> {
+    let (volume, bucket, key) = names;
+    let mut written: Vec<BlockInfo> = Vec::new();
+    let mut offset = 0u64;
+    let result = async {
+        while body.has_more().await? {
+            let blk = match avail.pop_front() {
+                Some(b) => b,
+                None => {
+                    let cap = written.last().map_or(PART_CHUNK, |b| b.length).max(1);
+                    let left = expected.map_or(1, |e| e.saturating_sub(offset).div_ceil(cap));
+                    let r = om
+                        .allocate_block(AllocateBlockRequest {
+                            header: None,
+                            volume: volume.to_string(),
+                            bucket: bucket.to_string(),
+                            key: key.to_string(),
+                            session_id,
+                            count: left.clamp(1, MAX_BLOCKS_PER_CALL) as u32,
+                        })
+                        .await
+                        .map_err(from_om)?;
+                    avail.extend(r.blocks);
+                    avail.pop_front().ok_or_else(|| {
+                        S3Error::with_message(S3ErrorCode::InternalError, "om allocated no block")
+                    })?
+                }
+            };
+            // An allocated block's length is its capacity.
+            if blk.length == 0 {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InternalError,
+                    "om allocated a block without capacity",
+                ));
+            }
+            let n = store
+                .put(blk.block_id, body.take(blk.length))
+                .await
+                .map_err(|e| body.write_error(&e))?;
+            written.push(BlockInfo {
+                block_id: blk.block_id,
+                offset,
+                length: n,
+            });
+            offset += n;
+        }
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Ok(written),
+        Err(e) => {
+            delete_blocks(store, &written).await;
+            Err(e)
+        }
+    }
+}
+
+/// Deletes uncommitted blocks (failures are logged: om frees the session's
+/// blocks when it expires, and the reclaimer deletes them then).
+pub(super) async fn delete_blocks(store: &Arc<dyn BlockStore>, blocks: &[BlockInfo]) {
+    for b in blocks {
+        if let Err(e) = store.delete(b.block_id).await {
+            tracing::warn!(error = %e, block = b.block_id, "cannot delete an uncommitted block");
+        }
+    }
+}
+
+pub async fn put(
+    s: &OmS3,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let om = s.om(&req).await?;
+    let input = req.input;
+    refuse_encryption(
+        input.server_side_encryption.as_ref(),
+        input.sse_customer_algorithm.as_ref(),
+    )?;
+    if input.write_offset_bytes.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "appending writes are not supported"
+        ));
+    }
+    if input
+        .content_length
+        .is_some_and(|n| u64::try_from(n).unwrap_or(0) > MAX_PUT_SIZE)
+    {
+        return Err(s3_error!(
+            EntityTooLarge,
+            "a single PUT is at most 5 GiB; use a multipart upload"
+        ));
+    }
+    let declared_md5 = codec::content_md5(input.content_md5.as_deref())?;
+    let tags = codec::parse_tagging(input.tagging.as_deref())?;
+    let conds = write_conditions(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    let (volume, bucket, key) = (s.volume.as_str(), input.bucket.as_str(), input.key.as_str());
+    // Fail a conditional PUT before its data moves; the commit checks again.
+    if let Some(c) = &conds {
+        let current = match om.lookup_key(volume, bucket, key).await {
+            Ok(k) => Some(k),
+            Err(e) if e.reason() == "KEY_NOT_FOUND" => None,
+            Err(e) => return Err(from_om(e)),
+        };
+        let fails = match &current {
+            Some(k) => {
+                c.if_none_match_any
+                    || (!c.if_match.is_empty()
+                        && k.etag.trim_matches('"') != c.if_match.trim_matches('"'))
+            }
+            None => !c.if_match.is_empty(),
+        };
+        if fails {
+            return Err(s3_error!(PreconditionFailed));
+        }
+    }
+    let expected = input.content_length.and_then(|n| u64::try_from(n).ok());
+    let first_blocks = expected.map_or(1, |n| n.div_ceil(PART_CHUNK).min(MAX_BLOCKS_PER_CALL));
+    let open = om
+        .open_key(OpenKeyRequest {
+            header: None,
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            content_type: input.content_type.clone().unwrap_or_default(),
+            metadata: input
+                .metadata
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            blocks: first_blocks as u32,
+            tags,
+        })
+        .await
+        .map_err(from_om)?;
+    let mut body = match input.body {
+        Some(b) => Body::request(b, MAX_PUT_SIZE),
+        None => Body::source(Box::pin(futures::stream::empty()), MAX_PUT_SIZE),
+    };
+    let blocks = write_blocks(
+        &om,
+        &s.store,
+        (volume, bucket, key),
+        open.session_id,
+        open.blocks.into(),
+        &mut body,
+        expected,
+    )
+    .await?;
+    let (size, md5) = body.finish();
+    if let Err(e) = data::check_body(size, &md5, input.content_length, declared_md5) {
+        delete_blocks(&s.store, &blocks).await;
+        return Err(e);
+    }
+    let commit = om
+        .commit_key(CommitKeyRequest {
+            header: None,
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            session_id: open.session_id,
+            size,
+            blocks: blocks.clone(),
+            etag: hex::encode(md5),
+            conditions: conds,
+            ..Default::default()
+        })
+        .await;
+    let k = match commit {
+        Ok(r) => r.key.unwrap_or_default(),
+        Err(e) => {
+            // A refusal means nothing was committed; unavailability may hide
+            // a commit that applied, so its blocks are left to om.
+            if matches!(e, om_client::ClientError::Api { .. }) {
+                delete_blocks(&s.store, &blocks).await;
+            }
+            return Err(from_om(e));
+        }
+    };
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: etag(&k.etag),
+        version_id: header_version(&k.version_id),
+        expiration: expiration(&k),
+        size: i64::try_from(size).ok(),
+        ..Default::default()
+    }))
+}
+
+pub async fn get(
+    s: &OmS3,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let om = s.om(&req).await?;
+    let i = &req.input;
+    if i.part_number.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "GET by part number is not supported"
+        ));
+    }
+    let k = lookup(&om, &s.volume, &i.bucket, &i.key, i.version_id.as_deref()).await?;
+    Conditions {
+        if_match: i.if_match.as_ref(),
+        if_none_match: i.if_none_match.as_ref(),
+        if_modified_since: i.if_modified_since.as_ref(),
+        if_unmodified_since: i.if_unmodified_since.as_ref(),
+    }
+    .for_read(&k.etag, k.modification_time_ms)?;
+    let (span, partial) = conditions::select(i.range.as_ref(), k.size)?;
+    let len = span.end - span.start;
+    let content_range = partial.then(|| conditions::content_range(&span, k.size));
+    let body = data::read(&s.store, &k.blocks, span).await?;
+    Ok(S3Response::new(GetObjectOutput {
+        body: Some(data::blob(body)),
+        content_length: i64::try_from(len).ok(),
+        content_range,
+        accept_ranges: Some("bytes".to_string()),
+        e_tag: etag(&k.etag),
+        last_modified: Some(ts(k.modification_time_ms)),
+        content_type: non_empty(&k.content_type),
+        metadata: metadata(&k),
+        version_id: header_version(&k.version_id),
+        tag_count: (k.tag_count > 0).then(|| i32::try_from(k.tag_count).unwrap_or(i32::MAX)),
+        expiration: expiration(&k),
+        ..Default::default()
+    }))
+}
+
+pub async fn head(
+    s: &OmS3,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let om = s.om(&req).await?;
+    let i = &req.input;
+    if i.part_number.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "HEAD by part number is not supported"
+        ));
+    }
+    let k = lookup(&om, &s.volume, &i.bucket, &i.key, i.version_id.as_deref()).await?;
+    Conditions {
+        if_match: i.if_match.as_ref(),
+        if_none_match: i.if_none_match.as_ref(),
+        if_modified_since: i.if_modified_since.as_ref(),
+        if_unmodified_since: i.if_unmodified_since.as_ref(),
+    }
+    .for_read(&k.etag, k.modification_time_ms)?;
+    let (span, partial) = conditions::select(i.range.as_ref(), k.size)?;
+    let out = HeadObjectOutput {
+        content_length: i64::try_from(span.end - span.start).ok(),
+        content_range: partial.then(|| conditions::content_range(&span, k.size)),
+        accept_ranges: Some("bytes".to_string()),
+        e_tag: etag(&k.etag),
+        last_modified: Some(ts(k.modification_time_ms)),
+        content_type: non_empty(&k.content_type),
+        metadata: metadata(&k),
+        version_id: header_version(&k.version_id),
+        expiration: expiration(&k),
+        ..Default::default()
+    };
+    Ok(if partial {
+        S3Response::with_status(out, http::StatusCode::PARTIAL_CONTENT)
+    } else {
+        S3Response::new(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditional_writes() {
+        assert_eq!(write_conditions(None, None).unwrap(), None);
+        let c = write_conditions(None, Some(&ETagCondition::Any))
+            .unwrap()
+            .unwrap();
+        assert!(c.if_none_match_any);
+        let m = ETagCondition::ETag(ETag::Strong("abc".into()));
+        let c = write_conditions(Some(&m), None).unwrap().unwrap();
+        assert_eq!(c.if_match, "abc");
+        assert!(write_conditions(Some(&ETagCondition::Any), None).is_err());
+        assert!(write_conditions(None, Some(&m)).is_err());
+    }
+
+    #[test]
+    fn expiration_header() {
+        let k = KeyInfo {
+            expiration_ms: 1_356_220_800_000,
+            expiration_rule_id: "r1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            expiration(&k).unwrap(),
+            "expiry-date=\"Sun, 23 Dec 2012 00:00:00 GMT\", rule-id=\"r1\""
+        );
+        assert_eq!(expiration(&KeyInfo::default()), None);
+    }
+
+    #[test]
+    fn encryption_is_refused() {
+        let sse = ServerSideEncryption::from_static(ServerSideEncryption::AES256);
+        assert!(refuse_encryption(Some(&sse), None).is_err());
+        assert!(refuse_encryption(None, None).is_ok());
+    }
+}
