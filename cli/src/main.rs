@@ -23,6 +23,7 @@ mod namespace;
 mod objects;
 mod output;
 mod quota;
+mod s3;
 mod tagging;
 mod token;
 mod versions;
@@ -152,6 +153,9 @@ enum Cmd {
     Acl(acl::AclCmd),
     /// Who the server takes this client for, and whether it is an admin.
     Whoami,
+    /// S3 credentials for S3 gateways: `s3 secret create|show|list|revoke`.
+    #[command(subcommand)]
+    S3(s3::S3Cmd),
     /// Backups: create (online, incremental), list, verify, prune. Restore
     /// with `om restore`.
     #[command(subcommand)]
@@ -265,6 +269,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Fs(f) => files::run(&c, out, f).await?,
         Cmd::Acl(a) => acl::run(&c, out, a).await?,
         Cmd::Whoami => acl::whoami(&c, out).await?,
+        Cmd::S3(s) => s3::run(&c, out, s).await?,
         Cmd::Token(t) => token::run(t, out)?,
         Cmd::Backup(b) => backup_cmd::run(&c, out, b).await?,
         Cmd::Bench(BenchCmd {

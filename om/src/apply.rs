@@ -29,6 +29,7 @@ mod multipart;
 mod namespace;
 mod objects;
 mod quota;
+pub mod s3;
 pub mod tagging;
 pub mod versions;
 mod write;
@@ -57,7 +58,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 8;
+pub const RULES: u32 = 9;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -171,6 +172,7 @@ pub fn apply_command(
         .and_then(|()| match &cmd.op {
             Some(op) if cmd.rules >= 2 => {
                 crate::authz::check_command(db, cmd.caller.as_ref(), op, cmd.rules)
+                    .and_then(|()| s3::check_caller(db, cmd.caller.as_ref(), op))
             }
             _ => Ok(()),
         })
@@ -210,6 +212,8 @@ pub fn apply_command(
             // Changes nothing; the store pins the state after it (`pins_state`).
             Some(Op::VerifyMark(_)) => Ok(CommandResult::default()),
             Some(Op::InitCluster(c)) => ctx.init_cluster(batch, c),
+            Some(Op::CreateS3Secret(c)) => ctx.create_s3_secret(batch, c),
+            Some(Op::RevokeS3Secret(c)) => ctx.revoke_s3_secret(batch, c),
             None => Err(OmError::invalid(
                 "EMPTY_COMMAND",
                 "op",

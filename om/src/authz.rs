@@ -265,6 +265,8 @@ pub fn required_at(op: &Op, rules: u32) -> Vec<(Resource<'_>, u32)> {
             Cluster => vec![(Cluster, ALL)],
             r => vec![(r, WRITE_ACL)],
         },
+        // Depend on the credential's user: `apply::s3::check_caller`.
+        Op::CreateS3Secret(_) | Op::RevokeS3Secret(_) => vec![],
     }
 }
 
@@ -296,6 +298,9 @@ pub fn target(op: &Op) -> String {
         Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         Op::SetBucketLifecycle(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
         Op::LifecycleScan(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
+        // The access key is public; the secret never appears.
+        Op::CreateS3Secret(c) => format!("/s3-secrets/{}", c.access_key),
+        Op::RevokeS3Secret(c) => format!("/s3-secrets/{}", c.access_key),
         // Which resources an operation needs rights on does not depend on
         // the rules, only which rights.
         other => match required_at(other, 0).first() {

@@ -28,6 +28,7 @@ mod multipart;
 mod namespace;
 mod objects;
 mod quota;
+mod s3;
 mod tagging;
 mod versions;
 
@@ -502,6 +503,13 @@ rpcs! {
         rpc get_acl(GetAclRequest) -> GetAclResponse = "GetAcl" acl::get_acl;
         rpc set_acl(SetAclRequest) -> SetAclResponse = "SetAcl" acl::set_acl;
         rpc who_am_i(WhoAmIRequest) -> WhoAmIResponse = "WhoAmI" acl::who_am_i;
+        rpc create_s3_secret(CreateS3SecretRequest) -> CreateS3SecretResponse
+            = "CreateS3Secret" s3::create;
+        rpc get_s3_secret(GetS3SecretRequest) -> GetS3SecretResponse = "GetS3Secret" s3::get;
+        rpc list_s3_secrets(ListS3SecretsRequest) -> ListS3SecretsResponse
+            = "ListS3Secrets" s3::list;
+        rpc revoke_s3_secret(RevokeS3SecretRequest) -> RevokeS3SecretResponse
+            = "RevokeS3Secret" s3::revoke;
     }
 }
 

@@ -22,6 +22,7 @@ mod multipart;
 mod namespace;
 mod objects;
 mod pages;
+pub mod s3;
 mod tagging;
 pub mod versions;
 

@@ -84,6 +84,8 @@ impl store::Command {
             Some(Op::LifecycleScan(_)) => "LifecycleScan",
             Some(Op::VerifyMark(_)) => "VerifyMark",
             Some(Op::InitCluster(_)) => "InitCluster",
+            Some(Op::CreateS3Secret(_)) => "CreateS3Secret",
+            Some(Op::RevokeS3Secret(_)) => "RevokeS3Secret",
             None => "Empty",
         }
     }

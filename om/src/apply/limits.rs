@@ -191,6 +191,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
         }
         Op::ExpireRetryCache(_) | Op::VerifyMark(_) => {}
         Op::InitCluster(c) => crate::cluster_id::check(&c.cluster_id)?,
+        Op::CreateS3Secret(_) | Op::RevokeS3Secret(_) => super::s3::check_fields(op)?,
         Op::DeleteKeys(c) => {
             bucket(&c.volume, &c.bucket)?;
             if c.keys.len() > MAX_DELETE_KEYS {

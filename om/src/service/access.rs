@@ -200,7 +200,11 @@ impl OmService {
         for (r, right) in authz::required_at(op, crate::apply::RULES) {
             self.authorize(Some(c), r, right)?;
         }
-        Ok(())
+        let checked = crate::apply::s3::check_caller(&self.db, Some(c), op);
+        if let (Err(e), Some(ctx)) = (&checked, authz::request()) {
+            self.audit_refusal(&ctx, &authz::target(op), e);
+        }
+        checked
     }
 
     /// Audits a proposed write's outcome (refusals by the leader's check

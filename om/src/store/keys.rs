@@ -76,6 +76,7 @@ pub const TABLE_CFS: &[&str] = &[
     SETTINGS_CF,
     LIFECYCLE_CF,
     LIFECYCLE_SCAN_CF,
+    S3_SECRETS_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -110,6 +111,31 @@ pub const DELETED_DIRS_CF: &str = "deleted_dirs";
 pub const SETTINGS_CF: &str = "settings";
 pub const LIFECYCLE_CF: &str = "lifecycle";
 pub const LIFECYCLE_SCAN_CF: &str = "lifecycle_scan";
+pub const S3_SECRETS_CF: &str = "s3_secrets";
+
+/// An S3 credential in `s3_secrets`: its access key (`[A-Z0-9]`, so it sorts
+/// before the user index).
+pub fn s3_secret_key(access_key: &str) -> Vec<u8> {
+    access_key.as_bytes().to_vec()
+}
+
+/// The user index of `s3_secrets`: `0xff user NUL access_key`, empty values.
+pub const S3_USER_INDEX_PREFIX: &[u8] = &[0xff];
+
+/// Every index entry of one user's credentials.
+pub fn s3_user_prefix(user: &str) -> Vec<u8> {
+    let mut k = S3_USER_INDEX_PREFIX.to_vec();
+    k.extend_from_slice(user.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The index entry of one credential of `user`.
+pub fn s3_user_index_key(user: &str, access_key: &str) -> Vec<u8> {
+    let mut k = s3_user_prefix(user);
+    k.extend_from_slice(access_key.as_bytes());
+    k
+}
 
 /// The cluster's ACL (admins and impersonators) in `settings`.
 pub const CLUSTER_ACL_KEY: &[u8] = b"cluster_acl";

@@ -10,7 +10,7 @@ use crate::error::OmError;
 use om_proto::store::{
     BucketRecord, ClusterAclRecord, ClusterIdRecord, DeletedBlocksRecord, DeletedDirRecord,
     DirectoryRecord, KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord,
-    RetryCacheRecord, UploadRecord, VolumeRecord,
+    RetryCacheRecord, S3SecretRecord, UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -41,7 +41,8 @@ record!(
     ClusterAclRecord,
     ClusterIdRecord,
     LifecycleRecord,
-    LifecycleScanRecord
+    LifecycleScanRecord,
+    S3SecretRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -163,6 +164,13 @@ table!(
     keys::LIFECYCLE_SCAN_CF,
     LifecycleScanRecord,
     "Where each bucket's lifecycle scan stands, under the bucket's key."
+);
+
+table!(
+    S3SecretTable,
+    keys::S3_SECRETS_CF,
+    S3SecretRecord,
+    "S3 credentials by access key, and an index by user (`keys::s3_user_prefix`)."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {

@@ -1,0 +1,206 @@
+//! S3 credentials: making new keys (the leader's part of CreateS3Secret)
+//! and the reads GetS3Secret and ListS3Secrets.
+//!
+//! A gateway verifying a signature needs the secret key itself (SigV4 is an
+//! HMAC), so it is stored as given and returned by GetS3Secret, to admins,
+//! holders of IMPERSONATE on the cluster (gateways) and the credential's
+//! own user. Listings never carry secrets.
+
+use om_proto::store::{Caller, S3SecretRecord};
+use rand::Rng;
+
+use super::{Consistency, OmService, item_len};
+use crate::apply::s3::{self as creds, ACCESS_KEY_LEN, ACCESS_KEY_PREFIX, SECRET_KEY_LEN};
+use crate::authz::{self, IMPERSONATE, Resource};
+use crate::error::OmError;
+use crate::store::iter::DeferredSeekIter;
+use crate::store::keys;
+
+/// Most credentials one ListS3Secrets page holds.
+pub const MAX_S3_SECRETS_PAGE: usize = 1000;
+
+/// A new (access key, secret key): `OM` and 18 of `[A-Z0-9]` (93 bits),
+/// and 40 of `[A-Za-z0-9+/]` (240 bits), from the OS-seeded thread RNG.
+pub fn new_s3_keys() -> (String, String) {
+    const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut rng = rand::rng();
+    let mut pick = |set: &[u8], n: usize| -> String {
+        (0..n)
+            .map(|_| set[rng.random_range(0..set.len())] as char)
+            .collect()
+    };
+    let access = format!(
+        "{ACCESS_KEY_PREFIX}{}",
+        pick(UPPER, ACCESS_KEY_LEN - ACCESS_KEY_PREFIX.len())
+    );
+    let secret = pick(ANY, SECRET_KEY_LEN);
+    (access, secret)
+}
+
+/// A page of credentials (secrets cleared) and whether more follow.
+pub struct S3SecretsPage {
+    pub credentials: Vec<S3SecretRecord>,
+    pub truncated: bool,
+}
+
+impl OmService {
+    /// The caller's rights on the cluster (every one when authorization is
+    /// off), with the caller.
+    fn cluster_caller(&self) -> Result<(Option<Caller>, u32), OmError> {
+        let caller = self.caller()?;
+        let rights = match &caller {
+            Some(c) => authz::cluster_rights(&authz::cluster_acl(&self.db)?, c),
+            None => authz::ALL | IMPERSONATE,
+        };
+        Ok((caller, rights))
+    }
+
+    fn refuse(&self, c: &Caller, resource: String, message: String) -> OmError {
+        let e = OmError::Denied {
+            right: "IMPERSONATE".to_string(),
+            resource: resource.clone(),
+            message: format!(
+                "{:?} {message}",
+                crate::validate::quote_prefix(&c.user)
+            ),
+        };
+        if let Some(ctx) = authz::request() {
+            self.audit_refusal(&ctx, &resource, &e);
+        }
+        e
+    }
+
+    /// A credential with its secret key. Needs IMPERSONATE on the cluster
+    /// (gateways; admins hold it) or to be the credential's user.
+    pub async fn get_s3_secret(
+        &self,
+        c: Consistency,
+        access_key: &str,
+    ) -> Result<S3SecretRecord, OmError> {
+        self.read_barrier(c).await?;
+        let (caller, rights) = self.cluster_caller()?;
+        let rec = creds::get(&self.db, access_key)?;
+        if let Some(who) = &caller
+            && rights & IMPERSONATE == 0
+            && rec.as_ref().is_none_or(|r| r.user != who.user)
+        {
+            return Err(self.refuse(
+                who,
+                format!("/s3-secrets/{access_key}"),
+                "may read only their own S3 credentials without IMPERSONATE".to_string(),
+            ));
+        }
+        rec.ok_or_else(|| {
+            OmError::not_found(
+                "S3_SECRET_NOT_FOUND",
+                "access_key",
+                format!("no S3 credential {access_key:?}"),
+            )
+        })
+    }
+
+    /// A page of credentials after `start_after`, of `user` (the caller's
+    /// own when empty and the caller is no admin; every user's for an admin).
+    pub async fn list_s3_secrets(
+        &self,
+        c: Consistency,
+        user: &str,
+        start_after: &str,
+        max: usize,
+    ) -> Result<S3SecretsPage, OmError> {
+        self.read_barrier(c).await?;
+        let (caller, rights) = self.cluster_caller()?;
+        let admin = rights & authz::ALL == authz::ALL;
+        let user = match &caller {
+            Some(who) if !admin && user.is_empty() => who.user.as_str(),
+            Some(who) if !admin && user != who.user => {
+                return Err(self.refuse(
+                    who,
+                    Resource::Cluster.to_string(),
+                    format!(
+                        "may not list the S3 credentials of {:?} (admins only)",
+                        crate::validate::quote_prefix(user)
+                    ),
+                ));
+            }
+            _ => user,
+        };
+        let max = max.clamp(1, MAX_S3_SECRETS_PAGE);
+        let budget = self.max_response_bytes;
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut push = |rec: S3SecretRecord| -> bool {
+            let n = item_len(prost::Message::encoded_len(&rec));
+            if out.len() == max || (!out.is_empty() && bytes + n > budget) {
+                return false;
+            }
+            bytes += n;
+            out.push(creds::without_secret(rec));
+            true
+        };
+        let mut truncated = false;
+        if user.is_empty() {
+            // Every credential: the records sort before the user index.
+            let mut it = DeferredSeekIter::new(
+                &self.db,
+                keys::S3_SECRETS_CF,
+                None,
+                Some(keys::S3_USER_INDEX_PREFIX.to_vec()),
+            )?;
+            it.seek(&after(start_after));
+            while let Some((_, v)) = it.current() {
+                let rec = crate::store::table::decode::<crate::store::table::S3SecretTable>(v)?;
+                if !push(rec) {
+                    truncated = true;
+                    break;
+                }
+                it.advance();
+            }
+            it.status()?;
+        } else {
+            let prefix = keys::s3_user_prefix(user);
+            let mut it = DeferredSeekIter::with_prefix(&self.db, keys::S3_SECRETS_CF, &prefix)?;
+            let mut from = prefix.clone();
+            from.extend_from_slice(&after(start_after));
+            it.seek(&from);
+            while let Some((k, _)) = it.current() {
+                let access_key = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                if let Some(rec) = creds::get(&self.db, &access_key)?
+                    && !push(rec)
+                {
+                    truncated = true;
+                    break;
+                }
+                it.advance();
+            }
+            it.status()?;
+        }
+        Ok(S3SecretsPage {
+            credentials: out,
+            truncated,
+        })
+    }
+}
+
+/// The first key after `start_after` (itself excluded).
+fn after(start_after: &str) -> Vec<u8> {
+    let mut k = start_after.as_bytes().to_vec();
+    if !k.is_empty() {
+        k.push(0);
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_keys_have_the_formats_apply_accepts() {
+        let (a, s) = new_s3_keys();
+        assert!(creds::valid_access_key(&a), "{a}");
+        assert!(creds::valid_secret_key(&s));
+        assert_ne!(new_s3_keys().0, a);
+    }
+}
