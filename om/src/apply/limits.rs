@@ -279,6 +279,16 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             }
             layout(c.size, c.block_size)?;
             etag("etag", &c.etag)?;
+            if c.blocks.len() > MAX_KEY_BLOCKS {
+                return Err(OmError::invalid(
+                    "INVALID_BLOCKS",
+                    "blocks",
+                    format!(
+                        "{} blocks listed; a part has at most {MAX_KEY_BLOCKS}",
+                        c.blocks.len()
+                    ),
+                ));
+            }
         }
         Op::CompleteMultipart(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;

@@ -126,13 +126,40 @@ impl Ctx<'_> {
         b: &mut WriteBatch,
         c: &CommitPart,
     ) -> Result<CommandResult, OmError> {
-        self.object_store_bucket(&c.volume, &c.bucket)?;
+        let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
         self.upload(&c.volume, &c.bucket, &c.key, c.upload_id)?;
         let pk = keys::part_key(c.upload_id, c.part_number);
         let replaced = table::get::<PartTable>(self.db, &pk)?;
-        // `limits` bounded the block count; allocating is the first write.
-        let block_size = block_size_or_legacy(c.block_size);
-        let ids = self.allocate(b, c.size.div_ceil(block_size))?;
+        let blocks = if c.session_id != 0 {
+            // The data is already in the session's blocks (rules 9).
+            if self.rules < 9 {
+                return Err(OmError::invalid(
+                    "UNSUPPORTED_COMMAND",
+                    "session_id",
+                    "parts from write sessions need apply rules 9",
+                ));
+            }
+            let s = self.session(&bucket, &c.key, c.session_id)?;
+            super::write::check_committed_blocks(
+                &s.rec.allocated,
+                block_size_or_legacy(s.rec.block_size),
+                c.session_id,
+                &c.blocks,
+                c.size,
+            )?;
+            let origin = format!(
+                "unused by part {} of upload {:016x}",
+                c.part_number, c.upload_id
+            );
+            self.finish_session(b, &mut bucket, &s, &c.blocks, origin)?;
+            self.put_bucket(b, &mut bucket)?;
+            c.blocks.clone()
+        } else {
+            // `limits` bounded the block count; allocating is the first write.
+            let block_size = block_size_or_legacy(c.block_size);
+            let ids = self.allocate(b, c.size.div_ceil(block_size))?;
+            lay_out(ids, c.size, block_size)
+        };
         if let Some(old) = replaced {
             let origin = format!(
                 "replaced part {} of upload {:016x}",
@@ -145,7 +172,7 @@ impl Ctx<'_> {
             part_number: c.part_number,
             size: c.size,
             etag: c.etag.clone(),
-            blocks: lay_out(ids, c.size, block_size),
+            blocks,
             modification_time_ms: self.now,
         };
         table::put::<PartTable>(self.db, b, &pk, &mut rec)?;

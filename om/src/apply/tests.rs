@@ -314,3 +314,85 @@ fn a_block_released_twice_in_one_command_is_an_error() {
             .is_err()
     );
 }
+
+/// A part committed from a write session takes the blocks the data was
+/// written to (rules 9): the session closes, its unlisted blocks are freed,
+/// and blocks it was never given are refused with nothing staged.
+#[test]
+fn parts_take_the_blocks_of_their_write_session() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    let command_result::Result::Upload(u) = sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: "k".into(),
+        ..Default::default()
+    })) else {
+        panic!("no upload")
+    };
+    let upload_id = u.upload.unwrap().upload_id;
+    let command_result::Result::OpenKey(s) = sm.ok(Op::OpenKey(st::OpenKey {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: "k".into(),
+        blocks: 2,
+        block_size: 1 << 20,
+        ..Default::default()
+    })) else {
+        panic!("no session")
+    };
+    let (first, second) = (s.blocks[0].block_id, s.blocks[1].block_id);
+    let part = |blocks: Vec<st::BlockRecord>, size: u64| {
+        Op::CommitPart(st::CommitPart {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            upload_id,
+            part_number: 1,
+            size,
+            etag: "0cc175b9c0f1b6a831c399e269772661".into(),
+            block_size: 1 << 20,
+            session_id: s.session_id,
+            blocks,
+        })
+    };
+    let block = |block_id, length| st::BlockRecord {
+        block_id,
+        offset: 0,
+        length,
+    };
+    assert_eq!(
+        sm.rejected_rules(part(vec![block(first, 10)], 10), 8),
+        "UNSUPPORTED_COMMAND"
+    );
+    assert_eq!(
+        sm.rejected(part(vec![block(first + 1000, 10)], 10)),
+        "INVALID_BLOCKS"
+    );
+    assert_eq!(sm.rejected(part(vec![block(first, 10)], 11)), "SIZE_MISMATCH");
+    let deleted_before = crate::store::dump_table(&sm.db, keys::DELETED_BLOCKS_CF)
+        .unwrap()
+        .len();
+    let command_result::Result::Part(p) = sm.ok(part(vec![block(first, 10)], 10)) else {
+        panic!("no part")
+    };
+    assert_eq!(p.part.unwrap().blocks, vec![block(first, 10)]);
+    // The session is closed and its unused block released.
+    let open = crate::store::dump_table(&sm.db, keys::OPEN_KEYS_CF).unwrap();
+    assert!(open.is_empty(), "{open:?}");
+    let deleted = crate::store::dump_table(&sm.db, keys::DELETED_BLOCKS_CF).unwrap();
+    assert_eq!(deleted.len(), deleted_before + 1);
+    assert!(deleted.values().any(|v| {
+        <om_proto::store::DeletedBlocksRecord as prost::Message>::decode(v.as_slice())
+            .is_ok_and(|r| r.blocks.iter().any(|b| b.block_id == second))
+    }));
+    let bucket = table::get::<BucketTable>(&sm.db, &keys::bucket_key("vol", "bkt"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(bucket.open_key_count, 0);
+    // The session cannot be used twice.
+    assert_eq!(
+        sm.rejected(part(vec![block(first, 10)], 10)),
+        "SESSION_NOT_FOUND"
+    );
+}

@@ -169,7 +169,13 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.bucket(&c.volume, &c.bucket)?;
         let s = self.session(&bucket, &c.key, c.session_id)?;
-        check_committed_blocks(&s.rec.allocated, block_size_or_legacy(s.rec.block_size), c)?;
+        check_committed_blocks(
+            &s.rec.allocated,
+            block_size_or_legacy(s.rec.block_size),
+            c.session_id,
+            &c.blocks,
+            c.size,
+        )?;
         let (old, sup) = match &s.file {
             None => (
                 None,
@@ -203,20 +209,8 @@ impl Ctx<'_> {
         };
         let vol = self.charge(&mut bucket, usage)?;
         // Checks are done; stage writes from here on.
-        let used: HashSet<u64> = c.blocks.iter().map(|blk| blk.block_id).collect();
-        let unused: Vec<_> = lay_out_unwritten(
-            s.rec
-                .allocated
-                .iter()
-                .copied()
-                .filter(|id| !used.contains(id))
-                .collect(),
-            s.rec.block_size,
-        );
         let origin = format!("unused by commit of {}/{}/{}", c.volume, c.bucket, c.key);
-        self.release_blocks(b, 1, unused, origin)?;
-        self.close_session(b, &s)?;
-        bucket.open_key_count = bucket.open_key_count.saturating_sub(1);
+        self.finish_session(b, &mut bucket, &s, &c.blocks, origin)?;
         let (metadata, content_type) = if c.replace_metadata {
             (c.metadata.clone(), c.content_type.clone())
         } else {
@@ -245,6 +239,33 @@ impl Ctx<'_> {
                 rec,
             ),
         }
+    }
+
+    /// Closes session `s`, whose blocks `used` now hold committed data:
+    /// frees its other allocated blocks (noting `origin`) and counts one
+    /// open key less in `bucket` (which the caller writes).
+    pub(super) fn finish_session(
+        &self,
+        b: &mut WriteBatch,
+        bucket: &mut BucketRecord,
+        s: &Session,
+        used: &[om_proto::store::BlockRecord],
+        origin: String,
+    ) -> Result<(), OmError> {
+        let used: HashSet<u64> = used.iter().map(|blk| blk.block_id).collect();
+        let unused: Vec<_> = lay_out_unwritten(
+            s.rec
+                .allocated
+                .iter()
+                .copied()
+                .filter(|id| !used.contains(id))
+                .collect(),
+            s.rec.block_size,
+        );
+        self.release_blocks(b, 1, unused, origin)?;
+        self.close_session(b, s)?;
+        bucket.open_key_count = bucket.open_key_count.saturating_sub(1);
+        Ok(())
     }
 
     fn close_session(&self, b: &mut WriteBatch, s: &Session) -> Result<(), OmError> {
@@ -475,20 +496,22 @@ pub(super) fn lay_out_unwritten(
 /// The blocks a commit names must be allocated to its session, each once, in
 /// order: offsets contiguous from 0, lengths within a block of the session's
 /// size, summing to size.
-fn check_committed_blocks(
+pub(super) fn check_committed_blocks(
     allocated: &[u64],
     block_size: u64,
-    c: &CommitKey,
+    session_id: u64,
+    blocks: &[om_proto::store::BlockRecord],
+    size: u64,
 ) -> Result<(), OmError> {
     let bad = |why: String| Err(OmError::invalid("INVALID_BLOCKS", "blocks", why));
     let allocated: HashSet<u64> = allocated.iter().copied().collect();
     let mut seen = HashSet::new();
     let mut offset = 0u64;
-    for blk in &c.blocks {
+    for blk in blocks {
         if !allocated.contains(&blk.block_id) {
             return bad(format!(
-                "block {} was not allocated to session {}",
-                blk.block_id, c.session_id
+                "block {} was not allocated to session {session_id}",
+                blk.block_id
             ));
         }
         if !seen.insert(blk.block_id) {
@@ -509,11 +532,11 @@ fn check_committed_blocks(
         // At most MAX_KEY_BLOCKS blocks of at most 5 GiB: cannot overflow.
         offset = offset.saturating_add(blk.length);
     }
-    if offset != c.size {
+    if offset != size {
         return Err(OmError::invalid(
             "SIZE_MISMATCH",
             "size",
-            format!("blocks cover {offset} bytes but size is {}", c.size),
+            format!("blocks cover {offset} bytes but size is {size}"),
         ));
     }
     Ok(())

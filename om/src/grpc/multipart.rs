@@ -77,6 +77,24 @@ pub async fn commit_part(
     }
     let etag = normalize_etag(&r.etag);
     validate::md5_hex("etag", &etag)?;
+    if r.session_id == 0 && !r.blocks.is_empty() {
+        return Err(OmError::invalid(
+            "INVALID_BLOCKS",
+            "blocks",
+            "blocks name a write session's blocks: give its session_id",
+        ));
+    }
+    if r.blocks.len() > crate::apply::MAX_SESSION_BLOCKS {
+        return Err(OmError::invalid(
+            "INVALID_BLOCKS",
+            "blocks",
+            format!(
+                "{} blocks listed; a part has at most {}",
+                r.blocks.len(),
+                crate::apply::MAX_SESSION_BLOCKS
+            ),
+        ));
+    }
     let op = Op::CommitPart(st::CommitPart {
         volume: r.volume,
         bucket: r.bucket,
@@ -86,6 +104,16 @@ pub async fn commit_part(
         size: r.size,
         etag,
         block_size: BLOCK_SIZE,
+        session_id: r.session_id,
+        blocks: r
+            .blocks
+            .into_iter()
+            .map(|b| st::BlockRecord {
+                block_id: b.block_id,
+                offset: b.offset,
+                length: b.length,
+            })
+            .collect(),
     });
     match svc.propose(id, op).await? {
         command_result::Result::Part(p) => Ok(CommitPartResponse {
