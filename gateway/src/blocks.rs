@@ -3,12 +3,6 @@
 //! `BlockStore`. Data always flows in chunks: no object, part or block is
 //! ever held whole in memory.
 //!
-//! Besides blocks named by id, a store holds *staged* data: bytes written
-//! before om has assigned them a block id. A multipart part is such data
-//! (om allocates a part's blocks only when the part is committed, after its
-//! bytes and MD5 are known); once committed, each staged chunk is promoted
-//! (renamed) to its block id.
-//!
 //! `LocalBlocks` keeps one file per block under a directory, fanned out into
 //! 256 subdirectories by the block id's low byte. Every file is written to a
 //! temporary name, fsync'd, renamed into place and its directory fsync'd, so
@@ -30,16 +24,6 @@ pub type ByteStream<'a> = BoxStream<'a, io::Result<Bytes>>;
 /// Size of the chunks reads yield.
 const READ_CHUNK: usize = 256 * 1024;
 
-/// Names data staged before it has a block id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StagedId(String);
-
-impl StagedId {
-    fn new() -> StagedId {
-        StagedId(format!("{:032x}", rand::random::<u128>()))
-    }
-}
-
 /// Where object data lives. Every method is safe to call concurrently; a
 /// block id is written by one writer only (om hands each id out once).
 #[async_trait]
@@ -56,25 +40,8 @@ pub trait BlockStore: Send + Sync + 'static {
     /// Removes block `id`; a missing block is not an error.
     async fn delete(&self, id: u64) -> io::Result<()>;
 
-    /// Writes `data` under a new staged name, durable when this returns.
-    async fn stage(&self, data: ByteStream<'_>) -> io::Result<(StagedId, u64)>;
-
-    /// `len` bytes of staged data from `offset`.
-    async fn get_staged(
-        &self,
-        staged: &StagedId,
-        offset: u64,
-        len: u64,
-    ) -> io::Result<ByteStream<'static>>;
-
-    /// Makes staged data block `id`, atomically; the staged name is gone.
-    async fn promote(&self, staged: &StagedId, id: u64) -> io::Result<()>;
-
-    /// Removes staged data; a missing name is not an error.
-    async fn discard(&self, staged: &StagedId) -> io::Result<()>;
-
-    /// Removes staged data and unfinished writes older than `age` (what a
-    /// crashed gateway left); answers how many were removed.
+    /// Removes unfinished writes older than `age` (what a crashed gateway
+    /// left); answers how many were removed.
     async fn sweep(&self, age: Duration) -> io::Result<usize>;
 }
 
@@ -101,7 +68,6 @@ impl LocalBlocks {
         for i in 0..=255u8 {
             std::fs::create_dir_all(root.join(format!("{i:02x}")))?;
         }
-        std::fs::create_dir_all(root.join("staging"))?;
         Ok(LocalBlocks { root })
     }
 
@@ -113,10 +79,6 @@ impl LocalBlocks {
         self.root
             .join(format!("{:02x}", id & 0xff))
             .join(format!("{id:016x}"))
-    }
-
-    fn staged_path(&self, s: &StagedId) -> PathBuf {
-        self.root.join("staging").join(&s.0)
     }
 
     /// Writes `data` to a temporary file in `dir`, fsync'd; the guard
@@ -225,36 +187,8 @@ impl BlockStore for LocalBlocks {
         remove_if_present(&self.block_path(id)).await
     }
 
-    async fn stage(&self, data: ByteStream<'_>) -> io::Result<(StagedId, u64)> {
-        let id = StagedId::new();
-        let path = self.staged_path(&id);
-        let dir = self.root.join("staging");
-        let (tmp, n) = self.write_temp(&dir, data).await?;
-        Self::install(tmp, &path).await?;
-        Ok((id, n))
-    }
-
-    async fn get_staged(
-        &self,
-        staged: &StagedId,
-        offset: u64,
-        len: u64,
-    ) -> io::Result<ByteStream<'static>> {
-        read_range(self.staged_path(staged), offset, len).await
-    }
-
-    async fn promote(&self, staged: &StagedId, id: u64) -> io::Result<()> {
-        let to = self.block_path(id);
-        tokio::fs::rename(self.staged_path(staged), &to).await?;
-        sync_dir(&to).await
-    }
-
-    async fn discard(&self, staged: &StagedId) -> io::Result<()> {
-        remove_if_present(&self.staged_path(staged)).await
-    }
-
     async fn sweep(&self, age: Duration) -> io::Result<usize> {
-        let mut removed = sweep_dir(&self.root.join("staging"), age, |_| true).await?;
+        let mut removed = 0;
         for i in 0..=255u8 {
             let dir = self.root.join(format!("{i:02x}"));
             removed += sweep_dir(&dir, age, |name| name.starts_with(".tmp-")).await?;
@@ -377,32 +311,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn stage_promote_discard_sweep() {
+    async fn sweep_removes_old_unfinished_writes_only() {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalBlocks::open(dir.path()).unwrap();
-        let (a, n) = s.stage(chunks(&[b"abc", b"def"])).await.unwrap();
-        assert_eq!(n, 6);
-        assert_eq!(
-            collect(s.get_staged(&a, 2, 3).await.unwrap())
-                .await
-                .unwrap(),
-            b"cde"
-        );
-        s.promote(&a, 300).await.unwrap();
-        assert_eq!(
-            collect(s.get(300, 0, 6).await.unwrap()).await.unwrap(),
-            b"abcdef"
-        );
-        assert!(s.get_staged(&a, 0, 1).await.is_err());
-
-        let (b, _) = s.stage(chunks(&[b"x"])).await.unwrap();
-        s.discard(&b).await.unwrap();
-        s.discard(&b).await.unwrap();
-
-        let (_c, _) = s.stage(chunks(&[b"y"])).await.unwrap();
+        s.put(5, chunks(&[b"kept"])).await.unwrap();
         std::fs::write(dir.path().join("05").join(".tmp-left"), b"z").unwrap();
         assert_eq!(s.sweep(Duration::from_secs(3600)).await.unwrap(), 0);
-        assert_eq!(s.sweep(Duration::ZERO).await.unwrap(), 2);
+        assert_eq!(s.sweep(Duration::ZERO).await.unwrap(), 1);
         assert!(!dir.path().join("05").join(".tmp-left").exists());
+        assert_eq!(collect(s.get(5, 0, 4).await.unwrap()).await.unwrap(), b"kept");
     }
 }

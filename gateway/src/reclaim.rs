@@ -8,7 +8,7 @@
 //! gateway per block store (`--reclaim`).
 //!
 //! Once an hour it also sweeps what a crashed gateway left in the block
-//! store: staged parts and unfinished writes older than a day.
+//! store: unfinished writes older than a day.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,8 +21,8 @@ use crate::blocks::BlockStore;
 
 /// Entries asked of om per page.
 const PAGE: u32 = 100;
-/// Staged data older than this is a crashed upload's.
-const STAGED_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// An unfinished write older than this is a crashed upload's.
+const UNFINISHED_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// One pass: every entry om lists now. Answers the blocks deleted and the
@@ -88,10 +88,10 @@ pub async fn run(
             Err(e) => tracing::warn!(error = %e, "block reclamation pass failed"),
         }
         if last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
-            match store.sweep(STAGED_MAX_AGE).await {
+            match store.sweep(UNFINISHED_MAX_AGE).await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "swept stale staged data"),
-                Err(e) => tracing::warn!(error = %e, "sweeping staged data failed"),
+                Ok(n) => tracing::info!(removed = n, "swept unfinished writes"),
+                Err(e) => tracing::warn!(error = %e, "sweeping unfinished writes failed"),
             }
             last_sweep = Some(Instant::now());
         }

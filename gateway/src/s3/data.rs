@@ -14,17 +14,16 @@ use om_client::v1::BlockInfo;
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3ErrorCode, S3Result, StdError, s3_error};
 
-use crate::blocks::{BlockStore, ByteStream, StagedId};
+use crate::blocks::{BlockStore, ByteStream};
 use crate::errors;
 
 /// The largest single PUT (and part) S3 accepts: 5 GiB.
 pub const MAX_PUT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 
-/// Size of the staged chunks of a part: om's block size (`BLOCK_SIZE` in
-/// om's `apply.rs`). om allocates a part's blocks when the part is
-/// committed, in blocks of this size; staging in chunks of the same size
-/// lets each chunk become its block by a rename. Were om's size to differ,
-/// parts are still stored right (copied into om's layout), only slower.
+/// om's block size (`BLOCK_SIZE` in om's `apply.rs`): only a guess of how
+/// many blocks a body of known length needs when its write session opens.
+/// Each allocated block states its own capacity, which is what the data
+/// path follows.
 pub const PART_CHUNK: u64 = 256 * 1024 * 1024;
 
 /// Why a body stopped early.
@@ -203,94 +202,6 @@ pub fn check_body(
     Ok(())
 }
 
-/// Stages `body` in chunks of `chunk` bytes; on error, what was staged is
-/// discarded.
-pub async fn stage(
-    store: &Arc<dyn BlockStore>,
-    body: &mut Body,
-    chunk: u64,
-) -> S3Result<Vec<(StagedId, u64)>> {
-    let mut staged = Vec::new();
-    loop {
-        let more = match body.has_more().await {
-            Ok(m) => m,
-            Err(e) => {
-                discard(store, &staged).await;
-                return Err(e);
-            }
-        };
-        if !more {
-            return Ok(staged);
-        }
-        match store.stage(body.take(chunk)).await {
-            Ok(s) => staged.push(s),
-            Err(e) => {
-                discard(store, &staged).await;
-                return Err(body.write_error(&e));
-            }
-        }
-    }
-}
-
-/// Removes staged chunks (failures are only logged: a sweep catches them).
-pub async fn discard(store: &Arc<dyn BlockStore>, staged: &[(StagedId, u64)]) {
-    for (s, _) in staged {
-        if let Err(e) = store.discard(s).await {
-            tracing::warn!(error = %e, "cannot discard staged data");
-        }
-    }
-}
-
-/// Turns staged chunks into the blocks om laid a committed part out in:
-/// renames when the layouts agree, else copies byte ranges.
-pub async fn promote(
-    store: &Arc<dyn BlockStore>,
-    staged: &[(StagedId, u64)],
-    blocks: &[BlockInfo],
-) -> io::Result<()> {
-    let same =
-        staged.len() == blocks.len() && staged.iter().zip(blocks).all(|((_, n), b)| *n == b.length);
-    if same {
-        for ((s, _), b) in staged.iter().zip(blocks) {
-            store.promote(s, b.block_id).await?;
-        }
-        return Ok(());
-    }
-    let pieces = laid_out(staged.iter().map(|(s, n)| (s.clone(), *n)));
-    for b in blocks {
-        let end = b.offset.saturating_add(b.length);
-        let parts = spans(&pieces, b.offset..end)?;
-        let store2 = store.clone();
-        let data = futures::stream::iter(parts)
-            .then(move |(s, off, len)| {
-                let store = store2.clone();
-                async move { store.get_staged(&s, off, len).await }
-            })
-            .try_flatten()
-            .boxed();
-        let n = store.put(b.block_id, data).await?;
-        if n != b.length {
-            return Err(io::Error::other("staged data is shorter than the part"));
-        }
-    }
-    for (s, _) in staged {
-        store.discard(s).await?;
-    }
-    Ok(())
-}
-
-/// Pieces of `len` bytes each, laid end to end: `(name, offset, len)`.
-fn laid_out<T>(pieces: impl Iterator<Item = (T, u64)>) -> Vec<(T, u64, u64)> {
-    let mut off = 0;
-    pieces
-        .map(|(t, n)| {
-            let p = (t, off, n);
-            off += n;
-            p
-        })
-        .collect()
-}
-
 /// The parts of `pieces` (`(name, offset, len)`, contiguous from 0) that
 /// `want` covers, as `(name, offset within the piece, len)`.
 pub fn spans<T: Clone>(
@@ -385,14 +296,6 @@ mod tests {
         assert!(spans(&gap, 0..5).is_err());
         let none: Vec<(char, u64, u64)> = vec![];
         assert!(spans(&none, 0..0).unwrap().is_empty());
-    }
-
-    #[test]
-    fn layouts_are_contiguous() {
-        assert_eq!(
-            laid_out([('x', 3), ('y', 4)].into_iter()),
-            vec![('x', 0, 3), ('y', 3, 4)]
-        );
     }
 
     #[test]

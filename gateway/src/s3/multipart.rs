@@ -1,15 +1,14 @@
 //! Multipart uploads through om's multipart RPCs.
 //!
-//! om allocates a part's blocks when the part is committed (`commit_part`
-//! takes the part's size and MD5, which are known only once its data is
-//! in), so UploadPart first stages the body in the block store, in chunks
-//! of om's block size, then commits the part, then promotes each staged
-//! chunk to the block id om gave it. A part committed again replaces the
-//! earlier one (om frees its blocks). om has no part copy: UploadPartCopy
-//! streams the source range through the same path.
+//! UploadPart writes as PutObject does: a write session on the upload's
+//! key (`open_key`) hands out blocks, the body streams into them, and
+//! `commit_part` names those blocks as the part (with its size and MD5,
+//! known once the data is in). A part committed again replaces the earlier
+//! one (om frees its blocks). om has no part copy: UploadPartCopy streams
+//! the source range through the same path.
 
 use om_client::v1::{
-    AbortMultipartUploadRequest, CommitPartRequest, CompleteMultipartUploadRequest,
+    AbortMultipartUploadRequest, CommitPartRequest, OpenKeyRequest, CompleteMultipartUploadRequest,
     CompletedPart as OmPart, InitiateMultipartUploadRequest, ListMultipartUploadsRequest,
     ListPartsRequest, PartInfo,
 };
@@ -20,10 +19,10 @@ use super::OmS3;
 use super::codec::{self, etag, header_version, maybe_encode, ts};
 use super::conditions::{self, Conditions};
 use super::copy;
-use super::data::{self, Body, MAX_PUT_SIZE, PART_CHUNK};
+use super::data::{self, Body, MAX_PUT_SIZE};
 use super::listing::{page_size, url_encoded};
 use super::objects::{self, expiration, refuse_encryption, write_conditions};
-use crate::errors::{self, from_om};
+use crate::errors::from_om;
 
 /// S3's part numbers.
 const PART_NUMBERS: std::ops::RangeInclusive<i32> = 1..=10_000;
@@ -59,8 +58,12 @@ pub async fn create(
     }))
 }
 
-/// Stages `body`, commits it as part `number` of the upload, and promotes
-/// the staged data to the part's blocks. Answers the committed part.
+/// Writes `body` into the blocks of a write session om opens on the
+/// upload's key, then commits those blocks as part `number` of the upload
+/// (the session closes; its unused blocks are freed). Answers the
+/// committed part. Until the commit, the data is only an open session's:
+/// a crash leaves nothing committed, and om frees the blocks when the
+/// session expires.
 async fn store_part(
     s: &OmS3,
     om: &om_client::OmClient,
@@ -74,10 +77,30 @@ async fn store_part(
     if !PART_NUMBERS.contains(&number) {
         return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
     }
-    let staged = data::stage(&s.store, &mut body, PART_CHUNK).await?;
+    let expected = declared_len.and_then(|n| u64::try_from(n).ok());
+    let open = om
+        .open_key(OpenKeyRequest {
+            volume: s.volume.clone(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            blocks: objects::first_blocks(expected),
+            ..Default::default()
+        })
+        .await
+        .map_err(from_om)?;
+    let blocks = objects::write_blocks(
+        om,
+        &s.store,
+        (&s.volume, bucket, key),
+        open.session_id,
+        open.blocks.into(),
+        &mut body,
+        expected,
+    )
+    .await?;
     let (size, md5) = body.finish();
     if let Err(e) = data::check_body(size, &md5, declared_len, declared_md5) {
-        data::discard(&s.store, &staged).await;
+        objects::delete_blocks(&s.store, &blocks).await;
         return Err(e);
     }
     let committed = om
@@ -90,24 +113,21 @@ async fn store_part(
             part_number: number as u32,
             size,
             etag: hex::encode(md5),
+            session_id: open.session_id,
+            blocks: blocks.clone(),
         })
         .await;
-    let part = match committed {
-        Ok(r) => r.part.unwrap_or_default(),
+    match committed {
+        Ok(r) => Ok(r.part.unwrap_or_default()),
         Err(e) => {
+            // A refusal committed nothing; unavailability may hide a commit
+            // that applied, so those blocks are left to om.
             if matches!(e, om_client::ClientError::Api { .. }) {
-                data::discard(&s.store, &staged).await;
+                objects::delete_blocks(&s.store, &blocks).await;
             }
-            return Err(from_om(e));
+            Err(from_om(e))
         }
-    };
-    if let Err(e) = data::promote(&s.store, &staged, &part.blocks).await {
-        // The part is committed without its data; uploading it again
-        // replaces it.
-        data::discard(&s.store, &staged).await;
-        return Err(errors::from_io("promote a part", &e));
     }
-    Ok(part)
 }
 
 pub async fn upload_part(

@@ -119,10 +119,16 @@ fn metadata(k: &KeyInfo) -> Option<Metadata> {
     (!k.metadata.is_empty()).then(|| k.metadata.clone().into_iter().collect())
 }
 
+/// How many blocks a write session asks for at open: enough for the
+/// declared length (1 when unknown), at most what one call hands out.
+pub(super) fn first_blocks(expected: Option<u64>) -> u32 {
+    expected.map_or(1, |n| n.div_ceil(PART_CHUNK).min(MAX_BLOCKS_PER_CALL)) as u32
+}
+
 /// Streams `body` into the session's blocks: `avail` are allocated and
 /// unwritten; more are allocated as needed. Answers the written layout. On
 /// error, the blocks written are deleted (none is committed yet).
-async fn write_blocks(
+pub(super) async fn write_blocks(
     om: &OmClient,
     store: &Arc<dyn BlockStore>,
     names: (&str, &str, &str),
@@ -247,7 +253,6 @@ pub async fn put(
         }
     }
     let expected = input.content_length.and_then(|n| u64::try_from(n).ok());
-    let first_blocks = expected.map_or(1, |n| n.div_ceil(PART_CHUNK).min(MAX_BLOCKS_PER_CALL));
     let open = om
         .open_key(OpenKeyRequest {
             header: None,
@@ -261,7 +266,7 @@ pub async fn put(
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
-            blocks: first_blocks as u32,
+            blocks: first_blocks(expected),
             tags,
         })
         .await
