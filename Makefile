@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup setup-test run test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-profile soak-retry-cache fmt lint
+.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-profile soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,10 @@ build: setup
 
 run: build
 	$(CARGO) run --release -p om --bin om -- --data-dir $(DATA_DIR)
+
+# A single-node om and the S3 gateway om-s3 (127.0.0.1:9878) in front of it.
+run-s3: build
+	DATA_DIR=$(DATA_DIR) bash scripts/run-s3.sh
 
 # One cargo invocation compiles the binaries and every test target together (the
 # tests start the real `om` binary); the second only runs what the first built.

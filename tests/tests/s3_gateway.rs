@@ -1,0 +1,684 @@
+//! The S3 gateway end to end: a real S3 client (`aws-sdk-s3`) against the
+//! `om-s3` binary over a 3-node om with authentication on. The gateway
+//! holds IMPERSONATE and acts for the credential's user, so om's ACLs and
+//! audit log see that user.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
+    Tag, Tagging, VersioningConfiguration,
+};
+use md5::Digest;
+use om_client::v1::*;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, free_port, wait_for};
+
+const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
+const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
+const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
+
+struct Env {
+    dir: tempfile::TempDir,
+    addrs: Vec<MemberAddrs>,
+    nodes: Vec<TestNode>,
+    gateway: Child,
+    url: String,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.gateway.kill();
+        let _ = self.gateway.wait();
+    }
+}
+
+impl Env {
+    fn om(&self, token: &str) -> OmClient {
+        let eps: Vec<String> = self.addrs.iter().map(|a| a.grpc.clone()).collect();
+        OmClient::new(
+            &eps,
+            ClientOptions {
+                deadline: Duration::from_secs(15),
+                token: Some(token.to_string()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    fn blocks(&self) -> PathBuf {
+        self.dir.path().join("blocks")
+    }
+
+    /// Every block file the gateway holds.
+    fn block_files(&self) -> Vec<PathBuf> {
+        fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.blocks(), &mut out);
+        out
+    }
+
+    fn audit_lines(&self) -> Vec<String> {
+        (1..=self.addrs.len())
+            .flat_map(|id| {
+                std::fs::read_to_string(self.dir.path().join(format!("audit-{id}.log")))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+/// Three om members with tokens (ops an admin, gw a gateway holding
+/// IMPERSONATE, alice a user) and `om-s3` in front of them.
+async fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
+    std::fs::write(
+        &tokens,
+        format!(
+            "{}\n{}\n{}\n",
+            line("ops", OPS, b"salt-ops-"),
+            line("alice", ALICE, b"salt-alice"),
+            line("gw", GW, b"salt-gw-"),
+        ),
+    )
+    .unwrap();
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        let (tokens, audit) = (
+            tokens.clone(),
+            dir.path().join(format!("audit-{}.log", a.id)),
+        );
+        nodes.push(
+            TestNode::start_member_with(a, &addrs, None, move |args| {
+                args.token_file = Some(tokens);
+                args.insecure = true;
+                args.admins = Some("ops".to_string());
+                args.audit_log = Some(audit);
+            })
+            .await,
+        );
+    }
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let mut env = Env {
+        gateway: Command::new("true").spawn().unwrap(),
+        url: format!("http://{listen}"),
+        dir,
+        addrs,
+        nodes,
+    };
+    let ops = env.om(OPS);
+    wait_for(Duration::from_secs(20), "a leader", || {
+        let ops = &ops;
+        async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
+    })
+    .await;
+    ops.set_acl(SetAclRequest {
+        mode: AclMode::Add as i32,
+        grants: vec![AclGrant {
+            kind: GranteeKind::User as i32,
+            name: "gw".into(),
+            rights: vec![AclRight::Impersonate as i32],
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The gateway's volume, owned by ops; alice may create buckets in it.
+    ops.create_volume("s3v", "ops").await.unwrap();
+    ops.set_acl(SetAclRequest {
+        volume: "s3v".into(),
+        mode: AclMode::Add as i32,
+        grants: vec![AclGrant {
+            kind: GranteeKind::User as i32,
+            name: "alice".into(),
+            rights: vec![AclRight::Create as i32, AclRight::List as i32, AclRight::Read as i32],
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _ = env.gateway.wait();
+    env.gateway = Command::new(om_tests::binary("om-s3"))
+        .args(["--endpoint", &endpoints.join(",")])
+        .args(["--listen", &listen])
+        .arg("--blocks")
+        .arg(env.blocks())
+        .args(["--volume", "s3v", "--secret-cache-seconds", "1"])
+        .env("OM_TOKEN", GW)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start om-s3");
+    wait_for(Duration::from_secs(20), "the gateway to listen", || {
+        let listen = listen.clone();
+        async move { tokio::net::TcpStream::connect(listen).await.ok() }
+    })
+    .await;
+    env
+}
+
+fn s3(url: &str, key: &str, secret: &str) -> Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new(key, secret, None, None, "test"))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(conf)
+}
+
+/// The S3 error code and HTTP status of a failed call.
+fn code<E: ProvideErrorMetadata, R: std::fmt::Debug>(
+    r: Result<impl std::fmt::Debug, SdkError<E, R>>,
+) -> (String, u16) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => {
+            let status = match &e {
+                SdkError::ServiceError(s) => {
+                    let raw: &R = s.raw();
+                    format!("{raw:?}")
+                }
+                _ => String::new(),
+            };
+            let http = status
+                .split("status: StatusCode(")
+                .nth(1)
+                .and_then(|s| s.get(..3))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            (e.code().unwrap_or("").to_string(), http)
+        }
+    }
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    format!("{:x}", md5::Md5::digest(b))
+}
+
+async fn body(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    c.get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec()
+}
+
+/// A plain HTTP/1.1 GET of `url`: the status and the body.
+async fn http_get(url: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text[9..12].parse().unwrap();
+    (status, text)
+}
+
+/// Every operation a gateway serves, through a real S3 client: buckets,
+/// objects with metadata, ranged and conditional reads and writes, both
+/// listings, copies that reuse the ETag, batch deletes, multipart uploads,
+/// versioning with delete markers, tagging, presigned URLs, and refused
+/// signatures and keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_s3_client_works_end_to_end_through_the_gateway() {
+    let env = env().await;
+    let ops = env.om(OPS);
+    let alice_om = env.om(ALICE);
+    let made = alice_om
+        .create_s3_secret(CreateS3SecretRequest {
+            user: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let key = made.credential.unwrap().access_key;
+    let c = s3(&env.url, &key, &made.secret_key);
+
+    // Buckets.
+    c.create_bucket().bucket("photos").send().await.unwrap();
+    c.head_bucket().bucket("photos").send().await.unwrap();
+    let names: Vec<String> = c
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect();
+    assert_eq!(names, vec!["photos"]);
+    assert_eq!(
+        code(c.head_bucket().bucket("nope").send().await).1,
+        404
+    );
+    // om sees alice, impersonated by the gateway.
+    let bucket = ops.get_bucket("s3v", "photos").await.unwrap();
+    assert!(bucket.name == "photos");
+    assert!(env.audit_lines().iter().any(|l| l.contains("\"principal\":\"gw\"")
+        && l.contains("\"impersonated_user\":\"alice\"")
+        && l.contains("/s3v/photos")));
+
+    // Objects with metadata and content type.
+    let data = b"hello, om".repeat(1000);
+    let put = c
+        .put_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .content_type("text/plain")
+        .metadata("camera", "x100")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.e_tag(), Some(format!("\"{}\"", md5_hex(&data)).as_str()));
+    let got = c
+        .get_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.content_type(), Some("text/plain"));
+    assert_eq!(
+        got.metadata().and_then(|m| m.get("camera")).map(String::as_str),
+        Some("x100")
+    );
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().to_vec(), data);
+    let head = c
+        .head_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(data.len() as i64));
+
+    // Ranged reads.
+    let part = c
+        .get_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .range("bytes=2-5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.content_length(), Some(4));
+    assert_eq!(part.body.collect().await.unwrap().into_bytes().as_ref(), b"llo,");
+    let (why, status) = code(
+        c.get_object()
+            .bucket("photos")
+            .key("2026/a.txt")
+            .range("bytes=100000-")
+            .send()
+            .await,
+    );
+    assert_eq!((why.as_str(), status), ("InvalidRange", 416));
+
+    // Conditional writes and a missing key.
+    let (why, status) = code(
+        c.put_object()
+            .bucket("photos")
+            .key("2026/a.txt")
+            .if_none_match("*")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((why.as_str(), status), ("PreconditionFailed", 412));
+    assert_eq!(body(&c, "photos", "2026/a.txt").await, data);
+    let (why, status) = code(c.get_object().bucket("photos").key("nope").send().await);
+    assert_eq!((why.as_str(), status), ("NoSuchKey", 404));
+
+    // Listings (V2 with a delimiter, V1 with a marker).
+    for k in ["2026/b.txt", "2025/c.txt", "top.txt"] {
+        c.put_object()
+            .bucket("photos")
+            .key(k)
+            .body(ByteStream::from_static(b"."))
+            .send()
+            .await
+            .unwrap();
+    }
+    let v2 = c
+        .list_objects_v2()
+        .bucket("photos")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<&str> = v2.common_prefixes().iter().filter_map(|p| p.prefix()).collect();
+    assert_eq!(prefixes, vec!["2025/", "2026/"]);
+    let keys: Vec<&str> = v2.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, vec!["top.txt"]);
+    let page = c
+        .list_objects_v2()
+        .bucket("photos")
+        .prefix("2026/")
+        .max_keys(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.is_truncated(), Some(true));
+    let next = c
+        .list_objects_v2()
+        .bucket("photos")
+        .prefix("2026/")
+        .continuation_token(page.next_continuation_token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = next.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, vec!["2026/b.txt"]);
+    let v1 = c
+        .list_objects()
+        .bucket("photos")
+        .marker("2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = v1.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, vec!["2026/b.txt", "top.txt"]);
+
+    // A copy reuses the source's ETag and shares its blocks.
+    let blocks_before = env.block_files().len();
+    let copied = c
+        .copy_object()
+        .bucket("photos")
+        .key("copy.txt")
+        .copy_source("photos/2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        copied.copy_object_result().and_then(|r| r.e_tag()),
+        Some(format!("\"{}\"", md5_hex(&data)).as_str())
+    );
+    assert_eq!(env.block_files().len(), blocks_before);
+    assert_eq!(body(&c, "photos", "copy.txt").await, data);
+
+    // Batch deletes.
+    let del = c
+        .delete_objects()
+        .bucket("photos")
+        .delete(
+            Delete::builder()
+                .objects(ObjectIdentifier::builder().key("2025/c.txt").build().unwrap())
+                .objects(ObjectIdentifier::builder().key("top.txt").build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.deleted().len(), 2);
+    assert!(del.errors().is_empty());
+    c.delete_object().bucket("photos").key("copy.txt").send().await.unwrap();
+    let left: Vec<String> = c
+        .list_objects_v2()
+        .bucket("photos")
+        .send()
+        .await
+        .unwrap()
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_string))
+        .collect();
+    assert_eq!(left, vec!["2026/a.txt", "2026/b.txt"]);
+
+    // Multipart: two parts of 5 MiB and a last one of 1 byte.
+    let up = c
+        .create_multipart_upload()
+        .bucket("photos")
+        .key("big.bin")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap().to_string();
+    let parts: Vec<Vec<u8>> = vec![vec![1u8; 5 << 20], vec![2u8; 5 << 20], vec![3u8]];
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket("photos")
+            .key("big.bin")
+            .upload_id(&id)
+            .part_number(n)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.e_tag(), Some(format!("\"{}\"", md5_hex(p)).as_str()));
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let listed = c
+        .list_parts()
+        .bucket("photos")
+        .key("big.bin")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.parts().len(), 3);
+    let uploads = c.list_multipart_uploads().bucket("photos").send().await.unwrap();
+    assert_eq!(uploads.uploads().len(), 1);
+    let fin = c
+        .complete_multipart_upload()
+        .bucket("photos")
+        .key("big.bin")
+        .upload_id(&id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(done)).build())
+        .send()
+        .await
+        .unwrap();
+    assert!(fin.e_tag().unwrap().ends_with("-3\""), "{:?}", fin.e_tag());
+    let whole = body(&c, "photos", "big.bin").await;
+    assert_eq!(whole.len(), (10 << 20) + 1);
+    assert_eq!(whole, parts.concat());
+    let tail = c
+        .get_object()
+        .bucket("photos")
+        .key("big.bin")
+        .range("bytes=5242878-5242881")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.body.collect().await.unwrap().into_bytes().as_ref(), [1, 1, 2, 2]);
+    // An aborted upload is gone.
+    let up = c
+        .create_multipart_upload()
+        .bucket("photos")
+        .key("gone.bin")
+        .send()
+        .await
+        .unwrap();
+    c.abort_multipart_upload()
+        .bucket("photos")
+        .key("gone.bin")
+        .upload_id(up.upload_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let (why, _) = code(
+        c.list_parts()
+            .bucket("photos")
+            .key("gone.bin")
+            .upload_id(up.upload_id().unwrap())
+            .send()
+            .await,
+    );
+    assert_eq!(why, "NoSuchUpload");
+
+    // Tagging.
+    c.put_object_tagging()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .tagging(
+            Tagging::builder()
+                .tag_set(Tag::builder().key("k").value("v").build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let tags = c
+        .get_object_tagging()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags.tag_set().len(), 1);
+    assert_eq!(tags.tag_set()[0].key(), "k");
+
+    // Versioning and delete markers.
+    c.create_bucket().bucket("docs").send().await.unwrap();
+    c.put_bucket_versioning()
+        .bucket("docs")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let v1 = c
+        .put_object()
+        .bucket("docs")
+        .key("d")
+        .body(ByteStream::from_static(b"one"))
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket("docs")
+        .key("d")
+        .body(ByteStream::from_static(b"two"))
+        .send()
+        .await
+        .unwrap();
+    let marker = c.delete_object().bucket("docs").key("d").send().await.unwrap();
+    assert_eq!(marker.delete_marker(), Some(true));
+    let (why, status) = code(c.get_object().bucket("docs").key("d").send().await);
+    assert_eq!((why.as_str(), status), ("NoSuchKey", 404));
+    let old = c
+        .get_object()
+        .bucket("docs")
+        .key("d")
+        .version_id(v1.version_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.body.collect().await.unwrap().into_bytes().as_ref(), b"one");
+    let versions = c.list_object_versions().bucket("docs").send().await.unwrap();
+    assert_eq!(versions.versions().len(), 2);
+    assert_eq!(versions.delete_markers().len(), 1);
+
+    // Presigned URLs: valid until they expire.
+    let presigned = c
+        .get_object()
+        .bucket("photos")
+        .key("2026/b.txt")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(2)).unwrap())
+        .await
+        .unwrap();
+    let (status, text) = http_get(presigned.uri()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.ends_with("\r\n\r\n."), "{text}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (status, text) = http_get(presigned.uri()).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("AccessDenied"), "{text}");
+
+    // Refused: a wrong secret, an unknown key, no credentials.
+    let wrong = s3(&env.url, &key, &"x".repeat(40));
+    let (why, status) = code(wrong.list_buckets().send().await);
+    assert_eq!((why.as_str(), status), ("SignatureDoesNotMatch", 403));
+    let unknown = s3(&env.url, "OMAAAAAAAAAAAAAAAAAA", &made.secret_key);
+    let (why, status) = code(unknown.list_buckets().send().await);
+    assert_eq!((why.as_str(), status), ("InvalidAccessKeyId", 403));
+    let (status, _) = http_get(&format!("{}/photos", env.url)).await;
+    assert_eq!(status, 403);
+    // Alice may not touch a bucket of the volume she was given no rights on.
+    ops.create_bucket("s3v", "private", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let (why, status) = code(c.list_objects_v2().bucket("private").send().await);
+    assert_eq!((why.as_str(), status), ("AccessDenied", 403));
+
+    // A revoked key stops working within the gateway's cache time (1 s).
+    alice_om
+        .revoke_s3_secret(RevokeS3SecretRequest {
+            access_key: key.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (why, status) = code(c.list_buckets().send().await);
+    assert_eq!((why.as_str(), status), ("InvalidAccessKeyId", 403));
+
+    // The secret never reached a log.
+    assert!(!env.audit_lines().iter().any(|l| l.contains(&made.secret_key)));
+
+    // Overwritten and deleted objects' blocks are reclaimed: om lists them,
+    // the gateway deletes them, then acknowledges.
+    wait_for(Duration::from_secs(30), "reclaimed blocks acknowledged", || {
+        let ops = &ops;
+        async move {
+            let r = ops
+                .list_deleted_blocks(ListDeletedBlocksRequest::default())
+                .await
+                .ok()?;
+            r.entries.is_empty().then_some(())
+        }
+    })
+    .await;
+    drop(env);
+}
