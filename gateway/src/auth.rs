@@ -133,7 +133,8 @@ impl Auth {
                     }),
                 )
             }),
-            Err(e) if e.reason() == "S3_SECRET_NOT_FOUND" => None,
+            // No such key, or not one om could have made.
+            Err(e) if matches!(e.reason(), "S3_SECRET_NOT_FOUND" | "INVALID_ACCESS_KEY") => None,
             Err(e) if errors::s3_code(e.code(), e.reason(), "") == S3ErrorCode::AccessDenied => {
                 tracing::error!(
                     reason = e.reason(),

@@ -319,6 +319,9 @@ mod tests {
         assert_eq!(s.sweep(Duration::from_secs(3600)).await.unwrap(), 0);
         assert_eq!(s.sweep(Duration::ZERO).await.unwrap(), 1);
         assert!(!dir.path().join("05").join(".tmp-left").exists());
-        assert_eq!(collect(s.get(5, 0, 4).await.unwrap()).await.unwrap(), b"kept");
+        assert_eq!(
+            collect(s.get(5, 0, 4).await.unwrap()).await.unwrap(),
+            b"kept"
+        );
     }
 }

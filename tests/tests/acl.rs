@@ -1253,16 +1253,23 @@ async fn s3_credentials_belong_to_their_users_and_gateways_read_them() {
     .await;
     let seen = secret_of(&gw, &cred.access_key).await.unwrap();
     assert_eq!(
-        (seen.secret_key.as_str(), seen.credential.unwrap().user.as_str()),
+        (
+            seen.secret_key.as_str(),
+            seen.credential.unwrap().user.as_str()
+        ),
         (mine.secret_key.as_str(), "alice")
     );
     // Any replica answers with the same bytes (stale reads).
     for node in 0..3 {
-        wait_for(Duration::from_secs(10), "the credential on every replica", || {
-            let s = c.stale(node, GW);
-            let key = cred.access_key.clone();
-            async move { secret_of(&s, &key).await.ok() }
-        })
+        wait_for(
+            Duration::from_secs(10),
+            "the credential on every replica",
+            || {
+                let s = c.stale(node, GW);
+                let key = cred.access_key.clone();
+                async move { secret_of(&s, &key).await.ok() }
+            },
+        )
         .await;
     }
 
@@ -1361,7 +1368,11 @@ async fn s3_credentials_belong_to_their_users_and_gateways_read_them() {
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let made: serde_json::Value = serde_json::from_str(
-        omctl(ALICE, &["--output", "json", "s3", "secret", "create", "alice"]).trim(),
+        omctl(
+            ALICE,
+            &["--output", "json", "s3", "secret", "create", "alice"],
+        )
+        .trim(),
     )
     .unwrap();
     let (key, secret) = (
@@ -1369,16 +1380,27 @@ async fn s3_credentials_belong_to_their_users_and_gateways_read_them() {
         made["secret_key"].as_str().unwrap().to_string(),
     );
     let shown = omctl(GW, &["s3", "secret", "show", &key]);
-    assert!(shown.contains(&secret) && shown.contains("user:       alice"), "{shown}");
+    assert!(
+        shown.contains(&secret) && shown.contains("user:       alice"),
+        "{shown}"
+    );
     let listed = omctl(ALICE, &["s3", "secret", "list"]);
-    assert!(listed.contains(&key) && !listed.contains(&secret), "{listed}");
+    assert!(
+        listed.contains(&key) && !listed.contains(&secret),
+        "{listed}"
+    );
     omctl(ALICE, &["s3", "secret", "revoke", &key]);
     assert!(!omctl(OPS, &["s3", "secret", "list", "alice"]).contains(&key));
 
     // No secret key was ever written to an audit log.
     let lines = c.audit_lines();
     assert!(lines.iter().any(|l| l.contains("/s3-secrets/")));
-    for s in [&mine.secret_key, &with_groups.secret_key, &first.secret_key, &secret] {
+    for s in [
+        &mine.secret_key,
+        &with_groups.secret_key,
+        &first.secret_key,
+        &secret,
+    ] {
         assert!(!lines.iter().any(|l| l.contains(s.as_str())));
     }
     c.shutdown().await;

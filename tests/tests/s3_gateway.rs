@@ -13,8 +13,8 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
-    Tag, Tagging, VersioningConfiguration,
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, Tag,
+    Tagging, VersioningConfiguration,
 };
 use md5::Digest;
 use om_client::v1::*;
@@ -28,7 +28,7 @@ const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
 struct Env {
     dir: tempfile::TempDir,
     addrs: Vec<MemberAddrs>,
-    nodes: Vec<TestNode>,
+    _nodes: Vec<TestNode>,
     gateway: Child,
     url: String,
 }
@@ -75,6 +75,13 @@ impl Env {
         out
     }
 
+    /// Where the gateway keeps block `id`.
+    fn block_path(&self, id: u64) -> PathBuf {
+        self.blocks()
+            .join(format!("{:02x}", id & 0xff))
+            .join(format!("{id:016x}"))
+    }
+
     fn audit_lines(&self) -> Vec<String> {
         (1..=self.addrs.len())
             .flat_map(|id| {
@@ -88,9 +95,14 @@ impl Env {
     }
 }
 
-/// Three om members with tokens (ops an admin, gw a gateway holding
-/// IMPERSONATE, alice a user) and `om-s3` in front of them.
+/// Three om members with tokens (ops an admin, gw the gateway's principal,
+/// also an admin as its block reclamation needs, alice a user) and `om-s3`
+/// in front of them.
 async fn env() -> Env {
+    env_with(|_| {}).await
+}
+
+async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
@@ -106,6 +118,7 @@ async fn env() -> Env {
     .unwrap();
     let addrs = cluster_addrs(3);
     let mut nodes = Vec::new();
+    let tweak = &tweak;
     for a in &addrs {
         let (tokens, audit) = (
             tokens.clone(),
@@ -115,8 +128,11 @@ async fn env() -> Env {
             TestNode::start_member_with(a, &addrs, None, move |args| {
                 args.token_file = Some(tokens);
                 args.insecure = true;
-                args.admins = Some("ops".to_string());
+                // The gateway reclaims blocks (an admin's right; admins
+                // also hold IMPERSONATE).
+                args.admins = Some("ops,gw".to_string());
                 args.audit_log = Some(audit);
+                tweak(args);
             })
             .await,
         );
@@ -128,7 +144,7 @@ async fn env() -> Env {
         url: format!("http://{listen}"),
         dir,
         addrs,
-        nodes,
+        _nodes: nodes,
     };
     let ops = env.om(OPS);
     wait_for(Duration::from_secs(20), "a leader", || {
@@ -136,17 +152,6 @@ async fn env() -> Env {
         async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
     })
     .await;
-    ops.set_acl(SetAclRequest {
-        mode: AclMode::Add as i32,
-        grants: vec![AclGrant {
-            kind: GranteeKind::User as i32,
-            name: "gw".into(),
-            rights: vec![AclRight::Impersonate as i32],
-        }],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
     // The gateway's volume, owned by ops; alice may create buckets in it.
     ops.create_volume("s3v", "ops").await.unwrap();
     ops.set_acl(SetAclRequest {
@@ -155,7 +160,11 @@ async fn env() -> Env {
         grants: vec![AclGrant {
             kind: GranteeKind::User as i32,
             name: "alice".into(),
-            rights: vec![AclRight::Create as i32, AclRight::List as i32, AclRight::Read as i32],
+            rights: vec![
+                AclRight::Create as i32,
+                AclRight::List as i32,
+                AclRight::Read as i32,
+            ],
         }],
         ..Default::default()
     })
@@ -243,9 +252,11 @@ async fn http_get(url: &str) -> (u16, String) {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap());
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
@@ -286,16 +297,26 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .filter_map(|b| b.name().map(str::to_string))
         .collect();
     assert_eq!(names, vec!["photos"]);
-    assert_eq!(
-        code(c.head_bucket().bucket("nope").send().await).1,
-        404
-    );
+    assert_eq!(code(c.head_bucket().bucket("nope").send().await).1, 404);
     // om sees alice, impersonated by the gateway.
     let bucket = ops.get_bucket("s3v", "photos").await.unwrap();
     assert!(bucket.name == "photos");
-    assert!(env.audit_lines().iter().any(|l| l.contains("\"principal\":\"gw\"")
-        && l.contains("\"impersonated_user\":\"alice\"")
-        && l.contains("/s3v/photos")));
+    let audited = |l: &String| {
+        l.contains("\"principal\":\"gw\"")
+            && l.contains("\"impersonated_user\":\"alice\"")
+            && l.contains("\"operation\":\"CreateBucket\"")
+    };
+    for _ in 0..100 {
+        if env.audit_lines().iter().any(audited) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        env.audit_lines().iter().any(audited),
+        "{:#?}",
+        env.audit_lines()
+    );
 
     // Objects with metadata and content type.
     let data = b"hello, om".repeat(1000);
@@ -309,7 +330,10 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .send()
         .await
         .unwrap();
-    assert_eq!(put.e_tag(), Some(format!("\"{}\"", md5_hex(&data)).as_str()));
+    assert_eq!(
+        put.e_tag(),
+        Some(format!("\"{}\"", md5_hex(&data)).as_str())
+    );
     let got = c
         .get_object()
         .bucket("photos")
@@ -319,10 +343,15 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .unwrap();
     assert_eq!(got.content_type(), Some("text/plain"));
     assert_eq!(
-        got.metadata().and_then(|m| m.get("camera")).map(String::as_str),
+        got.metadata()
+            .and_then(|m| m.get("camera"))
+            .map(String::as_str),
         Some("x100")
     );
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().to_vec(), data);
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().to_vec(),
+        data
+    );
     let head = c
         .head_object()
         .bucket("photos")
@@ -342,7 +371,10 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .await
         .unwrap();
     assert_eq!(part.content_length(), Some(4));
-    assert_eq!(part.body.collect().await.unwrap().into_bytes().as_ref(), b"llo,");
+    assert_eq!(
+        part.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"llo,"
+    );
     let (why, status) = code(
         c.get_object()
             .bucket("photos")
@@ -385,7 +417,11 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .send()
         .await
         .unwrap();
-    let prefixes: Vec<&str> = v2.common_prefixes().iter().filter_map(|p| p.prefix()).collect();
+    let prefixes: Vec<&str> = v2
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
     assert_eq!(prefixes, vec!["2025/", "2026/"]);
     let keys: Vec<&str> = v2.contents().iter().filter_map(|o| o.key()).collect();
     assert_eq!(keys, vec!["top.txt"]);
@@ -435,13 +471,24 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
     assert_eq!(env.block_files().len(), blocks_before);
     assert_eq!(body(&c, "photos", "copy.txt").await, data);
 
-    // Batch deletes.
+    // Batch deletes (their blocks are reclaimed below).
+    let mut freed = Vec::new();
+    for k in ["2025/c.txt", "top.txt"] {
+        let info = ops.lookup_key("s3v", "photos", k).await.unwrap();
+        freed.extend(info.blocks.iter().map(|b| env.block_path(b.block_id)));
+    }
+    assert!(!freed.is_empty() && freed.iter().all(|p| p.exists()));
     let del = c
         .delete_objects()
         .bucket("photos")
         .delete(
             Delete::builder()
-                .objects(ObjectIdentifier::builder().key("2025/c.txt").build().unwrap())
+                .objects(
+                    ObjectIdentifier::builder()
+                        .key("2025/c.txt")
+                        .build()
+                        .unwrap(),
+                )
                 .objects(ObjectIdentifier::builder().key("top.txt").build().unwrap())
                 .build()
                 .unwrap(),
@@ -451,7 +498,12 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .unwrap();
     assert_eq!(del.deleted().len(), 2);
     assert!(del.errors().is_empty());
-    c.delete_object().bucket("photos").key("copy.txt").send().await.unwrap();
+    c.delete_object()
+        .bucket("photos")
+        .key("copy.txt")
+        .send()
+        .await
+        .unwrap();
     let left: Vec<String> = c
         .list_objects_v2()
         .bucket("photos")
@@ -504,14 +556,23 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .await
         .unwrap();
     assert_eq!(listed.parts().len(), 3);
-    let uploads = c.list_multipart_uploads().bucket("photos").send().await.unwrap();
+    let uploads = c
+        .list_multipart_uploads()
+        .bucket("photos")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(uploads.uploads().len(), 1);
     let fin = c
         .complete_multipart_upload()
         .bucket("photos")
         .key("big.bin")
         .upload_id(&id)
-        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(done)).build())
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
         .send()
         .await
         .unwrap();
@@ -527,7 +588,10 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .send()
         .await
         .unwrap();
-    assert_eq!(tail.body.collect().await.unwrap().into_bytes().as_ref(), [1, 1, 2, 2]);
+    assert_eq!(
+        tail.body.collect().await.unwrap().into_bytes().as_ref(),
+        [1, 1, 2, 2]
+    );
     // An aborted upload is gone.
     let up = c
         .create_multipart_upload()
@@ -603,7 +667,13 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .send()
         .await
         .unwrap();
-    let marker = c.delete_object().bucket("docs").key("d").send().await.unwrap();
+    let marker = c
+        .delete_object()
+        .bucket("docs")
+        .key("d")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(marker.delete_marker(), Some(true));
     let (why, status) = code(c.get_object().bucket("docs").key("d").send().await);
     assert_eq!((why.as_str(), status), ("NoSuchKey", 404));
@@ -615,8 +685,16 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .send()
         .await
         .unwrap();
-    assert_eq!(old.body.collect().await.unwrap().into_bytes().as_ref(), b"one");
-    let versions = c.list_object_versions().bucket("docs").send().await.unwrap();
+    assert_eq!(
+        old.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"one"
+    );
+    let versions = c
+        .list_object_versions()
+        .bucket("docs")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(versions.versions().len(), 2);
     assert_eq!(versions.delete_markers().len(), 1);
 
@@ -665,18 +743,171 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
     assert_eq!((why.as_str(), status), ("InvalidAccessKeyId", 403));
 
     // The secret never reached a log.
-    assert!(!env.audit_lines().iter().any(|l| l.contains(&made.secret_key)));
+    assert!(
+        !env.audit_lines()
+            .iter()
+            .any(|l| l.contains(&made.secret_key))
+    );
 
-    // Overwritten and deleted objects' blocks are reclaimed: om lists them,
-    // the gateway deletes them, then acknowledges.
-    wait_for(Duration::from_secs(30), "reclaimed blocks acknowledged", || {
-        let ops = &ops;
+    // Deleted objects' blocks are reclaimed: om lists them, the gateway
+    // deletes them, then acknowledges.
+    wait_for(
+        Duration::from_secs(30),
+        "reclaimed blocks acknowledged",
+        || {
+            let (ops, freed) = (&ops, &freed);
+            async move {
+                let r = ops
+                    .list_deleted_blocks(ListDeletedBlocksRequest::default())
+                    .await
+                    .ok()?;
+                (r.entries.is_empty() && freed.iter().all(|p| !p.exists())).then_some(())
+            }
+        },
+    )
+    .await;
+    drop(env);
+}
+
+/// A multipart upload loses no part when om's leader is killed between two
+/// parts (the gateway's om client finds the new leader, and a retried write
+/// is answered once), and a lifecycle rule set through S3 expires objects
+/// (om's scanner, with a 1-second day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multipart_survives_a_leader_kill_and_lifecycle_expires_objects() {
+    let mut env = env_with(|args| {
+        args.lifecycle_day_ms = Some(1_000);
+        args.lifecycle_interval_ms = Some(200);
+    })
+    .await;
+    let alice_om = env.om(ALICE);
+    let made = alice_om
+        .create_s3_secret(CreateS3SecretRequest {
+            user: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let key = made.credential.unwrap().access_key;
+    let c = s3(&env.url, &key, &made.secret_key);
+    c.create_bucket().bucket("mpu").send().await.unwrap();
+
+    let up = c
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("obj")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap().to_string();
+    let parts: Vec<Vec<u8>> = vec![vec![7u8; 5 << 20], vec![8u8; 1000]];
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i == 1 {
+            // Kill the leader between the parts.
+            let is_leader = |n: &TestNode| {
+                let m = n.node.raft.metrics();
+                openraft::async_runtime::WatchReceiver::borrow_watched(&m).state
+                    == openraft::ServerState::Leader
+            };
+            let idx = wait_for(Duration::from_secs(10), "a leader", || {
+                let found = env._nodes.iter().position(is_leader);
+                async move { found }
+            })
+            .await;
+            env._nodes.remove(idx).node.shutdown().await;
+        }
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket("mpu")
+            .key("obj")
+            .upload_id(&id)
+            .part_number(n)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let listed = c
+        .list_parts()
+        .bucket("mpu")
+        .key("obj")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.parts().len(), 2);
+    c.complete_multipart_upload()
+        .bucket("mpu")
+        .key("obj")
+        .upload_id(&id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(body(&c, "mpu", "obj").await, parts.concat());
+
+    // Lifecycle: objects under tmp/ expire after one (1-second) day.
+    use aws_sdk_s3::types::{
+        BucketLifecycleConfiguration, ExpirationStatus, LifecycleExpiration, LifecycleRule,
+        LifecycleRuleFilter,
+    };
+    for k in ["tmp/a", "tmp/b", "keep/c"] {
+        c.put_object()
+            .bucket("mpu")
+            .key(k)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap();
+    }
+    c.put_bucket_lifecycle_configuration()
+        .bucket("mpu")
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(
+                    LifecycleRule::builder()
+                        .id("tmp")
+                        .filter(LifecycleRuleFilter::builder().prefix("tmp/").build())
+                        .status(ExpirationStatus::Enabled)
+                        .expiration(LifecycleExpiration::builder().days(1).build())
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let got = c
+        .get_bucket_lifecycle_configuration()
+        .bucket("mpu")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.rules().len(), 1);
+    wait_for(Duration::from_secs(30), "tmp/ to expire", || {
+        let c = &c;
         async move {
-            let r = ops
-                .list_deleted_blocks(ListDeletedBlocksRequest::default())
-                .await
-                .ok()?;
-            r.entries.is_empty().then_some(())
+            let r = c.list_objects_v2().bucket("mpu").send().await.ok()?;
+            let keys: Vec<String> = r
+                .contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string))
+                .collect();
+            (keys == ["keep/c", "obj"]).then_some(())
         }
     })
     .await;

@@ -38,7 +38,15 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Crates whose sources the line limit covers (the `tests` crate is tests).
-const CRATES: &[&str] = &["proto", "tls", "raft-store", "om", "cli", "client", "gateway"];
+const CRATES: &[&str] = &[
+    "proto",
+    "tls",
+    "raft-store",
+    "om",
+    "cli",
+    "client",
+    "gateway",
+];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

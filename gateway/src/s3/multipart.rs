@@ -8,9 +8,9 @@
 //! the source range through the same path.
 
 use om_client::v1::{
-    AbortMultipartUploadRequest, CommitPartRequest, OpenKeyRequest, CompleteMultipartUploadRequest,
+    AbortMultipartUploadRequest, CommitPartRequest, CompleteMultipartUploadRequest,
     CompletedPart as OmPart, InitiateMultipartUploadRequest, ListMultipartUploadsRequest,
-    ListPartsRequest, PartInfo,
+    ListPartsRequest, OpenKeyRequest, PartInfo,
 };
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};

@@ -351,6 +351,7 @@ fn stale_uploads_are_aborted_and_their_parts_released() {
         size: 3 << 20,
         etag: "0123456789abcdef0123456789abcdef".into(),
         block_size: 1 << 20,
+        ..Default::default()
     }));
     set_rules(
         &mut sm,
@@ -718,6 +719,7 @@ fn rewrite(sm: &mut Sm, how: Rewrite, key: &str) {
                 size: 10,
                 etag: ETAG.into(),
                 block_size: 1 << 20,
+                ..Default::default()
             }));
             sm.ok(Op::CompleteMultipart(st::CompleteMultipart {
                 volume: "vol".into(),

@@ -88,6 +88,7 @@ fn parts_and_completed_uploads_are_bounded() {
             size,
             etag: etag.clone(),
             block_size: BLOCK_SIZE,
+            ..Default::default()
         })
     };
     assert_eq!(sm.rejected(part(1, MAX_PART_SIZE + 1)), "ENTITY_TOO_LARGE");

@@ -42,8 +42,7 @@ pub fn valid_access_key(k: &str) -> bool {
 /// Whether `k` is a secret key om could have made.
 pub fn valid_secret_key(k: &str) -> bool {
     k.len() == SECRET_KEY_LEN
-        && k
-            .bytes()
+        && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
@@ -296,7 +295,10 @@ mod tests {
     #[test]
     fn credentials_are_stored_limited_and_revoked() {
         let mut sm = crate::apply::tests::Sm::new();
-        assert_eq!(sm.rejected_rules(create(0, "alice"), 8), "UNSUPPORTED_COMMAND");
+        assert_eq!(
+            sm.rejected_rules(create(0, "alice"), 8),
+            "UNSUPPORTED_COMMAND"
+        );
         let now = sm.next_now();
         match sm.ok(create(0, "alice")) {
             command_result::Result::S3Secret(r) => {

@@ -369,7 +369,10 @@ fn parts_take_the_blocks_of_their_write_session() {
         sm.rejected(part(vec![block(first + 1000, 10)], 10)),
         "INVALID_BLOCKS"
     );
-    assert_eq!(sm.rejected(part(vec![block(first, 10)], 11)), "SIZE_MISMATCH");
+    assert_eq!(
+        sm.rejected(part(vec![block(first, 10)], 11)),
+        "SIZE_MISMATCH"
+    );
     let deleted_before = crate::store::dump_table(&sm.db, keys::DELETED_BLOCKS_CF)
         .unwrap()
         .len();

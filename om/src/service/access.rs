@@ -243,7 +243,7 @@ impl OmService {
         self.audit_event(ctx, resource, result, right, refusal);
     }
 
-    fn audit_refusal(&self, ctx: &RequestCtx, resource: &str, e: &OmError) {
+    pub(super) fn audit_refusal(&self, ctx: &RequestCtx, resource: &str, e: &OmError) {
         let right = match e {
             OmError::Denied { right, .. } => right.clone(),
             _ => String::new(),

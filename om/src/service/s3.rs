@@ -60,10 +60,7 @@ impl OmService {
         let e = OmError::Denied {
             right: "IMPERSONATE".to_string(),
             resource: resource.clone(),
-            message: format!(
-                "{:?} {message}",
-                crate::validate::quote_prefix(&c.user)
-            ),
+            message: format!("{:?} {message}", crate::validate::quote_prefix(&c.user)),
         };
         if let Some(ctx) = authz::request() {
             self.audit_refusal(&ctx, &resource, &e);

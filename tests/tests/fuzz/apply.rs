@@ -168,6 +168,7 @@ fn apply_refuses_random_commands_without_staging() {
         size: 10,
         etag: ETAG.into(),
         block_size: om::apply::BLOCK_SIZE,
+        ..Default::default()
     }));
     sm.ok(Op::CreateDirectory(st::CreateDirectory {
         volume: "vol1".into(),
@@ -377,6 +378,7 @@ fn apply_refuses_random_commands_without_staging() {
                 size: 10,
                 etag: ETAG.into(),
                 block_size: om::apply::BLOCK_SIZE,
+                ..Default::default()
             }
         ),
         op!(
