@@ -137,7 +137,10 @@ pub async fn run(c: &OmClient, out: Output, cmd: S3Cmd) -> Result<()> {
                 println!("{}", json!({"credentials": v, "truncated": truncated}));
                 return Ok(());
             }
-            println!("{:<20}  {:<24}  {:<29}  GROUPS", "ACCESS KEY", "USER", "CREATED");
+            println!(
+                "{:<20}  {:<24}  {:<29}  GROUPS",
+                "ACCESS KEY", "USER", "CREATED"
+            );
             for i in &items {
                 println!(
                     "{:<20}  {:<24}  {:<29}  {}",
