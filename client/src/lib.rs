@@ -514,6 +514,8 @@ impl OmClient {
         allocate_block(AllocateBlockRequest) -> AllocateBlockResponse;
         /// Commits an open session as the key's new version.
         commit_key(CommitKeyRequest) -> CommitKeyResponse;
+        /// Closes an open session uncommitted; its blocks are freed.
+        abort_key(AbortKeyRequest) -> AbortKeyResponse;
         /// Copies a key server-side, sharing its blocks.
         copy_key(CopyKeyRequest) -> CopyKeyResponse;
         /// Replaces the tags of a key's version (an empty set removes them).

@@ -18,7 +18,9 @@ pub fn s3_code(code: Code, reason: &str, field: &str) -> S3ErrorCode {
         "BUCKET_NOT_FOUND" | "VOLUME_NOT_FOUND" => S::NoSuchBucket,
         "KEY_NOT_FOUND" | "PATH_NOT_FOUND" | "SOURCE_IS_DELETE_MARKER" => S::NoSuchKey,
         "VERSION_NOT_FOUND" => S::NoSuchVersion,
-        "UPLOAD_NOT_FOUND" => S::NoSuchUpload,
+        // S3 answers NoSuchUpload for any upload id it did not hand out,
+        // well-formed or not.
+        "UPLOAD_NOT_FOUND" | "INVALID_UPLOAD_ID" => S::NoSuchUpload,
         "NO_SUCH_LIFECYCLE_CONFIGURATION" => S::NoSuchLifecycleConfiguration,
         "INVALID_PART" | "INVALID_PARTS" => S::InvalidPart,
         "INVALID_PART_ORDER" => S::InvalidPartOrder,
@@ -136,6 +138,7 @@ mod tests {
             (Code::NotFound, "KEY_NOT_FOUND", S::NoSuchKey),
             (Code::NotFound, "VERSION_NOT_FOUND", S::NoSuchVersion),
             (Code::NotFound, "UPLOAD_NOT_FOUND", S::NoSuchUpload),
+            (Code::InvalidArgument, "INVALID_UPLOAD_ID", S::NoSuchUpload),
             (Code::InvalidArgument, "INVALID_PART", S::InvalidPart),
             (
                 Code::InvalidArgument,

@@ -190,6 +190,7 @@ pub fn apply_command(
             Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
             Some(Op::AllocateBlock(c)) => ctx.allocate_block(batch, c),
             Some(Op::CommitKey(c)) => ctx.commit_key(batch, c),
+            Some(Op::AbortKey(c)) => ctx.abort_key(batch, c),
             Some(Op::CopyKey(c)) => ctx.copy_key(batch, c),
             Some(Op::ExpireOpenKeys(c)) => ctx.expire_open_keys(batch, c),
             Some(Op::AckDeletedBlocks(c)) => ctx.ack_deleted_blocks(batch, c),

@@ -467,6 +467,7 @@ rpcs! {
         rpc allocate_block(AllocateBlockRequest) -> AllocateBlockResponse
             = "AllocateBlock" objects::allocate_block;
         rpc commit_key(CommitKeyRequest) -> CommitKeyResponse = "CommitKey" objects::commit_key;
+        rpc abort_key(AbortKeyRequest) -> AbortKeyResponse = "AbortKey" objects::abort_key;
         rpc list_open_keys(ListOpenKeysRequest) -> ListOpenKeysResponse
             = "ListOpenKeys" objects::list_open_keys;
         rpc copy_key(CopyKeyRequest) -> CopyKeyResponse = "CopyKey" objects::copy_key;

@@ -63,6 +63,7 @@ impl store::Command {
             Some(Op::OpenKey(_)) => "OpenKey",
             Some(Op::AllocateBlock(_)) => "AllocateBlock",
             Some(Op::CommitKey(_)) => "CommitKey",
+            Some(Op::AbortKey(_)) => "AbortKey",
             Some(Op::CopyKey(_)) => "CopyKey",
             Some(Op::InitiateMultipart(_)) => "InitiateMultipart",
             Some(Op::CommitPart(_)) => "CommitPart",

@@ -714,6 +714,29 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("AccessDenied"), "{text}");
 
+    // A failed upload leaves nothing behind: its write session is aborted,
+    // so the bucket it went to can be deleted at once; so can a bucket
+    // whose only content is an upload in progress (S3 aborts it).
+    c.create_bucket().bucket("scratch").send().await.unwrap();
+    let (why, status) = code(
+        c.put_object()
+            .bucket("scratch")
+            .key("k")
+            .content_md5("1B2M2Y8AsgTpgAmY7PhCfg==")
+            .body(ByteStream::from_static(b"not empty"))
+            .send()
+            .await,
+    );
+    assert_eq!((why.as_str(), status), ("BadDigest", 400));
+    c.create_multipart_upload()
+        .bucket("scratch")
+        .key("pending")
+        .send()
+        .await
+        .unwrap();
+    c.delete_bucket().bucket("scratch").send().await.unwrap();
+    assert_eq!(code(c.head_bucket().bucket("scratch").send().await).1, 404);
+
     // Refused: a wrong secret, an unknown key, no credentials.
     let wrong = s3(&env.url, &key, &"x".repeat(40));
     let (why, status) = code(wrong.list_buckets().send().await);

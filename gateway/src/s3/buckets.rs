@@ -1,7 +1,11 @@
 //! Buckets: the buckets of the gateway's om volume, created with the
 //! OBJECT_STORE layout. Listing, creating, deleting, versioning.
 
-use om_client::v1::{BucketLayout, BucketVersioning, CreateBucketRequest, GetAclRequest};
+use om_client::OmClient;
+use om_client::v1::{
+    AbortMultipartUploadRequest, BucketLayout, BucketVersioning, CreateBucketRequest,
+    GetAclRequest, ListMultipartUploadsRequest, ListObjectVersionsRequest,
+};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
@@ -88,7 +92,10 @@ pub async fn create(
             location: Some(format!("/{}", i.bucket)),
         })),
         Err(e) if e.reason() == "BUCKET_ALREADY_EXISTS" => {
-            // S3 tells an owner apart from everyone else.
+            // S3 tells an owner apart from everyone else. In us-east-1 (the
+            // only region this gateway answers for) creating a bucket one
+            // already owns succeeds and changes nothing. om without
+            // authorization records no owner (""): every caller owns it.
             let owner = om
                 .get_acl(GetAclRequest {
                     read: None,
@@ -96,14 +103,17 @@ pub async fn create(
                     bucket: i.bucket.clone(),
                 })
                 .await
-                .map(|a| a.owner)
-                .unwrap_or_default();
-            let code = if owner == who.user {
-                S3ErrorCode::BucketAlreadyOwnedByYou
-            } else {
-                S3ErrorCode::BucketAlreadyExists
-            };
-            Err(S3Error::new(code))
+                .ok()
+                .map(|a| a.owner);
+            if owner.is_some_and(|o| o.is_empty() || o == who.user) {
+                return Ok(S3Response::new(CreateBucketOutput {
+                    location: Some(format!("/{}", i.bucket)),
+                }));
+            }
+            Err(S3Error::with_message(
+                S3ErrorCode::BucketAlreadyExists,
+                "the bucket name is taken by another user",
+            ))
         }
         Err(e) => Err(from_om(e)),
     }
@@ -125,10 +135,67 @@ pub async fn delete(
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     let om = s.om(&req).await?;
-    om.delete_bucket(&s.volume, &req.input.bucket)
+    let bucket = &req.input.bucket;
+    match om.delete_bucket(&s.volume, bucket).await {
+        Ok(()) => {}
+        // S3 deletes a bucket whose only content is uploads in progress
+        // (they are aborted); om refuses while any remains.
+        Err(e) if e.reason() == "BUCKET_NOT_EMPTY" && abort_uploads(s, &om, bucket).await? => {
+            om.delete_bucket(&s.volume, bucket).await.map_err(from_om)?;
+        }
+        Err(e) => return Err(from_om(e)),
+    }
+    Ok(S3Response::new(DeleteBucketOutput::default()))
+}
+
+/// Aborts every multipart upload in progress in `bucket`, when the bucket
+/// holds no key or version (else S3 refuses to delete it anyway). Answers
+/// whether it aborted any.
+async fn abort_uploads(s: &OmS3, om: &OmClient, bucket: &str) -> S3Result<bool> {
+    let keys = om
+        .list_object_versions(ListObjectVersionsRequest {
+            volume: s.volume.clone(),
+            bucket: bucket.to_string(),
+            max_keys: 1,
+            omit_blocks: true,
+            ..Default::default()
+        })
         .await
         .map_err(from_om)?;
-    Ok(S3Response::new(DeleteBucketOutput::default()))
+    if !keys.versions.is_empty() || !keys.common_prefixes.is_empty() {
+        return Ok(false);
+    }
+    let mut aborted = false;
+    loop {
+        let page = om
+            .list_multipart_uploads(ListMultipartUploadsRequest {
+                volume: s.volume.clone(),
+                bucket: bucket.to_string(),
+                max_uploads: 1000,
+                ..Default::default()
+            })
+            .await
+            .map_err(from_om)?;
+        if page.uploads.is_empty() {
+            return Ok(aborted);
+        }
+        for u in page.uploads {
+            match om
+                .abort_multipart_upload(AbortMultipartUploadRequest {
+                    header: None,
+                    volume: s.volume.clone(),
+                    bucket: bucket.to_string(),
+                    key: u.key,
+                    upload_id: u.upload_id,
+                })
+                .await
+            {
+                Ok(_) => aborted = true,
+                Err(e) if e.reason() == "UPLOAD_NOT_FOUND" => {}
+                Err(e) => return Err(from_om(e)),
+            }
+        }
+    }
 }
 
 pub async fn location(

@@ -61,11 +61,12 @@ impl Conditions<'_> {
         Verdict::Proceed
     }
 
-    /// `check` as the error a read answers (304 or 412).
+    /// `check` as the error a read answers (304 or 412). A 304 carries the
+    /// object's `ETag` and `Last-Modified`, as RFC 9110 (15.4.5) and S3 do.
     pub fn for_read(&self, etag: &str, modified_ms: u64) -> S3Result<()> {
         match self.check(etag, modified_ms) {
             Verdict::Proceed => Ok(()),
-            Verdict::NotModified => Err(S3Error::new(S3ErrorCode::NotModified)),
+            Verdict::NotModified => Err(not_modified(etag, modified_ms)),
             Verdict::PreconditionFailed => Err(s3_error!(PreconditionFailed)),
         }
     }
@@ -77,6 +78,26 @@ impl Conditions<'_> {
             _ => Err(s3_error!(PreconditionFailed)),
         }
     }
+}
+
+/// S3's 304 for an object with `etag`, last modified at `modified_ms`.
+fn not_modified(etag: &str, modified_ms: u64) -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    let mut h = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", etag.trim_matches('"'))) {
+        h.insert(http::header::ETAG, v);
+    }
+    if let Some(t) = i64::try_from(modified_ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+    {
+        let date = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        if let Ok(v) = http::HeaderValue::from_str(&date) {
+            h.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(h);
+    e
 }
 
 /// The bytes a `Range` header selects of an object of `size` bytes (all of
@@ -154,6 +175,13 @@ mod tests {
         };
         assert_eq!(c.check("abc", 0), Verdict::NotModified);
         assert!(c.for_copy_source("abc", 0).is_err());
+        let e = c.for_read("abc", 1_000).unwrap_err();
+        let h = e.headers().expect("a 304 names the object");
+        assert_eq!(h.get("etag").unwrap(), "\"abc\"");
+        assert_eq!(
+            h.get("last-modified").unwrap(),
+            "Thu, 01 Jan 1970 00:00:01 GMT"
+        );
     }
 
     #[test]

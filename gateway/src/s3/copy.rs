@@ -92,6 +92,22 @@ pub async fn object(
         Some(ETagCondition::Any) => "*".to_string(),
         Some(ETagCondition::ETag(e)) => e.value().to_string(),
     };
+    // om takes only ETags it could have made (an MD5, or an MD5 and a part
+    // count) and refuses others as invalid; to S3 any other value is just
+    // an ETag no object has: If-Match fails, If-None-Match holds.
+    if i.copy_source_if_match
+        .as_ref()
+        .is_some_and(|c| matches!(c, ETagCondition::ETag(e) if !om_etag(e.value())))
+    {
+        return Err(s3_error!(PreconditionFailed));
+    }
+    let mut i = i;
+    if i.copy_source_if_none_match
+        .as_ref()
+        .is_some_and(|c| matches!(c, ETagCondition::ETag(e) if !om_etag(e.value())))
+    {
+        i.copy_source_if_none_match = None;
+    }
     let mut r = CopyKeyRequest {
         header: None,
         src_volume: s.volume.clone(),
@@ -175,6 +191,19 @@ pub async fn object(
         expiration: expiration(&k),
         ..Default::default()
     }))
+}
+
+/// Whether `e` is an ETag om makes: 32 hex digits, then maybe `-` and a
+/// part count.
+fn om_etag(e: &str) -> bool {
+    let e = e.trim_matches('"');
+    let (md5, parts) = match e.split_once('-') {
+        Some((m, n)) => (m, Some(n)),
+        None => (e, None),
+    };
+    md5.len() == 32
+        && md5.bytes().all(|b| b.is_ascii_hexdigit())
+        && parts.is_none_or(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 async fn copy_again(om: &OmClient, r: CopyKeyRequest) -> S3Result<KeyInfo> {

@@ -163,9 +163,20 @@ pub(super) fn om_rule(r: LifecycleRule) -> S3Result<OmRule> {
     {
         unsupported.push("NoncurrentVersionTransition".to_string());
     }
+    // Status is exactly Enabled or Disabled (S3 refuses "enabled").
+    let enabled = match r.status.as_str() {
+        ExpirationStatus::ENABLED => true,
+        ExpirationStatus::DISABLED => false,
+        _ => {
+            return Err(s3_error!(
+                MalformedXML,
+                "a rule's Status is Enabled or Disabled"
+            ));
+        }
+    };
     Ok(OmRule {
         id: r.id.unwrap_or_default(),
-        enabled: r.status.as_str() == ExpirationStatus::ENABLED,
+        enabled,
         filter,
         expiration,
         noncurrent_version_expiration: noncurrent,

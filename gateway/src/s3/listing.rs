@@ -134,6 +134,12 @@ fn opt_encode(s: Option<String>, encode: bool) -> Option<String> {
     s.map(|s| maybe_encode(s, encode))
 }
 
+/// A request's delimiter as the answer echoes it: an empty one is no
+/// delimiter, and S3 then sends no `Delimiter` element.
+fn echo_delimiter(d: Option<String>, encode: bool) -> Option<String> {
+    opt_encode(d.filter(|d| !d.is_empty()), encode)
+}
+
 pub async fn objects_v1(
     s: &OmS3,
     req: S3Request<ListObjectsInput>,
@@ -155,14 +161,17 @@ pub async fn objects_v1(
     let next_marker = g.truncated.then(|| maybe_encode(g.next_marker, encode));
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(i.bucket),
-        prefix: Some(maybe_encode(i.prefix.unwrap_or_default(), encode)),
+        // V1 echoes Prefix as given even with encoding-type=url (S3, and
+        // the SDKs, which decode only Delimiter, Marker, NextMarker, keys
+        // and common prefixes of a V1 answer).
+        prefix: Some(i.prefix.unwrap_or_default()),
         marker: Some(maybe_encode(i.marker.unwrap_or_default(), encode)),
         max_keys: Some(max as i32),
         is_truncated: Some(g.truncated),
         contents: (!g.keys.is_empty())
             .then(|| g.keys.into_iter().map(|k| object(k, encode)).collect()),
         common_prefixes: prefixes(g.prefixes, encode),
-        delimiter: opt_encode(i.delimiter, encode),
+        delimiter: echo_delimiter(i.delimiter, encode),
         next_marker,
         encoding_type: i.encoding_type,
         ..Default::default()
@@ -203,7 +212,7 @@ pub async fn objects_v2(
         contents: (!g.keys.is_empty())
             .then(|| g.keys.into_iter().map(|k| object(k, encode)).collect()),
         common_prefixes: prefixes(g.prefixes, encode),
-        delimiter: opt_encode(i.delimiter, encode),
+        delimiter: echo_delimiter(i.delimiter, encode),
         encoding_type: i.encoding_type,
         start_after: opt_encode(i.start_after, encode),
         ..Default::default()
@@ -309,7 +318,7 @@ pub async fn versions(
     Ok(S3Response::new(ListObjectVersionsOutput {
         common_prefixes: prefixes(common, encode),
         delete_markers: (!markers.is_empty()).then_some(markers),
-        delimiter: opt_encode(i.delimiter, encode),
+        delimiter: echo_delimiter(i.delimiter, encode),
         encoding_type: i.encoding_type,
         is_truncated: Some(truncated),
         key_marker: Some(maybe_encode(i.key_marker.unwrap_or_default(), encode)),

@@ -88,19 +88,28 @@ async fn store_part(
         })
         .await
         .map_err(from_om)?;
-    let blocks = objects::write_blocks(
+    let names = (s.volume.as_str(), bucket, key);
+    let written = objects::write_blocks(
         om,
         &s.store,
-        (&s.volume, bucket, key),
+        names,
         open.session_id,
         open.blocks.into(),
         &mut body,
         expected,
     )
-    .await?;
+    .await;
+    let blocks = match written {
+        Ok(b) => b,
+        Err(e) => {
+            objects::abandon(om, names, open.session_id).await;
+            return Err(e);
+        }
+    };
     let (size, md5) = body.finish();
     if let Err(e) = data::check_body(size, &md5, declared_len, declared_md5) {
         objects::delete_blocks(&s.store, &blocks).await;
+        objects::abandon(om, names, open.session_id).await;
         return Err(e);
     }
     let committed = om
@@ -124,6 +133,7 @@ async fn store_part(
             // that applied, so those blocks are left to om.
             if matches!(e, om_client::ClientError::Api { .. }) {
                 objects::delete_blocks(&s.store, &blocks).await;
+                objects::abandon(om, names, open.session_id).await;
             }
             Err(from_om(e))
         }
@@ -211,6 +221,20 @@ pub async fn upload_part_copy(
     }))
 }
 
+/// The ETag S3 gives the object a multipart upload of `parts` makes: the
+/// MD5 of the parts' MD5s, then `-` and the number of parts.
+fn multipart_etag(parts: &[OmPart]) -> String {
+    use md5::{Digest, Md5};
+    let mut h = Md5::new();
+    for p in parts {
+        match hex::decode(&p.etag) {
+            Ok(b) => h.update(&b),
+            Err(_) => return String::new(),
+        }
+    }
+    format!("{}-{}", hex::encode(h.finalize()), parts.len())
+}
+
 /// The parts a CompleteMultipartUpload lists, as om takes them.
 fn completed_parts(m: Option<CompletedMultipartUpload>) -> S3Result<Vec<OmPart>> {
     let parts = m.and_then(|m| m.parts).unwrap_or_default();
@@ -244,19 +268,29 @@ pub async fn complete(
     let i = req.input;
     let parts = completed_parts(i.multipart_upload)?;
     let conds = write_conditions(i.if_match.as_ref(), i.if_none_match.as_ref())?;
-    let r = om
+    let done = om
         .complete_multipart_upload(CompleteMultipartUploadRequest {
             header: None,
             volume: s.volume.clone(),
             bucket: i.bucket.clone(),
             key: i.key.clone(),
             upload_id: i.upload_id.clone(),
-            parts,
+            parts: parts.clone(),
             conditions: conds,
         })
-        .await
-        .map_err(from_om)?;
-    let k = r.key.unwrap_or_default();
+        .await;
+    let k = match done {
+        Ok(r) => r.key.unwrap_or_default(),
+        // S3 answers a completion repeated (a client retrying a lost answer)
+        // with the object it made: the key still holds what those parts make.
+        Err(e) if e.reason() == "UPLOAD_NOT_FOUND" => {
+            match om.lookup_key(&s.volume, &i.bucket, &i.key).await {
+                Ok(k) if k.etag.trim_matches('"') == multipart_etag(&parts) => k,
+                _ => return Err(from_om(e)),
+            }
+        }
+        Err(e) => return Err(from_om(e)),
+    };
     Ok(S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(i.bucket.clone()),
         key: Some(i.key.clone()),

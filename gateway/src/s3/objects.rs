@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use om_client::OmClient;
 use om_client::v1::{
-    AllocateBlockRequest, BlockInfo, CommitKeyRequest, KeyConditions, KeyInfo, OpenKeyRequest,
+    AbortKeyRequest, AllocateBlockRequest, BlockInfo, CommitKeyRequest, KeyConditions, KeyInfo,
+    OpenKeyRequest,
 };
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
@@ -194,6 +195,26 @@ pub(super) async fn write_blocks(
     }
 }
 
+/// Closes a write session that will not commit (the body failed, its
+/// Content-MD5 did not match, om refused the commit), so it neither holds
+/// its blocks nor keeps its bucket from being deleted until om expires it.
+/// A failure is only logged: om expires the session in the end.
+pub(super) async fn abandon(om: &OmClient, names: (&str, &str, &str), session_id: u64) {
+    let (volume, bucket, key) = names;
+    let r = om
+        .abort_key(AbortKeyRequest {
+            header: None,
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            session_id,
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, session_id, "cannot abort a write session; om expires it");
+    }
+}
+
 /// Deletes uncommitted blocks (failures are logged: om frees the session's
 /// blocks when it expires, and the reclaimer deletes them then).
 pub(super) async fn delete_blocks(store: &Arc<dyn BlockStore>, blocks: &[BlockInfo]) {
@@ -246,7 +267,9 @@ pub async fn put(
                     || (!c.if_match.is_empty()
                         && k.etag.trim_matches('"') != c.if_match.trim_matches('"'))
             }
-            None => !c.if_match.is_empty(),
+            // S3: If-Match on a key that does not exist is 404 NoSuchKey.
+            None if !c.if_match.is_empty() => return Err(s3_error!(NoSuchKey)),
+            None => false,
         };
         if fails {
             return Err(s3_error!(PreconditionFailed));
@@ -275,19 +298,28 @@ pub async fn put(
         Some(b) => Body::request(b, MAX_PUT_SIZE),
         None => Body::source(Box::pin(futures::stream::empty()), MAX_PUT_SIZE),
     };
-    let blocks = write_blocks(
+    let names = (volume, bucket, key);
+    let written = write_blocks(
         &om,
         &s.store,
-        (volume, bucket, key),
+        names,
         open.session_id,
         open.blocks.into(),
         &mut body,
         expected,
     )
-    .await?;
+    .await;
+    let blocks = match written {
+        Ok(b) => b,
+        Err(e) => {
+            abandon(&om, names, open.session_id).await;
+            return Err(e);
+        }
+    };
     let (size, md5) = body.finish();
     if let Err(e) = data::check_body(size, &md5, input.content_length, declared_md5) {
         delete_blocks(&s.store, &blocks).await;
+        abandon(&om, names, open.session_id).await;
         return Err(e);
     }
     let commit = om
@@ -311,6 +343,7 @@ pub async fn put(
             // a commit that applied, so its blocks are left to om.
             if matches!(e, om_client::ClientError::Api { .. }) {
                 delete_blocks(&s.store, &blocks).await;
+                abandon(&om, names, open.session_id).await;
             }
             return Err(from_om(e));
         }

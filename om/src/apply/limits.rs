@@ -228,6 +228,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             object(&c.volume, &c.bucket, "key", &c.key)?;
             blocks_per_call("count", c.count)?;
         }
+        Op::AbortKey(c) => object(&c.volume, &c.bucket, "key", &c.key)?,
         Op::CommitKey(c) => {
             object(&c.volume, &c.bucket, "key", &c.key)?;
             key_size("size", c.size)?;

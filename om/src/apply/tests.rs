@@ -399,3 +399,58 @@ fn parts_take_the_blocks_of_their_write_session() {
         "SESSION_NOT_FOUND"
     );
 }
+
+/// AbortKey (rules 9) closes a session uncommitted: every block it was
+/// given is released, the key is untouched, the bucket counts no open key.
+#[test]
+fn an_aborted_session_releases_its_blocks() {
+    let mut sm = Sm::new();
+    setup(&mut sm, LAYOUT_OBJECT_STORE);
+    let command_result::Result::OpenKey(s) = sm.ok(Op::OpenKey(st::OpenKey {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: "k".into(),
+        blocks: 2,
+        block_size: 1 << 20,
+        ..Default::default()
+    })) else {
+        panic!("no session")
+    };
+    let abort = || {
+        Op::AbortKey(st::AbortKey {
+            volume: "vol".into(),
+            bucket: "bkt".into(),
+            key: "k".into(),
+            session_id: s.session_id,
+        })
+    };
+    assert_eq!(sm.rejected_rules(abort(), 8), "UNSUPPORTED_COMMAND");
+    let before = crate::store::dump_table(&sm.db, keys::DELETED_BLOCKS_CF).unwrap();
+    sm.ok(abort());
+    assert!(
+        crate::store::dump_table(&sm.db, keys::OPEN_KEYS_CF)
+            .unwrap()
+            .is_empty()
+    );
+    let after = crate::store::dump_table(&sm.db, keys::DELETED_BLOCKS_CF).unwrap();
+    let released: Vec<u64> = after
+        .iter()
+        .filter(|(k, _)| !before.contains_key(*k))
+        .flat_map(|(_, v)| {
+            <om_proto::store::DeletedBlocksRecord as prost::Message>::decode(v.as_slice())
+                .unwrap()
+                .blocks
+        })
+        .map(|b| b.block_id)
+        .collect();
+    let mut given: Vec<u64> = s.blocks.iter().map(|b| b.block_id).collect();
+    given.sort();
+    let mut released = released;
+    released.sort();
+    assert_eq!(released, given);
+    let bucket = table::get::<BucketTable>(&sm.db, &keys::bucket_key("vol", "bkt"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((bucket.open_key_count, bucket.key_count), (0, 0));
+    assert_eq!(sm.rejected(abort()), "SESSION_NOT_FOUND");
+}

@@ -241,6 +241,31 @@ impl Ctx<'_> {
         }
     }
 
+    /// AbortKey (rules 9): closes a session uncommitted, releasing every
+    /// block it was given; the key is untouched.
+    pub(super) fn abort_key(
+        &self,
+        b: &mut WriteBatch,
+        c: &om_proto::store::AbortKey,
+    ) -> Result<CommandResult, OmError> {
+        if self.rules < 9 {
+            return Err(OmError::invalid(
+                "UNSUPPORTED_COMMAND",
+                "op",
+                "aborting a write session needs apply rules 9",
+            ));
+        }
+        let mut bucket = self.bucket(&c.volume, &c.bucket)?;
+        let s = self.session(&bucket, &c.key, c.session_id)?;
+        let origin = format!(
+            "aborted session {} of {}/{}/{}",
+            c.session_id, c.volume, c.bucket, c.key
+        );
+        self.finish_session(b, &mut bucket, &s, &[], origin)?;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::Empty(om_proto::store::Empty {}))
+    }
+
     /// Closes session `s`, whose blocks `used` now hold committed data:
     /// frees its other allocated blocks (noting `origin`) and counts one
     /// open key less in `bucket` (which the caller writes).

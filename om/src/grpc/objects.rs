@@ -165,6 +165,21 @@ pub async fn commit_key(
     Ok(CommitKeyResponse { key: Some(key) })
 }
 
+pub async fn abort_key(svc: &OmService, r: AbortKeyRequest) -> Result<AbortKeyResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
+    object_names(&r.volume, &r.bucket, &r.key)?;
+    let op = Op::AbortKey(st::AbortKey {
+        volume: r.volume,
+        bucket: r.bucket,
+        key: r.key,
+        session_id: r.session_id,
+    });
+    match svc.propose(id, op).await? {
+        command_result::Result::Empty(_) => Ok(AbortKeyResponse {}),
+        other => Err(unexpected(other)),
+    }
+}
+
 pub async fn list_open_keys(
     svc: &OmService,
     r: ListOpenKeysRequest,
