@@ -10,6 +10,7 @@
 
 mod alerts;
 mod checks;
+mod gateway;
 mod render;
 mod rendering;
 mod statefulset;
