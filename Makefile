@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-profile soak-retry-cache fmt lint
+.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-s3 bench-profile soak-retry-cache fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -85,5 +85,9 @@ bench-backup: build
 	bash scripts/bench-backup.sh $(KEYS)
 
 # Retry-cache expiry under a 10-minute write load at 256 clients (see BENCHMARKS.md).
+# The S3 gateway: PUT/GET throughput and latency, om's cost per S3 operation.
+bench-s3: build
+	bash scripts/bench-s3.sh
+
 soak-retry-cache: build
 	bash scripts/retry-cache-soak.sh
