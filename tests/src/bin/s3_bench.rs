@@ -37,7 +37,8 @@ fn args() -> Args {
         sizes: vec![4096, 1 << 20],
         clients: vec![1, 16, 64],
     };
-    let list = |v: &str| -> Vec<usize> { v.split(',').map(|x| x.parse().expect("a number")).collect() };
+    let list =
+        |v: &str| -> Vec<usize> { v.split(',').map(|x| x.parse().expect("a number")).collect() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -52,7 +53,10 @@ fn args() -> Args {
             other => panic!("unknown flag {other}"),
         }
     }
-    assert!(!a.access_key.is_empty(), "--access-key and --secret-key are needed");
+    assert!(
+        !a.access_key.is_empty(),
+        "--access-key and --secret-key are needed"
+    );
     a
 }
 
@@ -61,7 +65,13 @@ fn client(a: &Args) -> Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(&a.url)
-        .credentials_provider(Credentials::new(&a.access_key, &a.secret_key, None, None, "bench"))
+        .credentials_provider(Credentials::new(
+            &a.access_key,
+            &a.secret_key,
+            None,
+            None,
+            "bench",
+        ))
         .force_path_style(true)
         .http_client(aws_smithy_http_client::Builder::new().build_http())
         .build();
@@ -83,7 +93,12 @@ async fn om_counters(addrs: &[String]) -> (f64, f64) {
         let mut text = String::new();
         let _ = s.read_to_string(&mut text).await;
         for line in text.lines() {
-            let value = || line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            let value = || {
+                line.rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
             if line.starts_with("om_grpc_requests_total{") {
                 requests += value();
             } else if line.starts_with("om_raft_applied_index ") {
@@ -174,7 +189,11 @@ fn row(op: &str, size: usize, clients: usize, p: &Phase) {
     let secs = p.elapsed.as_secs_f64();
     println!(
         "| {op} | {} | {clients} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
-        if size >= 1 << 20 { format!("{} MiB", size >> 20) } else { format!("{} KiB", size >> 10) },
+        if size >= 1 << 20 {
+            format!("{} MiB", size >> 20)
+        } else {
+            format!("{} KiB", size >> 10)
+        },
         p.ops as f64 / secs,
         percentile(&p.latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&p.latencies, 0.99).as_secs_f64() * 1e3,
@@ -189,8 +208,14 @@ async fn main() {
     let a = Arc::new(args());
     let c = client(&a);
     let bucket = format!("bench-{:08x}", rand::random::<u32>());
-    c.create_bucket().bucket(&bucket).send().await.expect("create the bucket");
-    println!("| op | size | clients | ops/s | p50 ms | p99 ms | MiB/s | om RPCs/op | Raft entries/op |");
+    c.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create the bucket");
+    println!(
+        "| op | size | clients | ops/s | p50 ms | p99 ms | MiB/s | om RPCs/op | Raft entries/op |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for &size in &a.sizes {
         let data = bytes::Bytes::from(vec![0x5a; size]);
