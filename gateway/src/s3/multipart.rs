@@ -69,7 +69,7 @@ async fn store_part(
     om: &om_client::OmClient,
     names: (&str, &str, &str),
     number: i32,
-    mut body: Body,
+    body: Body,
     declared_len: Option<i64>,
     declared_md5: Option<[u8; 16]>,
 ) -> S3Result<PartInfo> {
@@ -89,29 +89,8 @@ async fn store_part(
         .await
         .map_err(from_om)?;
     let names = (s.volume.as_str(), bucket, key);
-    let written = objects::write_blocks(
-        om,
-        &s.store,
-        names,
-        open.session_id,
-        open.blocks.into(),
-        &mut body,
-        expected,
-    )
-    .await;
-    let blocks = match written {
-        Ok(b) => b,
-        Err(e) => {
-            objects::abandon(om, names, open.session_id).await;
-            return Err(e);
-        }
-    };
-    let (size, md5) = body.finish();
-    if let Err(e) = data::check_body(size, &md5, declared_len, declared_md5) {
-        objects::delete_blocks(&s.store, &blocks).await;
-        objects::abandon(om, names, open.session_id).await;
-        return Err(e);
-    }
+    let w =
+        objects::write_session(om, &s.store, names, open, body, declared_len, declared_md5).await?;
     let committed = om
         .commit_part(CommitPartRequest {
             header: None,
@@ -120,23 +99,15 @@ async fn store_part(
             key: key.to_string(),
             upload_id: upload_id.to_string(),
             part_number: number as u32,
-            size,
-            etag: hex::encode(md5),
-            session_id: open.session_id,
-            blocks: blocks.clone(),
+            size: w.size,
+            etag: hex::encode(w.md5),
+            session_id: w.session_id,
+            blocks: w.blocks.clone(),
         })
         .await;
     match committed {
         Ok(r) => Ok(r.part.unwrap_or_default()),
-        Err(e) => {
-            // A refusal committed nothing; unavailability may hide a commit
-            // that applied, so those blocks are left to om.
-            if matches!(e, om_client::ClientError::Api { .. }) {
-                objects::delete_blocks(&s.store, &blocks).await;
-                objects::abandon(om, names, open.session_id).await;
-            }
-            Err(from_om(e))
-        }
+        Err(e) => Err(objects::commit_failed(om, &s.store, names, &w, e).await),
     }
 }
 

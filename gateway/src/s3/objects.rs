@@ -16,7 +16,7 @@ use std::sync::Arc;
 use om_client::OmClient;
 use om_client::v1::{
     AbortKeyRequest, AllocateBlockRequest, BlockInfo, CommitKeyRequest, KeyConditions, KeyInfo,
-    OpenKeyRequest,
+    OpenKeyRequest, OpenKeyResponse,
 };
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
@@ -195,6 +195,76 @@ pub(super) async fn write_blocks(
     }
 }
 
+/// A body written into a write session's blocks, not committed yet.
+pub(super) struct Written {
+    pub session_id: u64,
+    pub blocks: Vec<BlockInfo>,
+    pub size: u64,
+    pub md5: [u8; 16],
+}
+
+/// Streams `body` into the blocks of the session `open` (more are
+/// allocated as needed) and checks it against the length and Content-MD5
+/// the client declared. On any failure the written blocks are deleted and
+/// the session aborted: nothing is left for the commit the caller makes.
+pub(super) async fn write_session(
+    om: &OmClient,
+    store: &Arc<dyn BlockStore>,
+    names: (&str, &str, &str),
+    open: OpenKeyResponse,
+    mut body: Body,
+    declared_len: Option<i64>,
+    declared_md5: Option<[u8; 16]>,
+) -> S3Result<Written> {
+    let expected = declared_len.and_then(|n| u64::try_from(n).ok());
+    let written = write_blocks(
+        om,
+        store,
+        names,
+        open.session_id,
+        open.blocks.into(),
+        &mut body,
+        expected,
+    )
+    .await;
+    let blocks = match written {
+        Ok(b) => b,
+        Err(e) => {
+            abandon(om, names, open.session_id).await;
+            return Err(e);
+        }
+    };
+    let (size, md5) = body.finish();
+    if let Err(e) = data::check_body(size, &md5, declared_len, declared_md5) {
+        delete_blocks(store, &blocks).await;
+        abandon(om, names, open.session_id).await;
+        return Err(e);
+    }
+    Ok(Written {
+        session_id: open.session_id,
+        blocks,
+        size,
+        md5,
+    })
+}
+
+/// The answer to a commit of `w` that failed with `e`. A refusal committed
+/// nothing: the blocks are deleted and the session aborted. Unavailability
+/// may hide a commit that applied, so then they are left to om.
+pub(super) async fn commit_failed(
+    om: &OmClient,
+    store: &Arc<dyn BlockStore>,
+    names: (&str, &str, &str),
+    w: &Written,
+    e: om_client::ClientError,
+) -> S3Error {
+    if matches!(e, om_client::ClientError::Api { .. }) {
+        delete_blocks(store, &w.blocks).await;
+        abandon(om, names, w.session_id).await;
+    }
+    from_om(e)
+}
+
 /// Closes a write session that will not commit (the body failed, its
 /// Content-MD5 did not match, om refused the commit), so it neither holds
 /// its blocks nor keeps its bucket from being deleted until om expires it.
@@ -294,59 +364,39 @@ pub async fn put(
         })
         .await
         .map_err(from_om)?;
-    let mut body = match input.body {
+    let body = match input.body {
         Some(b) => Body::request(b, MAX_PUT_SIZE),
         None => Body::source(Box::pin(futures::stream::empty()), MAX_PUT_SIZE),
     };
     let names = (volume, bucket, key);
-    let written = write_blocks(
+    let w = write_session(
         &om,
         &s.store,
         names,
-        open.session_id,
-        open.blocks.into(),
-        &mut body,
-        expected,
+        open,
+        body,
+        input.content_length,
+        declared_md5,
     )
-    .await;
-    let blocks = match written {
-        Ok(b) => b,
-        Err(e) => {
-            abandon(&om, names, open.session_id).await;
-            return Err(e);
-        }
-    };
-    let (size, md5) = body.finish();
-    if let Err(e) = data::check_body(size, &md5, input.content_length, declared_md5) {
-        delete_blocks(&s.store, &blocks).await;
-        abandon(&om, names, open.session_id).await;
-        return Err(e);
-    }
+    .await?;
+    let size = w.size;
     let commit = om
         .commit_key(CommitKeyRequest {
             header: None,
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             key: key.to_string(),
-            session_id: open.session_id,
+            session_id: w.session_id,
             size,
-            blocks: blocks.clone(),
-            etag: hex::encode(md5),
+            blocks: w.blocks.clone(),
+            etag: hex::encode(w.md5),
             conditions: conds,
             ..Default::default()
         })
         .await;
     let k = match commit {
         Ok(r) => r.key.unwrap_or_default(),
-        Err(e) => {
-            // A refusal means nothing was committed; unavailability may hide
-            // a commit that applied, so its blocks are left to om.
-            if matches!(e, om_client::ClientError::Api { .. }) {
-                delete_blocks(&s.store, &blocks).await;
-                abandon(&om, names, open.session_id).await;
-            }
-            return Err(from_om(e));
-        }
+        Err(e) => return Err(commit_failed(&om, &s.store, names, &w, e).await),
     };
     Ok(S3Response::new(PutObjectOutput {
         e_tag: etag(&k.etag),

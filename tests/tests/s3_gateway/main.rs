@@ -1,0 +1,269 @@
+//! The S3 gateway end to end: a real S3 client (`aws-sdk-s3`) against the
+//! `om-s3` binary over a 3-node om with authentication on. The gateway
+//! holds IMPERSONATE and acts for the credential's user, so om's ACLs and
+//! audit log see that user. `objects`: every operation a gateway serves;
+//! `faults`: a leader kill during a multipart upload, and lifecycle.
+
+mod faults;
+mod objects;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, Tag,
+    Tagging, VersioningConfiguration,
+};
+use md5::Digest;
+use om_client::v1::*;
+use om_client::{ClientOptions, OmClient};
+use om_tests::{MemberAddrs, TestNode, cluster_addrs, free_port, wait_for};
+
+const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
+const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
+const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
+
+struct Env {
+    dir: tempfile::TempDir,
+    addrs: Vec<MemberAddrs>,
+    _nodes: Vec<TestNode>,
+    gateway: Child,
+    url: String,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.gateway.kill();
+        let _ = self.gateway.wait();
+    }
+}
+
+impl Env {
+    fn om(&self, token: &str) -> OmClient {
+        let eps: Vec<String> = self.addrs.iter().map(|a| a.grpc.clone()).collect();
+        OmClient::new(
+            &eps,
+            ClientOptions {
+                deadline: Duration::from_secs(15),
+                token: Some(token.to_string()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    fn blocks(&self) -> PathBuf {
+        self.dir.path().join("blocks")
+    }
+
+    /// Every block file the gateway holds.
+    fn block_files(&self) -> Vec<PathBuf> {
+        fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.blocks(), &mut out);
+        out
+    }
+
+    /// Where the gateway keeps block `id`.
+    fn block_path(&self, id: u64) -> PathBuf {
+        self.blocks()
+            .join(format!("{:02x}", id & 0xff))
+            .join(format!("{id:016x}"))
+    }
+
+    fn audit_lines(&self) -> Vec<String> {
+        (1..=self.addrs.len())
+            .flat_map(|id| {
+                std::fs::read_to_string(self.dir.path().join(format!("audit-{id}.log")))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+/// Three om members with tokens (ops an admin, gw the gateway's principal,
+/// also an admin as its block reclamation needs, alice a user) and `om-s3`
+/// in front of them.
+async fn env() -> Env {
+    env_with(|_| {}).await
+}
+
+async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
+    std::fs::write(
+        &tokens,
+        format!(
+            "{}\n{}\n{}\n",
+            line("ops", OPS, b"salt-ops-"),
+            line("alice", ALICE, b"salt-alice"),
+            line("gw", GW, b"salt-gw-"),
+        ),
+    )
+    .unwrap();
+    let addrs = cluster_addrs(3);
+    let mut nodes = Vec::new();
+    let tweak = &tweak;
+    for a in &addrs {
+        let (tokens, audit) = (
+            tokens.clone(),
+            dir.path().join(format!("audit-{}.log", a.id)),
+        );
+        nodes.push(
+            TestNode::start_member_with(a, &addrs, None, move |args| {
+                args.token_file = Some(tokens);
+                args.insecure = true;
+                // The gateway reclaims blocks (an admin's right; admins
+                // also hold IMPERSONATE).
+                args.admins = Some("ops,gw".to_string());
+                args.audit_log = Some(audit);
+                tweak(args);
+            })
+            .await,
+        );
+    }
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let mut env = Env {
+        gateway: Command::new("true").spawn().unwrap(),
+        url: format!("http://{listen}"),
+        dir,
+        addrs,
+        _nodes: nodes,
+    };
+    let ops = env.om(OPS);
+    wait_for(Duration::from_secs(20), "a leader", || {
+        let ops = &ops;
+        async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
+    })
+    .await;
+    // The gateway's volume, owned by ops; alice may create buckets in it.
+    ops.create_volume("s3v", "ops").await.unwrap();
+    ops.set_acl(SetAclRequest {
+        volume: "s3v".into(),
+        mode: AclMode::Add as i32,
+        grants: vec![AclGrant {
+            kind: GranteeKind::User as i32,
+            name: "alice".into(),
+            rights: vec![
+                AclRight::Create as i32,
+                AclRight::List as i32,
+                AclRight::Read as i32,
+            ],
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _ = env.gateway.wait();
+    env.gateway = Command::new(om_tests::binary("om-s3"))
+        .args(["--endpoint", &endpoints.join(",")])
+        .args(["--listen", &listen])
+        .arg("--blocks")
+        .arg(env.blocks())
+        .args(["--volume", "s3v", "--secret-cache-seconds", "1"])
+        .env("OM_TOKEN", GW)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start om-s3");
+    wait_for(Duration::from_secs(20), "the gateway to listen", || {
+        let listen = listen.clone();
+        async move { tokio::net::TcpStream::connect(listen).await.ok() }
+    })
+    .await;
+    env
+}
+
+fn s3(url: &str, key: &str, secret: &str) -> Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new(key, secret, None, None, "test"))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(conf)
+}
+
+/// The S3 error code and HTTP status of a failed call.
+fn code<E: ProvideErrorMetadata, R: std::fmt::Debug>(
+    r: Result<impl std::fmt::Debug, SdkError<E, R>>,
+) -> (String, u16) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => {
+            let status = match &e {
+                SdkError::ServiceError(s) => {
+                    let raw: &R = s.raw();
+                    format!("{raw:?}")
+                }
+                _ => String::new(),
+            };
+            let http = status
+                .split("status: StatusCode(")
+                .nth(1)
+                .and_then(|s| s.get(..3))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            (e.code().unwrap_or("").to_string(), http)
+        }
+    }
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    format!("{:x}", md5::Md5::digest(b))
+}
+
+async fn body(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    c.get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec()
+}
+
+/// A plain HTTP/1.1 GET of `url`: the status and the body.
+async fn http_get(url: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text[9..12].parse().unwrap();
+    (status, text)
+}
