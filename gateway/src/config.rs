@@ -11,6 +11,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use om_client::ClientOptions;
 
+use crate::blocks::Location;
+
 // Not `Debug`: it holds the om bearer token.
 #[derive(Parser, Clone)]
 #[command(
@@ -25,7 +27,10 @@ pub struct Config {
     /// Address the S3 API listens on.
     #[arg(long, env = "OM_S3_LISTEN", default_value = "127.0.0.1:9878")]
     pub listen: SocketAddr,
-    /// Where object data lives: a directory, or a `file:///path` URL.
+    /// Where object data lives: a directory, a `file:///path` URL, or a
+    /// bucket `s3://BUCKET[/PREFIX]`, `gs://...`, `az://CONTAINER[/PREFIX]`
+    /// configured from the store's environment (`AWS_*`, `GOOGLE_*`,
+    /// `AZURE_*`). Every gateway of one om cluster must use the same store.
     #[arg(long, env = "OM_S3_BLOCKS", default_value = "blocks")]
     pub blocks: String,
     /// The om volume that holds the S3 buckets (created at start if missing).
@@ -77,9 +82,9 @@ pub struct Config {
 }
 
 impl Config {
-    /// The block directory `--blocks` names.
-    pub fn blocks_dir(&self) -> Result<PathBuf> {
-        blocks_dir(&self.blocks)
+    /// The block store `--blocks` names.
+    pub fn block_location(&self) -> Result<Location> {
+        Location::parse(&self.blocks)
     }
 
     /// om client settings: TLS, token and deadline.
@@ -118,23 +123,6 @@ impl Config {
     }
 }
 
-/// A block directory from a plain path or a `file://` URL.
-fn blocks_dir(s: &str) -> Result<PathBuf> {
-    if let Some(rest) = s.strip_prefix("file://") {
-        if !rest.starts_with('/') {
-            bail!("--blocks {s:?}: a file URL needs an absolute path (file:///path)");
-        }
-        return Ok(PathBuf::from(rest));
-    }
-    if let Some((scheme, _)) = s.split_once("://") {
-        bail!("--blocks {s:?}: unsupported block store {scheme:?} (a directory or file:///path)");
-    }
-    if s.is_empty() {
-        bail!("--blocks is empty");
-    }
-    Ok(PathBuf::from(s))
-}
-
 /// A clearer error than clap's for an endpoint list that is empty.
 pub fn endpoints(s: &str) -> Result<Vec<String>> {
     let v: Vec<String> = s
@@ -162,19 +150,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn block_locations() {
-        assert_eq!(blocks_dir("blocks").unwrap(), PathBuf::from("blocks"));
-        assert_eq!(blocks_dir("/data/b").unwrap(), PathBuf::from("/data/b"));
-        assert_eq!(
-            blocks_dir("file:///data/b").unwrap(),
-            PathBuf::from("/data/b")
-        );
-        assert!(blocks_dir("file://data").is_err());
-        assert!(blocks_dir("s3://bucket").is_err());
-        assert!(blocks_dir("").is_err());
-    }
-
-    #[test]
     fn defaults_and_domains() {
         let c = from_args([
             "om-s3",
@@ -188,6 +163,10 @@ mod tests {
         assert!(!c.reclaim);
         assert_eq!(c.volume, "s3v");
         assert_eq!(c.secret_cache_seconds, 10);
+        assert_eq!(
+            c.block_location().unwrap(),
+            Location::Dir(PathBuf::from("blocks"))
+        );
         assert_eq!(endpoints("a:1, b:2,").unwrap(), vec!["a:1", "b:2"]);
         assert!(endpoints(" , ").is_err());
     }

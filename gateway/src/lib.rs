@@ -33,7 +33,7 @@ pub mod s3;
 
 pub use config::Config;
 
-use blocks::{BlockStore, LocalBlocks};
+use blocks::BlockStore;
 
 /// How long `start` keeps trying to reach om for the volume.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
@@ -172,11 +172,8 @@ pub async fn start(cfg: Config) -> Result<Running> {
 /// `start` with a given om client and without making sure the volume
 /// exists (for a program that manages the volume itself).
 pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
-    let dir = cfg.blocks_dir()?;
-    let store: Arc<dyn BlockStore> = Arc::new(
-        LocalBlocks::open(&dir)
-            .with_context(|| format!("opening the block store {}", dir.display()))?,
-    );
+    let location = cfg.block_location()?;
+    let store: Arc<dyn BlockStore> = location.open().await?;
     let auth = auth::Auth::new(om.clone(), Duration::from_secs(cfg.secret_cache_seconds));
     let mut builder = S3ServiceBuilder::new(s3::OmS3::new(
         auth.clone(),
@@ -215,7 +212,7 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         let every = Duration::from_secs(cfg.reclaim_seconds.max(1));
         tasks.spawn(reclaim::run(om, store, every, stopped));
     }
-    tracing::info!(%addr, volume = %cfg.volume, blocks = %dir.display(), reclaim = cfg.reclaim, "serving S3");
+    tracing::info!(%addr, volume = %cfg.volume, blocks = %location, reclaim = cfg.reclaim, "serving S3");
     Ok(Running {
         addr,
         http_addr,

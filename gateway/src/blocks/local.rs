@@ -1,8 +1,3 @@
-//! Object data. om keeps every key's metadata and names its data as blocks
-//! (ids om allocates); the gateway keeps the bytes of those blocks in a
-//! `BlockStore`. Data always flows in chunks: no object, part or block is
-//! ever held whole in memory.
-//!
 //! `LocalBlocks` keeps one file per block under a directory, fanned out into
 //! 256 subdirectories by the block id's low byte. Every file is written to a
 //! temporary name, fsync'd, renamed into place and its directory fsync'd, so
@@ -13,37 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-/// A stream of data chunks.
-pub type ByteStream<'a> = BoxStream<'a, io::Result<Bytes>>;
-
-/// Size of the chunks reads yield.
-const READ_CHUNK: usize = 256 * 1024;
-
-/// Where object data lives. Every method is safe to call concurrently; a
-/// block id is written by one writer only (om hands each id out once).
-#[async_trait]
-pub trait BlockStore: Send + Sync + 'static {
-    /// Writes block `id` from `data` (replacing any earlier content), durable
-    /// when this returns; answers the bytes written. On error nothing is
-    /// left under the block's name.
-    async fn put(&self, id: u64, data: ByteStream<'_>) -> io::Result<u64>;
-
-    /// `len` bytes of block `id` from `offset`. Fails at once when the block
-    /// is missing or shorter than `offset + len`.
-    async fn get(&self, id: u64, offset: u64, len: u64) -> io::Result<ByteStream<'static>>;
-
-    /// Removes block `id`; a missing block is not an error.
-    async fn delete(&self, id: u64) -> io::Result<()>;
-
-    /// Removes unfinished writes older than `age` (what a crashed gateway
-    /// left); answers how many were removed.
-    async fn sweep(&self, age: Duration) -> io::Result<usize>;
-}
+use super::{BlockStore, ByteStream, READ_CHUNK};
 
 /// Blocks as files under one directory.
 pub struct LocalBlocks {
@@ -219,6 +188,7 @@ async fn sweep_dir(dir: &Path, age: Duration, pick: impl Fn(&str) -> bool) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use futures::TryStreamExt;
 
     fn chunks(parts: &[&'static [u8]]) -> ByteStream<'static> {
