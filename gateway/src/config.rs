@@ -46,7 +46,8 @@ pub struct Config {
     #[arg(long, env = "OM_S3_SECRET_CACHE_SECONDS", default_value_t = 10)]
     pub secret_cache_seconds: u64,
     /// Free the blocks om releases (list, delete, acknowledge). Enable it on
-    /// one gateway per block store; it needs admin rights on om.
+    /// at least one gateway of the om cluster (more only repeat the work);
+    /// it needs admin rights on om.
     #[arg(
         long,
         env = "OM_S3_RECLAIM",

@@ -50,7 +50,12 @@ impl CloudBlocks {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let u = url.as_str();
         let store: Arc<dyn ObjectStore> = match url.scheme() {
-            "s3" => Arc::new(AmazonS3Builder::from_env().with_url(u).build().map_err(to_io)?),
+            "s3" => Arc::new(
+                AmazonS3Builder::from_env()
+                    .with_url(u)
+                    .build()
+                    .map_err(to_io)?,
+            ),
             "gs" => Arc::new(
                 GoogleCloudStorageBuilder::from_env()
                     .with_url(u)
@@ -101,12 +106,13 @@ impl CloudBlocks {
 }
 
 /// An `object_store` error as an I/O error; a missing object stays
-/// `NotFound`.
+/// `NotFound`. Only the message is kept: it already quotes its causes.
 fn to_io(e: object_store::Error) -> io::Error {
-    match e {
-        object_store::Error::NotFound { .. } => io::Error::new(io::ErrorKind::NotFound, e),
-        e => io::Error::other(e),
-    }
+    let kind = match e {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.to_string())
 }
 
 #[async_trait]
@@ -139,9 +145,9 @@ impl BlockStore for CloudBlocks {
 
     async fn get(&self, id: u64, offset: u64, len: u64) -> io::Result<ByteStream<'static>> {
         let path = self.block_path(id);
-        let end = offset.checked_add(len).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "block range overflows")
-        })?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "block range overflows"))?;
         let short = |size: u64| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -258,7 +264,11 @@ mod tests {
                 .map(|c| Ok(Bytes::copy_from_slice(c)))
                 .collect();
             parts.push(Err(io::Error::other("client went away")));
-            assert!(s.put(9, futures::stream::iter(parts).boxed()).await.is_err());
+            assert!(
+                s.put(9, futures::stream::iter(parts).boxed())
+                    .await
+                    .is_err()
+            );
             let left: Vec<_> = mem.list(None).try_collect().await.unwrap();
             assert!(left.is_empty(), "{left:?}");
             assert!(s.get(9, 0, 0).await.is_err());

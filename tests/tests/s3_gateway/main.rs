@@ -2,10 +2,12 @@
 //! `om-s3` binary over a 3-node om with authentication on. The gateway
 //! holds IMPERSONATE and acts for the credential's user, so om's ACLs and
 //! audit log see that user. `objects`: every operation a gateway serves;
-//! `faults`: a leader kill during a multipart upload, and lifecycle.
+//! `faults`: a leader kill during a multipart upload, and lifecycle;
+//! `stores`: blocks kept in an S3 bucket instead of a directory.
 
 mod faults;
 mod objects;
+mod stores;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,6 +60,37 @@ impl Env {
         .unwrap()
     }
 
+    /// `om-s3` over the members as the gateway principal, with `args` and
+    /// `envs` added.
+    fn gateway_command(&self, listen: &str, args: &[&str], envs: &[(&str, &str)]) -> Command {
+        let endpoints: Vec<String> = self.addrs.iter().map(|a| a.grpc.clone()).collect();
+        let mut c = Command::new(om_tests::binary("om-s3"));
+        c.args(["--endpoint", &endpoints.join(",")])
+            .args(["--listen", listen])
+            .args(args)
+            .envs(envs.iter().copied())
+            .env("OM_TOKEN", GW)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        c
+    }
+
+    /// A gateway started by `gateway_command` and listening: the process and
+    /// its URL.
+    async fn start_gateway(&self, args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let child = self
+            .gateway_command(&listen, args, envs)
+            .spawn()
+            .expect("start om-s3");
+        wait_for(Duration::from_secs(30), "the gateway to listen", || {
+            let listen = listen.clone();
+            async move { tokio::net::TcpStream::connect(listen).await.ok() }
+        })
+        .await;
+        (child, format!("http://{listen}"))
+    }
+
     fn blocks(&self) -> PathBuf {
         self.dir.path().join("blocks")
     }
@@ -107,6 +140,11 @@ async fn env() -> Env {
 }
 
 async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
+    env_opts(tweak, &[]).await
+}
+
+/// `env_with`, and `gateway_args` added to the gateway's command line.
+async fn env_opts(tweak: impl Fn(&mut om::config::Args), gateway_args: &[&str]) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
@@ -141,11 +179,9 @@ async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
             .await,
         );
     }
-    let listen = format!("127.0.0.1:{}", free_port());
-    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
     let mut env = Env {
         gateway: Command::new("true").spawn().unwrap(),
-        url: format!("http://{listen}"),
+        url: String::new(),
         dir,
         addrs,
         _nodes: nodes,
@@ -175,22 +211,18 @@ async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
     .await
     .unwrap();
     let _ = env.gateway.wait();
-    env.gateway = Command::new(om_tests::binary("om-s3"))
-        .args(["--endpoint", &endpoints.join(",")])
-        .args(["--listen", &listen])
-        .arg("--blocks")
-        .arg(env.blocks())
-        .args(["--volume", "s3v", "--secret-cache-seconds", "1"])
-        .env("OM_TOKEN", GW)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start om-s3");
-    wait_for(Duration::from_secs(20), "the gateway to listen", || {
-        let listen = listen.clone();
-        async move { tokio::net::TcpStream::connect(listen).await.ok() }
-    })
-    .await;
+    let blocks = env.blocks();
+    let mut args = vec![
+        "--blocks",
+        blocks.to_str().unwrap(),
+        "--volume",
+        "s3v",
+        "--secret-cache-seconds",
+        "1",
+    ];
+    args.extend_from_slice(gateway_args);
+    let (gateway, url) = env.start_gateway(&args, &[]).await;
+    (env.gateway, env.url) = (gateway, url);
     env
 }
 
