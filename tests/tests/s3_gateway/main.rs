@@ -3,9 +3,11 @@
 //! holds IMPERSONATE and acts for the credential's user, so om's ACLs and
 //! audit log see that user. `objects`: every operation a gateway serves;
 //! `faults`: a leader kill during a multipart upload, and lifecycle;
-//! `stores`: blocks kept in an S3 bucket instead of a directory.
+//! `large`: a 5 GiB multipart object with declared parts; `stores`: blocks
+//! kept in an S3 bucket instead of a directory.
 
 mod faults;
+mod large;
 mod objects;
 mod stores;
 
