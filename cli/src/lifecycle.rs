@@ -267,6 +267,7 @@ fn rule(v: &Value, i: usize) -> Result<LifecycleRule> {
         expiration,
         noncurrent_version_expiration,
         abort_incomplete_multipart_upload,
+        legacy_prefix: m.contains_key("Prefix"),
         unsupported: UNSUPPORTED
             .iter()
             .filter(|k| m.contains_key(**k))
@@ -332,7 +333,14 @@ pub fn to_json(rules: &[LifecycleRule]) -> Value {
                     json!({"And": and})
                 }
             };
-            m.insert("Filter".into(), f);
+            // A rule given with the older top-level Prefix is shown so.
+            match (&f, r.legacy_prefix) {
+                (Value::Object(o), true) if o.len() <= 1 => {
+                    let p = o.get("Prefix").cloned().unwrap_or_else(|| json!(""));
+                    m.insert("Prefix".into(), p)
+                }
+                _ => m.insert("Filter".into(), f),
+            };
             if let Some(e) = &r.expiration {
                 let mut x = Map::new();
                 if let Some(d) = e.days {
@@ -616,16 +624,17 @@ mod tests {
             Some(1_798_761_600_000)
         );
         assert_eq!(to_json(&rules), src);
-        // The older rule-level Prefix becomes a filter.
-        let old = parse(
-            &json!({"Rules": [{"ID": "a", "Status": "Enabled", "Prefix": "x/",
-            "Expiration": {"Days": 1}}]}),
-        )
-        .unwrap();
+        // The older rule-level Prefix becomes a filter, remembered as given
+        // and printed back in its form.
+        let src = json!({"Rules": [{"ID": "a", "Status": "Enabled", "Prefix": "x/",
+            "Expiration": {"Days": 1}}]});
+        let old = parse(&src).unwrap();
         assert_eq!(
             old[0].filter.as_ref().unwrap().predicate,
             Some(Predicate::Prefix("x/".into()))
         );
+        assert!(old[0].legacy_prefix);
+        assert_eq!(to_json(&old), src);
     }
 
     /// What S3 decides about a rule reaches the server as given: no `ID`

@@ -36,6 +36,7 @@ impl CondArgs {
                 if_match: self.if_match.clone(),
                 if_none_match_any: self.if_none_match,
                 expected_update_id: self.expected_update_id,
+                ..Default::default()
             },
         )
     }

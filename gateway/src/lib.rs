@@ -26,6 +26,7 @@ pub mod auth;
 pub mod blocks;
 pub mod config;
 pub mod errors;
+mod front;
 mod host;
 mod http;
 pub mod reclaim;
@@ -138,7 +139,7 @@ async fn serve(
         conns.spawn(async move {
             let _permit = permit;
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = builder.serve_connection(TokioIo::new(stream), front::Front(service));
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {

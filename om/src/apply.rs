@@ -58,7 +58,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 9;
+pub const RULES: u32 = 10;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.

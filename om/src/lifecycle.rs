@@ -181,6 +181,19 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         Some(f) => filter(f, &at, r)?,
         None => false,
     };
+    if r.legacy_prefix
+        && !matches!(
+            r.filter.as_ref().and_then(|f| f.predicate.as_ref()),
+            None | Some(Predicate::Prefix(_))
+        )
+    {
+        return Err(bad(
+            "INVALID_FILTER",
+            format!("{at}.legacy_prefix"),
+            r,
+            "a rule in the legacy form filters by a prefix only",
+        ));
+    }
     let mut actions = 0;
     if let Some(e) = &r.expiration {
         actions += 1;

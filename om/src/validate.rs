@@ -226,6 +226,27 @@ pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {
     }
 }
 
+/// Longest ETag a write condition may name.
+pub const MAX_CONDITION_ETAG_BYTES: usize = 1024;
+
+/// An ETag a write condition compares with (If-Match, If-None-Match): any
+/// visible ASCII up to `MAX_CONDITION_ETAG_BYTES`, as S3 takes it. A value
+/// that is no ETag om could hold is not refused: it simply never matches
+/// (S3 answers `If-Match: badetag` 412, or 404 for a missing key).
+pub fn condition_etag(field: &'static str, etag: &str) -> Result<(), OmError> {
+    if etag.len() <= MAX_CONDITION_ETAG_BYTES && etag.bytes().all(|b| b.is_ascii_graphic()) {
+        return Ok(());
+    }
+    Err(OmError::invalid(
+        "INVALID_ETAG",
+        field,
+        format!(
+            "{field} {} is not at most {MAX_CONDITION_ETAG_BYTES} visible ASCII characters",
+            quote_prefix(etag)
+        ),
+    ))
+}
+
 /// An ETag as clients send it (S3 quotes them) in the stored form: no
 /// surrounding quotes, lowercase.
 pub fn normalize_etag(etag: &str) -> String {

@@ -19,6 +19,7 @@ use super::OmS3;
 use super::codec::{self, etag, header_version, ts};
 use super::data::{self, MAX_PUT_SIZE};
 use super::objects::{self, expiration};
+use super::stored::Stored;
 use crate::blocks::BlockStore;
 use crate::errors::{self, from_om};
 
@@ -132,7 +133,14 @@ pub async fn object(
             OmMetadata::Copy as i32
         },
         metadata: if replace_meta {
-            i.metadata.clone().unwrap_or_default().into_iter().collect()
+            Stored::from_request(
+                i.cache_control.as_ref(),
+                i.content_disposition.as_ref(),
+                i.content_encoding.as_ref(),
+                i.content_language.as_ref(),
+                i.expires.as_ref(),
+            )
+            .with_user(i.metadata.as_ref())
         } else {
             Default::default()
         },

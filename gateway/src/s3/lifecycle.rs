@@ -114,6 +114,7 @@ fn s3_filter(f: LifecycleFilter) -> LifecycleRuleFilter {
 
 /// An S3 rule as om's.
 pub(super) fn om_rule(r: LifecycleRule) -> S3Result<OmRule> {
+    let legacy_prefix = r.prefix.is_some();
     let filter = match (r.filter, r.prefix) {
         (Some(f), None) => Some(om_filter(f)?),
         (None, Some(p)) => Some(LifecycleFilter {
@@ -182,6 +183,7 @@ pub(super) fn om_rule(r: LifecycleRule) -> S3Result<OmRule> {
         noncurrent_version_expiration: noncurrent,
         abort_incomplete_multipart_upload: abort,
         unsupported,
+        legacy_prefix,
     })
 }
 
@@ -195,8 +197,15 @@ pub(super) fn s3_rule(r: OmRule) -> LifecycleRule {
         } else {
             ExpirationStatus::DISABLED
         }),
-        filter: Some(s3_filter(r.filter.unwrap_or_default())),
-        prefix: None,
+        // Returned in the form it was given: the older top-level Prefix, or
+        // a Filter.
+        filter: (!r.legacy_prefix).then(|| s3_filter(r.filter.clone().unwrap_or_default())),
+        prefix: r
+            .legacy_prefix
+            .then(|| match r.filter.and_then(|f| f.predicate) {
+                Some(Predicate::Prefix(p)) => p,
+                _ => String::new(),
+            }),
         expiration: r.expiration.map(|e| LifecycleExpiration {
             days: e.days.map(as_i32),
             date: e.date_ms.map(codec::ts),
@@ -358,10 +367,16 @@ mod tests {
         r.transitions = Some(vec![Transition::default()]);
         let om = om_rule(r).unwrap();
         assert_eq!(
-            om.filter.unwrap().predicate,
+            om.filter.as_ref().unwrap().predicate,
             Some(Predicate::Prefix("old/".into()))
         );
+        assert!(om.legacy_prefix);
         assert_eq!(om.unsupported, vec!["Transition".to_string()]);
+        // Returned in the form it was given.
+        let back = s3_rule(om);
+        assert_eq!((back.prefix.as_deref(), back.filter), (Some("old/"), None));
+        let back = s3_rule(om_rule(rule()).unwrap());
+        assert!(back.prefix.is_none() && back.filter.is_some());
 
         let mut r = rule();
         r.filter = Some(LifecycleRuleFilter {

@@ -17,6 +17,7 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::auth::Auth;
 use crate::blocks::BlockStore;
+use crate::front::RequestId;
 
 mod buckets;
 pub(crate) mod codec;
@@ -28,6 +29,7 @@ mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
+mod stored;
 mod tagging;
 
 /// The gateway's S3 implementation.
@@ -53,11 +55,23 @@ impl OmS3 {
     }
 }
 
-/// Counts and times one operation's outcome.
-fn observe<T>(op: &'static str, started: Instant, r: S3Result<T>) -> S3Result<T> {
-    let status = match &r {
+/// Counts and times one operation's outcome; an error carries the
+/// request's id.
+fn observe<T>(
+    op: &'static str,
+    started: Instant,
+    id: Option<RequestId>,
+    mut r: S3Result<T>,
+) -> S3Result<T> {
+    let status = match &mut r {
         Ok(_) => "OK".to_string(),
-        Err(e) => e.code().as_str().to_string(),
+        Err(e) => {
+            if let Some(id) = id {
+                tracing::debug!(request_id = %id.0, code = e.code().as_str(), "{op} refused");
+                e.set_request_id(id.0);
+            }
+            e.code().as_str().to_string()
+        }
     };
     metrics::counter!("om_s3_requests_total", "operation" => op, "status" => status).increment(1);
     metrics::histogram!("om_s3_request_seconds", "operation" => op)
@@ -73,7 +87,8 @@ macro_rules! operations {
             $(
                 async fn $method(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
                     let started = Instant::now();
-                    observe($name, started, $func(self, req).await)
+                    let id = req.extensions.get::<RequestId>().cloned();
+                    observe($name, started, id, $func(self, req).await)
                 }
             )*
         }

@@ -22,6 +22,7 @@ use super::copy;
 use super::data::{self, Body, MAX_PUT_SIZE};
 use super::listing::{page_size, url_encoded};
 use super::objects::{self, expiration, refuse_encryption, write_conditions};
+use super::stored::Stored;
 use crate::errors::from_om;
 
 /// S3's part numbers.
@@ -44,7 +45,14 @@ pub async fn create(
             bucket: i.bucket.clone(),
             key: i.key.clone(),
             content_type: i.content_type.unwrap_or_default(),
-            metadata: i.metadata.unwrap_or_default().into_iter().collect(),
+            metadata: Stored::from_request(
+                i.cache_control.as_ref(),
+                i.content_disposition.as_ref(),
+                i.content_encoding.as_ref(),
+                i.content_language.as_ref(),
+                i.expires.as_ref(),
+            )
+            .with_user(i.metadata.as_ref()),
             tags: codec::parse_tagging(i.tagging.as_deref())?,
         })
         .await

@@ -25,6 +25,7 @@ use super::OmS3;
 use super::codec::{self, etag, header_version, ts};
 use super::conditions::{self, Conditions};
 use super::data::{self, Body, MAX_PUT_SIZE, PART_CHUNK};
+use super::stored::Stored;
 use crate::blocks::BlockStore;
 use crate::errors::{delete_marker_headers, from_om};
 
@@ -55,22 +56,12 @@ pub(super) fn write_conditions(
     match if_none_match {
         None => {}
         Some(ETagCondition::Any) => c.if_none_match_any = true,
-        Some(_) => {
-            return Err(s3_error!(
-                NotImplemented,
-                "If-None-Match on a write takes only *"
-            ));
-        }
+        Some(ETagCondition::ETag(e)) => c.if_none_match = e.value().to_string(),
     }
     match if_match {
         None => {}
         Some(ETagCondition::ETag(e)) => c.if_match = e.value().to_string(),
-        Some(ETagCondition::Any) => {
-            return Err(s3_error!(
-                NotImplemented,
-                "If-Match on a write takes an ETag"
-            ));
-        }
+        Some(ETagCondition::Any) => c.if_match_any = true,
     }
     Ok((c != KeyConditions::default()).then_some(c))
 }
@@ -114,10 +105,6 @@ pub(super) fn expiration(k: &KeyInfo) -> Option<String> {
 
 fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
-}
-
-fn metadata(k: &KeyInfo) -> Option<Metadata> {
-    (!k.metadata.is_empty()).then(|| k.metadata.clone().into_iter().collect())
 }
 
 /// How many blocks a write session asks for at open: enough for the
@@ -353,12 +340,14 @@ pub async fn put(
             bucket: bucket.to_string(),
             key: key.to_string(),
             content_type: input.content_type.clone().unwrap_or_default(),
-            metadata: input
-                .metadata
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
+            metadata: Stored::from_request(
+                input.cache_control.as_ref(),
+                input.content_disposition.as_ref(),
+                input.content_encoding.as_ref(),
+                input.content_language.as_ref(),
+                input.expires.as_ref(),
+            )
+            .with_user(input.metadata.as_ref()),
             blocks: first_blocks(expected),
             tags,
         })
@@ -431,6 +420,9 @@ pub async fn get(
     let len = span.end - span.start;
     let content_range = partial.then(|| conditions::content_range(&span, k.size));
     let body = data::read(&s.store, &k.blocks, span).await?;
+    let (stored, metadata) = Stored::split(&k.metadata);
+    // `response-*` parameters override what is stored.
+    let or = |over: &Option<String>, kept: Option<String>| over.clone().or(kept);
     Ok(S3Response::new(GetObjectOutput {
         body: Some(data::blob(body)),
         content_length: i64::try_from(len).ok(),
@@ -438,8 +430,13 @@ pub async fn get(
         accept_ranges: Some("bytes".to_string()),
         e_tag: etag(&k.etag),
         last_modified: Some(ts(k.modification_time_ms)),
-        content_type: non_empty(&k.content_type),
-        metadata: metadata(&k),
+        content_type: or(&i.response_content_type, non_empty(&k.content_type)),
+        cache_control: or(&i.response_cache_control, stored.cache_control),
+        content_disposition: or(&i.response_content_disposition, stored.content_disposition),
+        content_encoding: or(&i.response_content_encoding, stored.content_encoding),
+        content_language: or(&i.response_content_language, stored.content_language),
+        expires: i.response_expires.clone().or(stored.expires),
+        metadata,
         version_id: header_version(&k.version_id),
         tag_count: (k.tag_count > 0).then(|| i32::try_from(k.tag_count).unwrap_or(i32::MAX)),
         expiration: expiration(&k),
@@ -468,6 +465,7 @@ pub async fn head(
     }
     .for_read(&k.etag, k.modification_time_ms)?;
     let (span, partial) = conditions::select(i.range.as_ref(), k.size)?;
+    let (stored, metadata) = Stored::split(&k.metadata);
     let out = HeadObjectOutput {
         content_length: i64::try_from(span.end - span.start).ok(),
         content_range: partial.then(|| conditions::content_range(&span, k.size)),
@@ -475,7 +473,12 @@ pub async fn head(
         e_tag: etag(&k.etag),
         last_modified: Some(ts(k.modification_time_ms)),
         content_type: non_empty(&k.content_type),
-        metadata: metadata(&k),
+        cache_control: stored.cache_control,
+        content_disposition: stored.content_disposition,
+        content_encoding: stored.content_encoding,
+        content_language: stored.content_language,
+        expires: stored.expires,
+        metadata,
         version_id: header_version(&k.version_id),
         expiration: expiration(&k),
         ..Default::default()
@@ -501,8 +504,15 @@ mod tests {
         let m = ETagCondition::ETag(ETag::Strong("abc".into()));
         let c = write_conditions(Some(&m), None).unwrap().unwrap();
         assert_eq!(c.if_match, "abc");
-        assert!(write_conditions(Some(&ETagCondition::Any), None).is_err());
-        assert!(write_conditions(None, Some(&m)).is_err());
+        let c = write_conditions(Some(&ETagCondition::Any), None)
+            .unwrap()
+            .unwrap();
+        assert!(c.if_match_any && c.if_match.is_empty());
+        let c = write_conditions(None, Some(&m)).unwrap().unwrap();
+        assert_eq!(
+            (c.if_none_match.as_str(), c.if_none_match_any),
+            ("abc", false)
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Conditional writes: If-None-Match, If-Match and an expected update id,
-//! checked against the key a write would replace.
+//! Conditional writes: If-None-Match (`*` or an ETag), If-Match (`*` or an
+//! ETag) and an expected update id, checked against the key a write would
+//! replace. The `*`-less If-Match and If-None-Match forms came with rules 10;
+//! entries of earlier rules never carry them.
 
 use om_proto::store::{KeyConditions, KeyRecord};
 
@@ -10,12 +12,34 @@ pub(super) fn check_conditions(
     cond: &KeyConditions,
     current: Option<&KeyRecord>,
     path: &str,
+    rules: u32,
 ) -> Result<(), OmError> {
+    if rules < 10 && (cond.if_match_any || !cond.if_none_match.is_empty()) {
+        return Err(OmError::invalid(
+            "UNSUPPORTED_COMMAND",
+            "conditions",
+            "If-Match: * and If-None-Match with an ETag need apply rules 10",
+        ));
+    }
     if cond.if_none_match_any && current.is_some() {
         return Err(OmError::precondition(
             "IF_NONE_MATCH_FAILED",
             "conditions.if_none_match_any",
             format!("key {path} exists"),
+        ));
+    }
+    if !cond.if_none_match.is_empty() && current.is_some_and(|k| k.etag == cond.if_none_match) {
+        return Err(OmError::precondition(
+            "IF_NONE_MATCH_FAILED",
+            "conditions.if_none_match",
+            format!("key {path} has ETag {:?}", cond.if_none_match),
+        ));
+    }
+    if cond.if_match_any && current.is_none() {
+        return Err(OmError::not_found(
+            "KEY_NOT_FOUND",
+            "conditions.if_match_any",
+            format!("key {path} does not exist"),
         ));
     }
     if !cond.if_match.is_empty() {

@@ -48,6 +48,13 @@ impl Ctx<'_> {
                 "lifecycle configurations need apply rules 4",
             ));
         }
+        if self.rules < 10 && c.rules.iter().any(|r| r.legacy_prefix) {
+            return Err(OmError::invalid(
+                "UNSUPPORTED_COMMAND",
+                "rules.legacy_prefix",
+                "rules in the legacy Prefix form need apply rules 10",
+            ));
+        }
         let bucket = self.bucket(&c.volume, &c.bucket)?;
         let key = keys::bucket_key(&c.volume, &c.bucket);
         if c.delete {

@@ -441,8 +441,28 @@ fn etag(field: &'static str, e: &str) -> Result<(), OmError> {
     Ok(())
 }
 
+/// A condition's ETags are compared, never stored: bounded by what the edge
+/// takes (`validate::MAX_CONDITION_ETAG_BYTES`, above `MAX_ETAG_BYTES` since
+/// rules 10, whose leaders alone send longer ones).
 fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
-    c.map_or(Ok(()), |c| etag("conditions.if_match", &c.if_match))
+    let Some(c) = c else { return Ok(()) };
+    for (field, e) in [
+        ("conditions.if_match", &c.if_match),
+        ("conditions.if_none_match", &c.if_none_match),
+    ] {
+        if e.len() > validate::MAX_CONDITION_ETAG_BYTES {
+            return Err(OmError::invalid(
+                "INVALID_ETAG",
+                field,
+                format!(
+                    "{field} is {} bytes; a condition names at most {}",
+                    e.len(),
+                    validate::MAX_CONDITION_ETAG_BYTES
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A key's size: at most `MAX_KEY_SIZE` (S3's 5 TiB). Shared with the edge.

@@ -52,6 +52,7 @@ impl Ctx<'_> {
                 cond,
                 sup.live(),
                 &format!("{}/{}/{name}", bucket.volume, bucket.name),
+                self.rules,
             )?;
         }
         Ok(sup)

@@ -191,7 +191,7 @@ impl Ctx<'_> {
                 }
                 let old = fs::get_file(self.db, *parent, name)?;
                 if let Some(cond) = &c.conditions {
-                    super::conditions::check_conditions(cond, old.as_ref(), &c.key)?;
+                    super::conditions::check_conditions(cond, old.as_ref(), &c.key, self.rules)?;
                 }
                 if s.rec.no_overwrite && old.is_some() {
                     return Err(OmError::exists(

@@ -172,7 +172,7 @@ pub async fn complete_multipart(
         conditions: conditions(r.conditions)?,
         max_key_size: MAX_KEY_SIZE,
     });
-    let key = key_response(svc.propose(id, op).await?)?;
+    let key = key_response(svc, svc.propose(id, op).await?)?;
     Ok(CompleteMultipartUploadResponse { key: Some(key) })
 }
 

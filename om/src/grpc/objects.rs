@@ -48,22 +48,34 @@ pub(super) fn object_names(volume: &str, bucket: &str, key: &str) -> Result<(), 
 pub fn conditions(c: Option<KeyConditions>) -> Result<Option<st::KeyConditions>, OmError> {
     let Some(c) = c else { return Ok(None) };
     let if_match = normalize_etag(&c.if_match);
-    validate::etag("conditions.if_match", &if_match)?;
+    validate::condition_etag("conditions.if_match", &if_match)?;
+    let if_none_match = normalize_etag(&c.if_none_match);
+    validate::condition_etag("conditions.if_none_match", &if_none_match)?;
     Ok(Some(st::KeyConditions {
         if_match,
         if_none_match_any: c.if_none_match_any,
         expected_update_id: c.expected_update_id,
+        if_match_any: c.if_match_any,
+        if_none_match,
     }))
 }
 
-pub(super) fn key_response(r: command_result::Result) -> Result<KeyInfo, OmError> {
+/// The key a write answers, with the expiry a lifecycle rule gives it (S3
+/// answers `x-amz-expiration` to PutObject, CopyObject and
+/// CompleteMultipartUpload). The rules are read from this member's state
+/// after the write applied: the same answer LookupKey gives.
+pub(super) fn key_response(svc: &OmService, r: command_result::Result) -> Result<KeyInfo, OmError> {
     match r {
-        command_result::Result::Key(k) => Ok(key_info(
-            &k.volume,
-            &k.bucket,
-            k.name,
-            k.key.unwrap_or_default(),
-        )),
+        command_result::Result::Key(k) => {
+            let rec = k.key.unwrap_or_default();
+            let expiry = svc.expiration_of(&k.volume, &k.bucket, &k.name, &rec)?;
+            let mut info = key_info(&k.volume, &k.bucket, k.name, rec);
+            if let Some((at_ms, rule_id)) = expiry {
+                info.expiration_ms = at_ms;
+                info.expiration_rule_id = rule_id;
+            }
+            Ok(info)
+        }
         other => Err(unexpected(other)),
     }
 }
@@ -161,7 +173,7 @@ pub async fn commit_key(
         content_type: r.content_type,
         conditions: conditions(r.conditions)?,
     });
-    let key = key_response(svc.propose(id, op).await?)?;
+    let key = key_response(svc, svc.propose(id, op).await?)?;
     Ok(CommitKeyResponse { key: Some(key) })
 }
 
@@ -286,7 +298,7 @@ pub async fn copy_key(svc: &OmService, r: CopyKeyRequest) -> Result<CopyKeyRespo
             Default::default()
         },
     });
-    let key = key_response(svc.propose(id, op).await?)?;
+    let key = key_response(svc, svc.propose(id, op).await?)?;
     Ok(CopyKeyResponse { key: Some(key) })
 }
 

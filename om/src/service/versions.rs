@@ -223,15 +223,17 @@ impl OmService {
         }
         let stamp = match ver {
             VersionRef::Stamp(s) => s,
-            VersionRef::Null => current.and_then(|c| c.null_history).ok_or_else(|| {
-                v::version_not_found(
-                    &q.volume,
-                    &q.bucket,
-                    &q.key_marker,
-                    &q.version_id_marker,
-                    "version_id_marker",
-                )
-            })?,
+            VersionRef::Null => match current.and_then(|c| c.null_history) {
+                Some(s) => s,
+                // A marker is a position, and the null version that held it
+                // is gone (deleted since the page that named it): resume at
+                // the key, its current version included (deleting newer
+                // versions may have made an older one current). Versions
+                // older than the null one were not listed yet; newer ones
+                // still kept are listed again, which a scan survives (a
+                // skipped version it would not).
+                None => return Ok(Start::At(marker.to_vec())),
+            },
         };
         let mut at = keys::key_successor(marker);
         at.extend_from_slice(&(!stamp).to_be_bytes());

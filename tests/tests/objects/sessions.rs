@@ -115,6 +115,20 @@ async fn sessions_open_allocate_and_commit() {
         "conditions.if_match",
     )
     .await;
+    // If-Match: * needs the key to exist.
+    let mut cond = commit_req("a/obj", s1.session_id, good.clone(), size);
+    cond.conditions = Some(KeyConditions {
+        if_match_any: true,
+        ..Default::default()
+    });
+    rejected(
+        &node,
+        c.commit_key(cond),
+        Code::NotFound,
+        "KEY_NOT_FOUND",
+        "conditions.if_match_any",
+    )
+    .await;
 
     // Commit with create-only: the third allocated block was not used.
     let mut req = commit_req("a/obj", s1.session_id, good.clone(), size);
@@ -163,6 +177,31 @@ async fn sessions_open_allocate_and_commit() {
         "conditions.if_match",
     )
     .await;
+    // If-None-Match with the current ETag fails; a malformed one is refused.
+    req.conditions = Some(KeyConditions {
+        if_none_match: format!("\"{}\"", k.etag),
+        ..Default::default()
+    });
+    rejected(
+        &node,
+        c.commit_key(req.clone()),
+        Code::FailedPrecondition,
+        "IF_NONE_MATCH_FAILED",
+        "conditions.if_none_match",
+    )
+    .await;
+    req.conditions = Some(KeyConditions {
+        if_none_match: "x".repeat(1025),
+        ..Default::default()
+    });
+    rejected(
+        &node,
+        c.commit_key(req.clone()),
+        Code::InvalidArgument,
+        "INVALID_ETAG",
+        "conditions.if_none_match",
+    )
+    .await;
     req.conditions = Some(KeyConditions {
         expected_update_id: k.update_id + 1,
         ..Default::default()
@@ -178,6 +217,10 @@ async fn sessions_open_allocate_and_commit() {
     req.conditions = Some(KeyConditions {
         if_match: format!("\"{}\"", k.etag.to_uppercase()),
         expected_update_id: k.update_id,
+        // Both pass: the key exists, and has another ETag (a value that is
+        // no ETag at all never matches).
+        if_match_any: true,
+        if_none_match: "badetag".into(),
         ..Default::default()
     });
     let k2 = c.commit_key(req).await.unwrap().key.unwrap();

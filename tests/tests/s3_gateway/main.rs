@@ -3,10 +3,13 @@
 //! holds IMPERSONATE and acts for the credential's user, so om's ACLs and
 //! audit log see that user. `objects`: every operation a gateway serves;
 //! `faults`: a leader kill during a multipart upload, and lifecycle;
+//! `headers`: conditional writes, stored headers, request ids, presigned
+//! URL bounds;
 //! `large`: a 5 GiB multipart object with declared parts; `stores`: blocks
 //! kept in an S3 bucket instead of a directory.
 
 mod faults;
+mod headers;
 mod large;
 mod objects;
 mod stores;
