@@ -7,7 +7,9 @@
 //! files on disk after compaction drops them from the store, until released.
 //! Hence the bound on copies ([`MAX_SESSIONS`]) and the idle release. Reads
 //! share one byte rate (`--backup-rate`), so a backup cannot take the disk
-//! from the foreground.
+//! from the foreground, and every thread that takes, scans or reads a copy
+//! runs at the lowest CPU and I/O priority, so where the member is short of
+//! CPU its requests go first.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -32,6 +34,63 @@ pub const DEFAULT_RATE: u64 = 32 << 20;
 
 /// The subdirectory of the data directory holding copies.
 pub const DIR: &str = "backups";
+
+/// Nice value of the threads that take, scan and read copies: on a member
+/// short of CPU, foreground requests run first (Linux applies it per
+/// thread; 19 is the lowest priority, still never starved outright).
+const BACKUP_NICE: libc::c_int = 19;
+
+/// Lowers the calling thread's CPU priority to [`BACKUP_NICE`] and its I/O
+/// priority to the lowest best-effort level, so a backup yields to the
+/// foreground wherever the machine is short of either. Best effort: a
+/// failure only costs the foreground more.
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread's own id.
+    unsafe {
+        let tid = libc::gettid();
+        if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKUP_NICE) != 0 {
+            tracing::debug!("backup thread: setpriority failed");
+        }
+        // ioprio_set(IOPRIO_WHO_PROCESS, tid, best-effort class, level 7).
+        const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+        const BEST_EFFORT_LOWEST: libc::c_long = (2 << 13) | 7;
+        if libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            libc::c_long::from(tid),
+            BEST_EFFORT_LOWEST,
+        ) != 0
+        {
+            tracing::debug!("backup thread: ioprio_set failed");
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own at background priority (not a pooled
+/// thread: the priority would stay with the pool).
+pub async fn in_background<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, OmError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    spawn_background(name, move || {
+        let _ = tx.send(f());
+    })?;
+    rx.await
+        .map_err(|_| OmError::Internal("a backup thread ended without an answer".into()))
+}
+
+fn spawn_background(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), OmError> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            background_priority();
+            f()
+        })
+        .map(drop)
+        .map_err(|e| OmError::Internal(format!("starting a backup thread: {e}")))
+}
 
 struct Session {
     dir: PathBuf,
@@ -237,7 +296,7 @@ impl Backups {
         let (tx, rx) = mpsc::channel(2);
         let me = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || {
+        spawn_background("om-backup-read", move || {
             let _guard = guard;
             let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
             let mut sent = 0u64;
@@ -275,7 +334,7 @@ impl Backups {
                     return;
                 }
             }
-        });
+        })?;
         Ok(rx)
     }
 

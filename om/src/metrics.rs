@@ -23,9 +23,21 @@ pub fn recorder() -> PrometheusHandle {
             // Another recorder may already be installed (e.g. by an embedding
             // test); then this handle renders only what it sees, which is fine.
             let _ = metrics::set_global_recorder(recorder);
+            zero_counters();
             handle
         })
         .clone()
+}
+
+/// Counters that alerts and dashboards read but that count rare events,
+/// exported at 0 from the start: a counter whose series appears only with
+/// its first event never shows an increase in Prometheus (`increase()` sees
+/// one sample), so the alert on that first event would stay silent. The
+/// deploy tests' live Prometheus run checks every metric the rules read.
+fn zero_counters() {
+    for name in ["om_audit_dropped_total", "om_unauthenticated_total"] {
+        metrics::counter!(name).increment(0);
+    }
 }
 
 /// Raft state as gauges, registered once: openraft publishes new metrics on

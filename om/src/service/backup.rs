@@ -32,9 +32,8 @@ impl OmService {
         self.read_barrier(barrier).await?;
         let time_ms = self.now_ms();
         let db = self.db.clone();
-        let (session, d) = tokio::task::spawn_blocking(move || backups.start(&db))
-            .await
-            .map_err(|e| OmError::Internal(format!("backup task: {e}")))??;
+        let (session, d) =
+            crate::backup::in_background("om-backup-copy", move || backups.start(&db)).await??;
         let (applied_index, applied_term, applied_leader) = d.applied.map_or((0, 0, 0), |a| {
             (a.index, a.leader_id.term, a.leader_id.node_id)
         });

@@ -6,11 +6,14 @@
 //! checked in each rendering; the StatefulSet run as processes (its init
 //! container, command, environment and ConfigMap) through a rolling update
 //! under write load, scaling, and a restore from the backup CronJob's
-//! backup; and gRPC health and reflection answered to real clients.
+//! backup; gRPC health and reflection answered to real clients; and the
+//! alert rules and dashboard evaluated by a real Prometheus scraping real
+//! members.
 
 mod alerts;
 mod checks;
 mod gateway;
+mod live;
 mod render;
 mod rendering;
 mod statefulset;
