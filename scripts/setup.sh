@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing om needs beyond the Rust toolchain, and
 # nothing when it is already there: a C++ compiler and make for RocksDB,
-# libclang for the RocksDB bindings (bindgen), and promtool for the alert tests
-# (tests/tests/deploy.rs; Debian's prometheus package, which also brings the
-# Prometheus server: with systemd running, its postinst enables and starts
-# prometheus.service on port 9090; in containers without an init it does not).
+# libclang for the RocksDB bindings (bindgen), and promtool and prometheus for
+# the alert tests (tests/tests/deploy/; Debian's prometheus package: with
+# systemd running, its postinst also enables and starts prometheus.service on
+# port 9090, which the tests do not use; in containers without an init it
+# does not).
 # Runs as root or through sudo.
 #
 #   scripts/setup.sh                      install what building needs and is missing
@@ -72,7 +73,7 @@ has_command c++ || need+=(g++)
 has_command make || need+=(make)
 have_libclang || need+=(libclang-dev)
 test_need=()
-has_command promtool || test_need+=(prometheus)
+{ has_command promtool && has_command prometheus; } || test_need+=(prometheus)
 
 case "${1:-}" in
   --print-needs)
