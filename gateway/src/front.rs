@@ -1,6 +1,6 @@
 //! What every S3 request passes before s3s: a request id, sent back as
-//! `x-amz-request-id` on every answer and as `<RequestId>` in the error
-//! bodies the S3 operations produce (so a client can quote it and it can be
+//! `x-amz-request-id` on every answer and as `<RequestId>` in every error
+//! body (the operations' and s3s's own) (so a client can quote it and it can be
 //! found in the gateway's log), and S3's bounds on a presigned URL's
 //! lifetime, which s3s does not enforce (`X-Amz-Expires` is 1 to 604800
 //! seconds: seven days).
@@ -49,9 +49,43 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
             if let Ok(v) = HeaderValue::from_str(&id.0) {
                 resp.headers_mut().insert("x-amz-request-id", v);
             }
+            name_in_error_body(&mut resp, &id);
             Ok(resp)
         })
     }
+}
+
+/// Puts the request id into an error body s3s wrote itself (signature and
+/// routing errors, NotImplemented), which carries none; the operations'
+/// errors already do.
+fn name_in_error_body(resp: &mut HttpResponse, id: &RequestId) {
+    if resp.status().as_u16() < 400 {
+        return;
+    }
+    let Some(body) = resp.body().bytes() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return;
+    };
+    if text.contains("<RequestId>") {
+        return;
+    }
+    let Some(at) = text.rfind("</Error>") else {
+        return;
+    };
+    let with = format!(
+        "{}<RequestId>{}</RequestId>{}",
+        &text[..at],
+        id.0,
+        &text[at..]
+    );
+    if let Ok(n) = HeaderValue::from_str(&with.len().to_string())
+        && resp.headers().contains_key(http::header::CONTENT_LENGTH)
+    {
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, n);
+    }
+    *resp.body_mut() = s3s::Body::from(with);
 }
 
 /// Refuses a presigned URL whose `X-Amz-Expires` is not 1..=604800
@@ -83,6 +117,30 @@ fn presigned_expiry(query: Option<&str>) -> Result<(), S3Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_bodies_name_the_request() {
+        let id = RequestId("00000000000000AB".into());
+        let xml = "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code></Error>";
+        let mut r = http::Response::builder()
+            .status(403)
+            .body(s3s::Body::from(xml.to_string()))
+            .unwrap();
+        name_in_error_body(&mut r, &id);
+        let b = r.body().bytes().unwrap();
+        assert!(
+            std::str::from_utf8(&b).unwrap().ends_with(
+                "<Code>AccessDenied</Code><RequestId>00000000000000AB</RequestId></Error>"
+            )
+        );
+        // An answer that names one already, or no error, is left alone.
+        let mut ok = http::Response::builder()
+            .status(200)
+            .body(s3s::Body::from(xml.to_string()))
+            .unwrap();
+        name_in_error_body(&mut ok, &id);
+        assert_eq!(ok.body().bytes().unwrap(), xml.as_bytes());
+    }
 
     #[test]
     fn presigned_lifetimes_are_bounded() {

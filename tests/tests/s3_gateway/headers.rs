@@ -331,6 +331,18 @@ async fn writes_carry_conditions_headers_and_ids() {
         "{text}"
     );
     assert_ne!(header, id);
+    // So does an error s3s answers itself (an unsigned request).
+    let (status, text) = http_get(&format!("{}/hdr/nope", env.url)).await;
+    assert_eq!(status, 403, "{text}");
+    let header = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-amz-request-id: "))
+        .unwrap()
+        .trim();
+    assert!(
+        text.contains(&format!("<RequestId>{header}</RequestId>")),
+        "{text}"
+    );
 
     // A presigned URL lives at most seven days and a positive time.
     for bad in ["609901", "-7"] {
