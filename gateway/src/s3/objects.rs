@@ -66,6 +66,28 @@ pub(super) fn write_conditions(
     Ok((c != KeyConditions::default()).then_some(c))
 }
 
+/// The write conditions against the current key's ETag, as om's apply
+/// checks them (`apply::conditions`), so a PUT that will be refused fails
+/// before its body moves: If-None-Match (`*`, or the current ETag) is 412;
+/// If-Match on a missing key is 404 NoSuchKey, on another ETag 412.
+pub(super) fn precheck(c: &KeyConditions, current: Option<&str>) -> S3Result<()> {
+    let norm = |e: &str| e.trim().trim_matches('"').to_ascii_lowercase();
+    let current = current.map(norm);
+    if c.if_none_match_any && current.is_some() {
+        return Err(s3_error!(PreconditionFailed));
+    }
+    if !c.if_none_match.is_empty() && current.as_deref() == Some(norm(&c.if_none_match).as_str()) {
+        return Err(s3_error!(PreconditionFailed));
+    }
+    if (c.if_match_any || !c.if_match.is_empty()) && current.is_none() {
+        return Err(s3_error!(NoSuchKey));
+    }
+    if !c.if_match.is_empty() && current != Some(norm(&c.if_match)) {
+        return Err(s3_error!(PreconditionFailed));
+    }
+    Ok(())
+}
+
 /// A key or version; a delete marker named by version id is S3's 405 with
 /// `x-amz-delete-marker`.
 pub(super) async fn lookup(
@@ -318,19 +340,7 @@ pub async fn put(
             Err(e) if e.reason() == "KEY_NOT_FOUND" => None,
             Err(e) => return Err(from_om(e)),
         };
-        let fails = match &current {
-            Some(k) => {
-                c.if_none_match_any
-                    || (!c.if_match.is_empty()
-                        && k.etag.trim_matches('"') != c.if_match.trim_matches('"'))
-            }
-            // S3: If-Match on a key that does not exist is 404 NoSuchKey.
-            None if !c.if_match.is_empty() => return Err(s3_error!(NoSuchKey)),
-            None => false,
-        };
-        if fails {
-            return Err(s3_error!(PreconditionFailed));
-        }
+        precheck(c, current.as_ref().map(|k| k.etag.as_str()))?;
     }
     let expected = input.content_length.and_then(|n| u64::try_from(n).ok());
     let open = om
@@ -513,6 +523,49 @@ mod tests {
             (c.if_none_match.as_str(), c.if_none_match_any),
             ("abc", false)
         );
+    }
+
+    #[test]
+    fn prechecks_follow_apply() {
+        let code = |c: &KeyConditions, cur: Option<&str>| {
+            precheck(c, cur)
+                .err()
+                .map(|e| e.code().as_str().to_string())
+        };
+        let etag = "0cc175b9c0f1b6a831c399e269772661";
+        let any = KeyConditions {
+            if_none_match_any: true,
+            ..Default::default()
+        };
+        assert_eq!(code(&any, None), None);
+        assert_eq!(
+            code(&any, Some(etag)).as_deref(),
+            Some("PreconditionFailed")
+        );
+        let none_match = KeyConditions {
+            if_none_match: etag.to_uppercase(),
+            ..Default::default()
+        };
+        assert_eq!(
+            code(&none_match, Some(etag)).as_deref(),
+            Some("PreconditionFailed")
+        );
+        assert_eq!(code(&none_match, Some("ab")), None);
+        assert_eq!(code(&none_match, None), None);
+        let must_exist = KeyConditions {
+            if_match_any: true,
+            ..Default::default()
+        };
+        assert_eq!(code(&must_exist, None).as_deref(), Some("NoSuchKey"));
+        assert_eq!(code(&must_exist, Some(etag)), None);
+        // Quotes and case do not matter, as in om.
+        let m = KeyConditions {
+            if_match: format!("\"{}\"", etag.to_uppercase()),
+            ..Default::default()
+        };
+        assert_eq!(code(&m, Some(etag)), None);
+        assert_eq!(code(&m, Some("ab")).as_deref(), Some("PreconditionFailed"));
+        assert_eq!(code(&m, None).as_deref(), Some("NoSuchKey"));
     }
 
     #[test]
