@@ -57,16 +57,19 @@ impl OmService {
         if rec.delete_marker {
             return Ok(None);
         }
-        let Some(b) = table::get::<BucketTable>(&self.db, &keys::bucket_key(volume, bucket))?
-        else {
+        // Writes answer this too, and most buckets have no rules: look for
+        // a configuration first, and only then at the bucket it must
+        // belong to (one left by a deleted bucket of the same name does not).
+        let at = keys::bucket_key(volume, bucket);
+        let Some(config) = table::get::<LifecycleTable>(&self.db, &at)? else {
             return Ok(None);
         };
-        let Some(config) =
-            table::get::<LifecycleTable>(&self.db, &keys::bucket_key(volume, bucket))?
-                .filter(|r| r.bucket_object_id == b.object_id)
-        else {
+        let Some(b) = table::get::<BucketTable>(&self.db, &at)? else {
             return Ok(None);
         };
+        if config.bucket_object_id != b.object_id {
+            return Ok(None);
+        }
         let subject = Subject {
             key,
             size: rec.size,

@@ -13,16 +13,8 @@ async fn multipart_survives_a_leader_kill_and_lifecycle_expires_objects() {
         args.lifecycle_interval_ms = Some(200);
     })
     .await;
-    let alice_om = env.om(ALICE);
-    let made = alice_om
-        .create_s3_secret(CreateS3SecretRequest {
-            user: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let key = made.credential.unwrap().access_key;
-    let c = s3(&env.url, &key, &made.secret_key);
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
     c.create_bucket().bucket("mpu").send().await.unwrap();
 
     let up = c

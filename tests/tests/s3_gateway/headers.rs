@@ -101,19 +101,8 @@ fn failed(code: &str, status: u16) -> Result<String, (String, u16)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_carry_conditions_headers_and_ids() {
     let env = env().await;
-    let alice_om = env.om(ALICE);
-    let made = alice_om
-        .create_s3_secret(CreateS3SecretRequest {
-            user: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let c = s3(
-        &env.url,
-        &made.credential.unwrap().access_key,
-        &made.secret_key,
-    );
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
     c.create_bucket().bucket("hdr").send().await.unwrap();
 
     // Conditional writes, as S3 (and ceph/s3-tests) have them: `*` or an

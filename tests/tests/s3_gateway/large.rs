@@ -66,18 +66,8 @@ async fn declare_part(
 async fn a_five_gib_declared_multipart_object() {
     let env = env().await;
     let alice_om = env.om(ALICE);
-    let made = alice_om
-        .create_s3_secret(CreateS3SecretRequest {
-            user: "alice".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let c = s3(
-        &env.url,
-        &made.credential.unwrap().access_key,
-        &made.secret_key,
-    );
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
     c.create_bucket().bucket("big").send().await.unwrap();
     let up = c
         .create_multipart_upload()

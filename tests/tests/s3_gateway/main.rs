@@ -65,6 +65,20 @@ impl Env {
         .unwrap()
     }
 
+    /// A new S3 credential of `user`, made through om with `token` (the
+    /// user's own or an admin's): its access key and secret.
+    async fn s3_secret(&self, token: &str, user: &str) -> (String, String) {
+        let made = self
+            .om(token)
+            .create_s3_secret(CreateS3SecretRequest {
+                user: user.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (made.credential.unwrap().access_key, made.secret_key)
+    }
+
     /// `om-s3` over the members as the gateway principal, with `args` and
     /// `envs` added.
     fn gateway_command(&self, listen: &str, args: &[&str], envs: &[(&str, &str)]) -> Command {

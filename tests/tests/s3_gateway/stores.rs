@@ -41,22 +41,8 @@ async fn blocks_live_in_an_s3_bucket() {
     // cluster's, and the blocks to free here are the second gateway's.
     let env = env_opts(|_| {}, &["--reclaim", "false"]).await;
     let ops = env.om(OPS);
-    let secret = |user: &str| {
-        let ops = &ops;
-        let user = user.to_string();
-        async move {
-            let made = ops
-                .create_s3_secret(CreateS3SecretRequest {
-                    user,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            (made.credential.unwrap().access_key, made.secret_key)
-        }
-    };
-    let (alice_key, alice_secret) = secret("alice").await;
-    let (ops_key, ops_secret) = secret("ops").await;
+    let (alice_key, alice_secret) = env.s3_secret(OPS, "alice").await;
+    let (ops_key, ops_secret) = env.s3_secret(OPS, "ops").await;
     let a = s3(&env.url, &alice_key, &alice_secret);
     a.create_bucket().bucket("blockstore").send().await.unwrap();
 
