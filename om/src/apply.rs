@@ -15,7 +15,7 @@ use om_proto::store::{
     BucketRecord, Command, CommandResult, KeyRecord, Rejection, RetryCacheRecord, VolumeRecord,
     command::Op, command_result,
 };
-use rocksdb::{DB, WriteBatch};
+use om_raft_store::{ApplyView, EntryWrites, Overlay, Tables};
 
 mod acl;
 mod blocks;
@@ -46,8 +46,8 @@ pub use write::{
     MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH,
 };
 
+use crate::store::view::StateRead;
 use crate::error::{ErrorKind, OmError};
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, RetryCacheTable, VolumeTable};
 use blocks::lay_out;
@@ -100,12 +100,12 @@ pub struct OmApplier;
 impl om_raft_store::Applier for OmApplier {
     fn apply(
         &self,
-        db: &DB,
-        batch: &mut WriteBatch,
+        view: &ApplyView<'_>,
+        batch: &mut EntryWrites<'_>,
         log_index: u64,
         cmd: &Command,
     ) -> Result<CommandResult, om_raft_store::ApplyError> {
-        apply_command(db, batch, log_index, cmd)
+        apply_command(view, batch, log_index, cmd)
             .map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
 
@@ -114,11 +114,53 @@ impl om_raft_store::Applier for OmApplier {
     }
 }
 
+/// The tables om's apply writes, in `db`.
+pub fn state_tables(db: &rocksdb::DB) -> Result<Tables, OmError> {
+    let names: Vec<String> = keys::TABLE_CFS.iter().map(|s| s.to_string()).collect();
+    Tables::new(db, &names).map_err(|e| OmError::Internal(e.to_string()))
+}
+
+/// Applies `cmd` on `db` as a run of its own, without writing it: the
+/// result, and how many writes the entry staged (tests of refusals).
+pub fn stage_alone(
+    db: &rocksdb::DB,
+    log_index: u64,
+    cmd: &Command,
+) -> Result<(CommandResult, usize), OmError> {
+    let tables = state_tables(db)?;
+    let overlay = Overlay::new(&tables);
+    let mut w = EntryWrites::new(&tables);
+    let r = apply_command(&ApplyView::new(db, &tables, &overlay), &mut w, log_index, cmd)?;
+    Ok((r, w.len()))
+}
+
+/// Applies `cmd` on `db` as a run of its own and writes it, as the state
+/// machine would (without the applied state): for tests and tools that
+/// apply outside Raft. The result, and how many writes the entry staged.
+pub fn apply_alone(
+    db: &rocksdb::DB,
+    log_index: u64,
+    cmd: &Command,
+) -> Result<(CommandResult, usize), OmError> {
+    let tables = state_tables(db)?;
+    let mut overlay = Overlay::new(&tables);
+    let mut w = EntryWrites::new(&tables);
+    let r = apply_command(&ApplyView::new(db, &tables, &overlay), &mut w, log_index, cmd)?;
+    let n = w.len();
+    overlay
+        .absorb(w)
+        .map_err(|e| OmError::Internal(e.to_string()))?;
+    let mut batch = rocksdb::WriteBatch::default();
+    overlay.drain_into(db, &tables, &mut batch);
+    db.write(batch)?;
+    Ok((r, n))
+}
+
 /// Applies one command. `Err` is a storage failure (fatal); request failures
 /// are `Ok` results holding a `Rejection`.
 pub fn apply_command(
-    db: &DB,
-    batch: &mut WriteBatch,
+    db: &ApplyView<'_>,
+    batch: &mut EntryWrites<'_>,
     log_index: u64,
     cmd: &Command,
 ) -> Result<CommandResult, OmError> {
@@ -244,7 +286,7 @@ pub fn apply_command(
         let rk = keys::retry_key(&retry_client, cmd.seq);
         table::put::<RetryCacheTable>(db, batch, &rk, &mut rec)?;
         batch.put_cf(
-            table::cf(db, keys::RETRY_CACHE_CF)?,
+            table::cf(db.rocks(), keys::RETRY_CACHE_CF)?,
             keys::retry_expiry_key(cmd.now_ms, &retry_client, cmd.seq),
             [],
         );
@@ -330,7 +372,8 @@ pub fn into_outcome(result: CommandResult) -> Result<command_result::Result, OmE
 }
 
 struct Ctx<'a> {
-    db: &'a DB,
+    /// Every read goes through the run's view (`store::view`).
+    db: &'a ApplyView<'a>,
     index: u64,
     now: u64,
     /// The command's `rules` version: what changed since is done only for
@@ -411,7 +454,7 @@ impl Ctx<'_> {
         Ok(b)
     }
 
-    fn put_bucket(&self, b: &mut WriteBatch, bucket: &mut BucketRecord) -> Result<(), OmError> {
+    fn put_bucket(&self, b: &mut EntryWrites<'_>, bucket: &mut BucketRecord) -> Result<(), OmError> {
         let key = keys::bucket_key(&bucket.volume, &bucket.name);
         table::put::<BucketTable>(self.db, b, &key, bucket)
     }
@@ -421,7 +464,7 @@ impl Ctx<'_> {
     /// proposes the next batch at once when this one was full.
     fn expire_retry_cache(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::ExpireRetryCache,
     ) -> Result<CommandResult, OmError> {
         let max = match c.max_entries {
@@ -430,13 +473,11 @@ impl Ctx<'_> {
         };
         let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
         upper.extend_from_slice(&c.before_ms.to_be_bytes());
-        let mut it = DeferredSeekIter::new(
-            self.db,
-            keys::RETRY_CACHE_CF,
+        let mut it = self.db.iter(keys::RETRY_CACHE_CF,
             Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
             Some(upper),
         )?;
-        let cf = table::cf(self.db, keys::RETRY_CACHE_CF)?;
+        let cf = table::cf(self.db.rocks(), keys::RETRY_CACHE_CF)?;
         let mut n = 0u32;
         while n < max {
             let Some((k, _)) = it.current() else { break };

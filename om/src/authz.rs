@@ -24,8 +24,8 @@ use std::fmt;
 use std::future::Future;
 
 use om_proto::store::{AclGrant, Caller, VolumeRecord, command::Op};
-use rocksdb::DB;
 
+use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
@@ -125,7 +125,7 @@ pub fn granted(grants: &[AclGrant], c: &Caller) -> u32 {
         .fold(0, |acc, g| acc | g.rights)
 }
 
-pub fn cluster_acl(db: &DB) -> Result<Vec<AclGrant>, OmError> {
+pub fn cluster_acl(db: &(impl StateRead + ?Sized)) -> Result<Vec<AclGrant>, OmError> {
     Ok(table::get::<SettingsTable>(db, keys::CLUSTER_ACL_KEY)?
         .map(|r| r.grants)
         .unwrap_or_default())
@@ -133,7 +133,7 @@ pub fn cluster_acl(db: &DB) -> Result<Vec<AclGrant>, OmError> {
 
 /// Whether `c` is a cluster admin: by the leader's `--admins`, or granted ALL
 /// on the cluster.
-pub fn is_admin(db: &DB, c: &Caller) -> Result<bool, OmError> {
+pub fn is_admin(db: &(impl StateRead + ?Sized), c: &Caller) -> Result<bool, OmError> {
     Ok(cluster_rights(&cluster_acl(db)?, c) & ALL == ALL)
 }
 
@@ -149,7 +149,7 @@ pub fn cluster_rights(cluster: &[AclGrant], c: &Caller) -> u32 {
 }
 
 /// The rights `c` holds on `r`; `None` when `r` does not exist.
-pub fn rights_on(db: &DB, c: &Caller, r: Resource<'_>) -> Result<Option<u32>, OmError> {
+pub fn rights_on(db: &(impl StateRead + ?Sized), c: &Caller, r: Resource<'_>) -> Result<Option<u32>, OmError> {
     let cluster = cluster_rights(&cluster_acl(db)?, c);
     let admin = cluster & ALL == ALL;
     match r {
@@ -209,7 +209,7 @@ pub fn denied(c: &Caller, r: Resource<'_>, right: u32) -> OmError {
 }
 
 /// `Ok` when `c` holds `right` on `r` (or `r` does not exist).
-pub fn check(db: &DB, c: &Caller, r: Resource<'_>, right: u32) -> Result<(), OmError> {
+pub fn check(db: &(impl StateRead + ?Sized), c: &Caller, r: Resource<'_>, right: u32) -> Result<(), OmError> {
     match rights_on(db, c, r)? {
         Some(have) if have & right != right => Err(denied(c, r, right)),
         _ => Ok(()),
@@ -314,7 +314,7 @@ pub fn target(op: &Op) -> String {
 
 /// Apply's check: the command's caller (if any) holds every right its
 /// operation needs, in the replicated state as of this entry.
-pub fn check_command(db: &DB, caller: Option<&Caller>, op: &Op, rules: u32) -> Result<(), OmError> {
+pub fn check_command(db: &(impl StateRead + ?Sized), caller: Option<&Caller>, op: &Op, rules: u32) -> Result<(), OmError> {
     let Some(c) = caller else {
         return Ok(());
     };

@@ -23,6 +23,7 @@ pub mod log_store;
 pub mod memory;
 pub mod metrics;
 pub mod network;
+pub mod overlay;
 pub mod pins;
 pub mod snapshot;
 pub mod snapshot_store;
@@ -34,10 +35,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use om_proto::store::{Command, CommandResult};
-use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch};
+use rocksdb::{ColumnFamilyDescriptor, DB, Options};
 
 pub use command::SharedCommand;
 pub use log_store::LogStore;
+pub use overlay::{ApplyView, EntryWrites, Overlay, Staged, Tables, ViewValue};
 pub use state_machine::{SnapshotInbox, StateMachine};
 
 pub type NodeId = u64;
@@ -83,13 +85,15 @@ pub struct ApplyError(pub String);
 
 /// The application half of the state machine. It must be deterministic: the
 /// same command on the same state yields the same writes and result on every
-/// replica. Reads through `db` see the state before this entry; writes go into
-/// `batch`, which is committed atomically with the applied log id.
+/// replica. Reads through `view` see the state before this entry (the
+/// database under the writes of the entries applied before it in the same
+/// run, `overlay`); writes go into `writes`, which become part of the run's
+/// one batch, committed atomically with the applied log id.
 pub trait Applier: Send + Sync + 'static {
     fn apply(
         &self,
-        db: &DB,
-        batch: &mut WriteBatch,
+        view: &ApplyView<'_>,
+        writes: &mut EntryWrites<'_>,
         log_index: u64,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError>;

@@ -82,3 +82,18 @@ pub fn applied(seconds: f64) {
     H.get_or_init(|| metrics::histogram!("om_raft_apply_seconds"))
         .record(seconds);
 }
+
+/// One run of `entries` committed entries written in one batch
+/// (`om_raft_apply_runs_total`, `om_raft_apply_run_entries_total`; their
+/// ratio is the mean run length).
+pub fn applied_run(entries: usize) {
+    static M: OnceLock<(Counter, Counter)> = OnceLock::new();
+    let (runs, n) = M.get_or_init(|| {
+        (
+            metrics::counter!("om_raft_apply_runs_total"),
+            metrics::counter!("om_raft_apply_run_entries_total"),
+        )
+    });
+    runs.increment(1);
+    n.increment(entries as u64);
+}

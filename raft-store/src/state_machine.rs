@@ -34,6 +34,7 @@ use prost::Message;
 use rocksdb::{DB, WriteBatch};
 
 use crate::digest::{self, ApplyFaults, Contribution, Digest, Digests};
+use crate::overlay::{ApplyView, EntryWrites, Overlay, Tables};
 use crate::pins::Pins;
 use crate::snapshot_store::{
     SnapshotFaults, SnapshotStats, SnapshotStore, cf, read_applied, read_digest,
@@ -59,6 +60,40 @@ pub struct StateMachine {
     pins: Arc<Pins>,
     /// Where applied entries are archived (`--archive-log`), if anywhere.
     archive: Option<Arc<crate::archive::LogArchive>>,
+    /// The tables apply writes.
+    tables: Arc<Tables>,
+}
+
+/// Most entries one run applies in one write batch.
+pub const MAX_RUN_ENTRIES: usize = 1024;
+
+/// Bytes of staged keys and values past which a run is written.
+pub const MAX_RUN_BYTES: usize = 16 << 20;
+
+/// Entries applied but not yet written: the overlay of their writes and
+/// what each reports once the run is written.
+struct Run {
+    overlay: Overlay,
+    pending: Vec<Pending>,
+}
+
+impl Run {
+    fn new(tables: &Tables) -> Run {
+        Run {
+            overlay: Overlay::new(tables),
+            pending: Vec::new(),
+        }
+    }
+}
+
+struct Pending {
+    entry: crate::Entry,
+    result: CommandResult,
+    /// The state digest after this entry.
+    digest: Digest,
+    /// Whether the state is pinned right after this entry.
+    pins: bool,
+    staged_secs: f64,
 }
 
 /// What every applied entry's record repeats from the one before.
@@ -129,6 +164,7 @@ impl StateMachine {
         applier: Arc<dyn Applier>,
     ) -> std::io::Result<StateMachine> {
         Ok(StateMachine {
+            tables: Arc::new(Tables::new(&db, &tables)?),
             digests: Digests::new(db.clone()),
             pins: Arc::new(Pins::new(tables.clone())),
             snapshots: Arc::new(SnapshotStore::open(db, snap_dir, tables)?),
@@ -152,7 +188,9 @@ impl StateMachine {
             Some(t) => t,
             None => self.read_tail()?,
         };
-        self.apply_one(entry, &mut tail)?;
+        let mut run = Run::new(&self.tables);
+        self.stage(&mut run, entry.clone(), &mut tail)?;
+        self.write_run(&mut run, &tail)?;
         self.tail = Some(tail);
         Ok(())
     }
@@ -253,22 +291,22 @@ impl StateMachine {
         })
     }
 
-    fn apply_one(
-        &self,
-        entry: &crate::Entry,
-        tail: &mut AppliedTail,
-    ) -> std::io::Result<CommandResult> {
+    /// Applies `entry` into `run`: its writes join the run's overlay, its
+    /// result and digest wait in `run.pending` until the run is written.
+    fn stage(&self, run: &mut Run, entry: crate::Entry, tail: &mut AppliedTail) -> std::io::Result<()> {
+        let started = Instant::now();
         let db = &self.snapshots.db;
-        let mut batch = WriteBatch::default();
         let index = entry.log_id.index;
+        let mut writes = EntryWrites::new(&self.tables);
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::default(),
             EntryPayload::Normal(cmd) => {
+                let view = ApplyView::new(db, &self.tables, &run.overlay);
                 let r = self
                     .applier
-                    .apply(db, &mut batch, index, cmd.command())
+                    .apply(&view, &mut writes, index, cmd.command())
                     .map_err(io_err)?;
-                self.perturb(&mut batch, index)?;
+                self.perturb(&mut writes, index)?;
                 r
             }
             EntryPayload::Membership(m) => {
@@ -279,37 +317,98 @@ impl StateMachine {
         };
         let what = match &entry.payload {
             EntryPayload::Blank => Contribution::Blank,
-            EntryPayload::Normal(_) => Contribution::Writes(batch.data()),
+            EntryPayload::Normal(_) => Contribution::Writes(writes.data()),
             EntryPayload::Membership(_) => Contribution::Membership(&tail.membership.encoded),
         };
         let next = digest::next(&tail.digest, &entry.log_id, what);
+        run.overlay.absorb(writes)?;
+        tail.digest = next;
+        let pins = matches!(&entry.payload, EntryPayload::Normal(cmd) if self.applier.pins_state(cmd.command()));
+        run.pending.push(Pending {
+            entry,
+            result,
+            digest: next,
+            pins,
+            staged_secs: started.elapsed().as_secs_f64(),
+        });
+        Ok(())
+    }
+
+    /// Whether `run` must be written before another entry joins it: it is
+    /// long or large enough, or its last entry pins the state (a pin reads
+    /// the database right after that entry).
+    fn run_full(run: &Run) -> bool {
+        run.pending.len() >= MAX_RUN_ENTRIES
+            || run.overlay.bytes() >= MAX_RUN_BYTES
+            || run.pending.last().is_some_and(|p| p.pins)
+    }
+
+    /// Sends each written entry's result to its client, if one waits.
+    fn answer(
+        &self,
+        written: Vec<(crate::Entry, CommandResult)>,
+        responders: &mut Vec<Option<openraft::storage::ApplyResponder<TypeConfig>>>,
+    ) {
+        for ((_, result), responder) in written.into_iter().zip(responders.drain(..)) {
+            if let Some(r) = responder {
+                r.send(result);
+            }
+        }
+    }
+
+    /// Writes `run` as one batch with the applied state of its last entry,
+    /// then reports each entry (pins, digests, archive) in log order. The
+    /// results are returned in the same order, for the caller to answer.
+    fn write_run(
+        &self,
+        run: &mut Run,
+        tail: &AppliedTail,
+    ) -> std::io::Result<Vec<(crate::Entry, CommandResult)>> {
+        let Some(last) = run.pending.last().map(|p| p.entry.log_id) else {
+            return Ok(Vec::new());
+        };
+        let started = Instant::now();
+        let db = &self.snapshots.db;
+        let mut batch = WriteBatch::default();
+        run.overlay.drain_into(db, &self.tables, &mut batch);
         let meta = cf(db, keys::SM_META_CF)?;
+        for p in &run.pending {
+            let index = p.entry.log_id.index;
+            if index.is_multiple_of(digest::CHECKPOINT_EVERY) {
+                batch.put_cf(meta, digest::checkpoint_key(index), p.digest);
+                let span = digest::CHECKPOINT_EVERY * digest::CHECKPOINTS_KEPT;
+                if let Some(old) = index.checked_sub(span) {
+                    batch.delete_cf(meta, digest::checkpoint_key(old));
+                }
+            }
+        }
         batch.put_cf(
             meta,
             keys::APPLIED_KEY,
-            tail.membership.applied_state_bytes(&entry.log_id, &next)?,
+            tail.membership.applied_state_bytes(&last, &tail.digest)?,
         );
-        if index.is_multiple_of(digest::CHECKPOINT_EVERY) {
-            batch.put_cf(meta, digest::checkpoint_key(index), next);
-            let span = digest::CHECKPOINT_EVERY * digest::CHECKPOINTS_KEPT;
-            if let Some(old) = index.checked_sub(span) {
-                batch.delete_cf(meta, digest::checkpoint_key(old));
-            }
-        }
         db.write(batch).map_err(io_err)?;
-        if let EntryPayload::Normal(cmd) = &entry.payload
-            && self.applier.pins_state(cmd.command())
-        {
-            self.pins.pin(db, index);
+        let share = started.elapsed().as_secs_f64() / run.pending.len() as f64;
+        crate::metrics::applied_run(run.pending.len());
+        let mut out = Vec::with_capacity(run.pending.len());
+        for p in run.pending.drain(..) {
+            let index = p.entry.log_id.index;
+            if p.pins {
+                self.pins.pin(db, index);
+            }
+            self.pins.note_applied(index);
+            self.digests.push(index, p.digest);
+            if let Some(a) = &self.archive {
+                a.push(&p.entry)?;
+            }
+            crate::metrics::applied(p.staged_secs + share);
+            out.push((p.entry, p.result));
         }
-        self.pins.note_applied(index);
-        tail.digest = next;
-        self.digests.push(index, next);
-        Ok(result)
+        Ok(out)
     }
 
     /// Test-only fault: one extra record in this replica's batch.
-    fn perturb(&self, batch: &mut WriteBatch, index: u64) -> std::io::Result<()> {
+    fn perturb(&self, batch: &mut EntryWrites<'_>, index: u64) -> std::io::Result<()> {
         use std::sync::atomic::Ordering;
         let left = self.faults.perturb.load(Ordering::Relaxed);
         if left == 0 {
@@ -366,17 +465,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Some(t) => t,
             None => self.read_tail()?,
         };
+        // Entries are applied in runs (`overlay`): each run is one write
+        // batch, and its clients are answered once it is written.
+        let mut run = Run::new(&self.tables);
+        let mut responders = Vec::new();
         while let Some((entry, responder)) = entries.try_next().await? {
-            let started = Instant::now();
-            let result = self.apply_one(&entry, &mut tail)?;
-            if let Some(a) = &self.archive {
-                a.push(&entry)?;
-            }
-            crate::metrics::applied(started.elapsed().as_secs_f64());
-            if let Some(r) = responder {
-                r.send(result);
+            self.stage(&mut run, entry, &mut tail)?;
+            responders.push(responder);
+            if Self::run_full(&run) {
+                self.answer(self.write_run(&mut run, &tail)?, &mut responders);
             }
         }
+        self.answer(self.write_run(&mut run, &tail)?, &mut responders);
         self.tail = Some(tail);
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! them is checked before the handler runs (`authz::check_command`).
 
 use om_proto::store::{AclResult, CommandResult, SetAcl, command_result};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
 use crate::authz::{self, Resource};
@@ -11,7 +11,7 @@ use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
 
 impl Ctx<'_> {
-    pub(super) fn set_acl(&self, b: &mut WriteBatch, c: &SetAcl) -> Result<CommandResult, OmError> {
+    pub(super) fn set_acl(&self, b: &mut EntryWrites<'_>, c: &SetAcl) -> Result<CommandResult, OmError> {
         if c.mode > 2 {
             return Err(OmError::invalid(
                 "INVALID_ACL_MODE",

@@ -3,9 +3,10 @@
 //! is reclaimed only when its last holder lets go.
 
 use om_proto::store::{BlockRecord, DeletedBlocksRecord};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::Ctx;
+use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, DeletedBlocksTable};
@@ -16,8 +17,7 @@ impl Ctx<'_> {
         if let Some(n) = self.holders.borrow().get(&id) {
             return Ok(*n);
         }
-        let cf = table::cf(self.db, keys::BLOCK_REFS_CF)?;
-        match table::get_pinned(self.db, cf, &keys::block_ref_key(id))? {
+        match table::get_raw(self.db, keys::BLOCK_REFS_CF, &keys::block_ref_key(id))? {
             Some(v) => Ok(u32::from_be_bytes(v.as_ref().try_into().map_err(|_| {
                 OmError::Internal(format!("corrupt holder count of block {id}"))
             })?)),
@@ -27,11 +27,11 @@ impl Ctx<'_> {
 
     pub(super) fn set_block_holders(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         id: u64,
         n: u32,
     ) -> Result<(), OmError> {
-        let cf = table::cf(self.db, keys::BLOCK_REFS_CF)?;
+        let cf = table::cf(self.db.rocks(), keys::BLOCK_REFS_CF)?;
         if n <= 1 {
             b.delete_cf(cf, keys::block_ref_key(id));
         } else {
@@ -47,7 +47,7 @@ impl Ctx<'_> {
     /// build that applied them did).
     pub(super) fn share_blocks(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         blocks: &[BlockRecord],
     ) -> Result<(), OmError> {
         let mut counts = Vec::with_capacity(blocks.len());
@@ -76,7 +76,7 @@ impl Ctx<'_> {
     /// to the deleted-blocks table under this entry's index and `seq`.
     pub(super) fn release_blocks(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         seq: u32,
         blocks: Vec<BlockRecord>,
         origin: String,
@@ -115,7 +115,7 @@ impl Ctx<'_> {
 
     /// Takes `n` fresh block ids from the replicated counter; its first
     /// write, so an exhausted counter is refused before anything is staged.
-    pub(super) fn allocate(&self, b: &mut WriteBatch, n: u64) -> Result<Vec<u64>, OmError> {
+    pub(super) fn allocate(&self, b: &mut EntryWrites<'_>, n: u64) -> Result<Vec<u64>, OmError> {
         let first = table::get_counter(self.db, keys::NEXT_BLOCK_ID, 1)?;
         let end = first.checked_add(n).ok_or_else(|| {
             OmError::precondition("COUNTER_OVERFLOW", "", "the block id counter is exhausted")

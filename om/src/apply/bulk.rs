@@ -4,7 +4,7 @@
 //! counter are read and written once.
 
 use om_proto::store::{self as st, CommandResult, CountResult, KeyRecord, command_result};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::quota::Usage;
 use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok};
@@ -19,7 +19,7 @@ pub const MAX_PUT_KEYS: usize = 256;
 impl Ctx<'_> {
     pub(super) fn put_keys(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &st::PutKeys,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 6 {

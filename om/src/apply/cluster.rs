@@ -3,7 +3,7 @@
 //! changes nothing.
 
 use om_proto::store::{ClusterIdRecord, CommandResult, Empty, InitCluster, command_result};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
 use crate::error::OmError;
@@ -13,7 +13,7 @@ use crate::store::table::{self, ClusterIdTable};
 impl Ctx<'_> {
     pub(super) fn init_cluster(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &InitCluster,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 8 {

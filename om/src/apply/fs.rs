@@ -7,15 +7,15 @@ use om_proto::store::{
     DeletedDirRecord, DirectoryRecord, FileStatusResult, OpenKeyRecord, OpenKeyResult,
     PurgeDeletedDirs, RenamePath, SubtreeBounds, command_result,
 };
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::limits::MAX_PURGE_BATCH;
 use super::quota::Usage;
 use super::write::lay_out_unwritten;
 use super::{Ctx, object_id, ok};
+use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::fs::{self, Chain, Entry, Walk};
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedDirTable, DirectoryTable, FileTable, OpenFileTable,
@@ -68,7 +68,7 @@ impl Ctx<'_> {
     /// start with (rules 1).
     fn make_dirs(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         mut parent: u64,
         comps: &[&str],
         from: usize,
@@ -99,7 +99,7 @@ impl Ctx<'_> {
     /// ancestors' unknown too.
     fn raise_bounds(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         chain: Chain,
         comps: &[&str],
         below: Option<SubtreeBounds>,
@@ -125,7 +125,7 @@ impl Ctx<'_> {
     /// returned as it is; a file anywhere on the path is refused.
     pub(super) fn create_directory(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CreateDirectory,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
@@ -169,7 +169,7 @@ impl Ctx<'_> {
     /// Opens a session for a new file (or, with `overwrite`, a replacement).
     pub(super) fn create_file(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CreateFile,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
@@ -245,7 +245,7 @@ impl Ctx<'_> {
         let key = keys::open_file_key(parent, name, session_id);
         table::put::<OpenFileTable>(self.db, b, &key, &mut rec)?;
         b.put_cf(
-            table::cf(self.db, keys::OPEN_FILES_CF)?,
+            table::cf(self.db.rocks(), keys::OPEN_FILES_CF)?,
             keys::open_file_expiry_key(self.now, &key),
             [],
         );
@@ -266,7 +266,7 @@ impl Ctx<'_> {
     /// Whether any of `tables` holds an entry whose parent is `dir` (one seek each).
     fn has_entries_under(&self, dir: u64, tables: &[&'static str]) -> Result<bool, OmError> {
         for &cf in tables {
-            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &keys::children_prefix(dir))?;
+            let mut it = self.db.iter_prefix(cf, &keys::children_prefix(dir))?;
             let any = it.has_current();
             it.status()?;
             if any {
@@ -281,7 +281,7 @@ impl Ctx<'_> {
     /// table in O(1) and its contents are purged later in bounded batches.
     pub(super) fn delete_path(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &DeletePath,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
@@ -356,7 +356,7 @@ impl Ctx<'_> {
     /// Renames a file or directory: one entry rewritten, whatever is under it.
     pub(super) fn rename_path(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &RenamePath,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.fso_bucket(&c.volume, &c.bucket)?;
@@ -489,10 +489,10 @@ impl Ctx<'_> {
     /// removed. Progress is replicated state, so it survives restarts.
     pub(super) fn purge_deleted_dirs(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &PurgeDeletedDirs,
     ) -> Result<CommandResult, OmError> {
-        let mut it = DeferredSeekIter::new(self.db, keys::DELETED_DIRS_CF, None, None)?;
+        let mut it = self.db.iter(keys::DELETED_DIRS_CF, None, None)?;
         it.seek_to_first();
         let Some((dd_key, dd_val)) = it.current() else {
             it.status()?;
@@ -510,7 +510,7 @@ impl Ctx<'_> {
         let mut freed = Usage::default();
         let mut point_deletes: Vec<(&'static str, Vec<u8>)> = Vec::new();
         for cf in [keys::DIRECTORIES_CF, keys::FILES_CF, keys::OPEN_FILES_CF] {
-            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
+            let mut it = self.db.iter_prefix(cf, &prefix)?;
             while purged < max {
                 let Some((k, v)) = it.current() else { break };
                 let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
@@ -519,7 +519,7 @@ impl Ctx<'_> {
                     // session ends and its allocated blocks are freed.
                     let session = table::decode::<OpenFileTable>(v)?;
                     b.delete_cf(
-                        table::cf(self.db, cf)?,
+                        table::cf(self.db.rocks(), cf)?,
                         keys::open_file_expiry_key(session.opened_ms, k),
                     );
                     if let Some(bk) = bucket.as_mut() {
@@ -569,12 +569,12 @@ impl Ctx<'_> {
             // with one range deletion each, and the directory itself.
             let end = keys::prefix_end(&prefix).unwrap_or_else(|| vec![0xff; 9]);
             for cf in [keys::DIRECTORIES_CF, keys::FILES_CF, keys::OPEN_FILES_CF] {
-                b.delete_range_cf(table::cf(self.db, cf)?, &prefix, &end);
+                b.delete_range_cf(table::cf(self.db.rocks(), cf)?, &prefix, &end);
             }
             table::delete::<DeletedDirTable>(self.db, b, &dd_key)?;
         } else {
             for (cf, k) in point_deletes {
-                b.delete_cf(table::cf(self.db, cf)?, k);
+                b.delete_cf(table::cf(self.db.rocks(), cf)?, k);
             }
         }
         if let Some(mut bk) = bucket {

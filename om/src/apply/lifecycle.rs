@@ -20,14 +20,14 @@ use om_proto::store::{
     BucketRecord, CommandResult, Empty, KeyRecord, LifecycleItem, LifecycleRecord, LifecycleScan,
     LifecycleScanRecord, LifecycleScanResult, SetBucketLifecycle, command_result,
 };
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::quota::Usage;
 use super::{Ctx, LAYOUT_FSO, ok, versions};
+use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::lifecycle::eval::{self, Subject};
 use crate::lifecycle::scan::{self, PHASE_FILES, PHASE_IDLE};
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, FileTable, LifecycleScanTable, LifecycleTable, UploadTable};
 
@@ -38,7 +38,7 @@ fn stale(message: String) -> OmError {
 impl Ctx<'_> {
     pub(super) fn set_bucket_lifecycle(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &SetBucketLifecycle,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 4 {
@@ -79,7 +79,7 @@ impl Ctx<'_> {
 
     pub(super) fn lifecycle_scan(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &LifecycleScan,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 5 {
@@ -223,7 +223,7 @@ impl Ctx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn lifecycle_item(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         config: &LifecycleRecord,
         c: &LifecycleScan,
@@ -323,7 +323,7 @@ impl Ctx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn expire_file(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         rules: &[om_proto::v1::LifecycleRule],
         c: &LifecycleScan,
@@ -388,9 +388,7 @@ impl Ctx<'_> {
             .range(run.to_vec()..entry.to_vec())
             .filter(|(_, v)| v.is_some())
             .count() as u32;
-        let mut it = DeferredSeekIter::new(
-            self.db,
-            keys::KEYS_CF,
+        let mut it = self.db.iter(keys::KEYS_CF,
             Some(run.to_vec()),
             Some(entry.to_vec()),
         )?;

@@ -8,12 +8,12 @@ use om_proto::store::{
     InitiateMultipart, KeyRecord, PartRecord, PartResult, UploadRecord, UploadResult,
     command_result,
 };
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::limits::block_size_or_legacy;
 use super::{Ctx, lay_out, object_id, ok};
+use crate::store::view::StateRead;
 use crate::error::OmError;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, PartTable, UploadTable};
 
@@ -70,7 +70,7 @@ impl Ctx<'_> {
     /// Every stored part of an upload, in part-number order.
     pub(super) fn parts(&self, upload_id: u64) -> Result<Vec<PartRecord>, OmError> {
         let mut it =
-            DeferredSeekIter::with_prefix(self.db, keys::PARTS_CF, &keys::parts_prefix(upload_id))?;
+            self.db.iter_prefix(keys::PARTS_CF, &keys::parts_prefix(upload_id))?;
         let mut out = Vec::new();
         while let Some((_, v)) = it.current() {
             out.push(table::decode::<PartTable>(v)?);
@@ -83,20 +83,20 @@ impl Ctx<'_> {
     /// Stages the removal of an upload and all its parts (one range deletion).
     pub(super) fn end_upload(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         key: &[u8],
         upload_id: u64,
     ) -> Result<(), OmError> {
         table::delete::<UploadTable>(self.db, b, key)?;
         let start = keys::parts_prefix(upload_id);
         let end = keys::prefix_end(&start).unwrap_or_else(|| vec![0xff; 9]);
-        b.delete_range_cf(table::cf(self.db, keys::PARTS_CF)?, start, end);
+        b.delete_range_cf(table::cf(self.db.rocks(), keys::PARTS_CF)?, start, end);
         Ok(())
     }
 
     pub(super) fn initiate_multipart(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &InitiateMultipart,
     ) -> Result<CommandResult, OmError> {
         self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -123,7 +123,7 @@ impl Ctx<'_> {
     /// replaces the earlier part, whose blocks are freed.
     pub(super) fn commit_part(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CommitPart,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -182,7 +182,7 @@ impl Ctx<'_> {
     /// Assembles the listed parts into the key. Unlisted parts are freed.
     pub(super) fn complete_multipart(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CompleteMultipart,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -299,7 +299,7 @@ impl Ctx<'_> {
     /// Ends an upload without a key: every part's blocks are freed.
     pub(super) fn abort_multipart(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &AbortMultipart,
     ) -> Result<CommandResult, OmError> {
         self.object_store_bucket(&c.volume, &c.bucket)?;

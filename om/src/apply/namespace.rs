@@ -1,18 +1,18 @@
 //! Volumes and buckets: creating and deleting them, and a bucket's versioning.
 
 use om_proto::store::{BucketRecord, CommandResult, Empty, VolumeRecord, command_result};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, LAYOUT_FSO, LAYOUT_OBJECT_STORE, object_id, ok, versions};
+use crate::store::view::StateRead;
 use crate::error::OmError;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
 
 impl Ctx<'_> {
     pub(super) fn create_volume(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::CreateVolume,
     ) -> Result<CommandResult, OmError> {
         let key = keys::volume_key(&c.name);
@@ -44,15 +44,13 @@ impl Ctx<'_> {
 
     pub(super) fn delete_volume(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::DeleteVolume,
     ) -> Result<CommandResult, OmError> {
         let v = self.volume(&c.name, "name")?;
         // The count is maintained by bucket create/delete; the scan below is one
         // bounded seek and guards against a count that disagrees with the table.
-        let mut it = DeferredSeekIter::with_prefix(
-            self.db,
-            keys::BUCKETS_CF,
+        let mut it = self.db.iter_prefix(keys::BUCKETS_CF,
             &keys::bucket_prefix(&c.name),
         )?;
         if v.bucket_count > 0 || it.has_current() {
@@ -69,7 +67,7 @@ impl Ctx<'_> {
 
     pub(super) fn create_bucket(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::CreateBucket,
     ) -> Result<CommandResult, OmError> {
         let mut vol = self.volume(&c.volume, "volume")?;
@@ -131,13 +129,11 @@ impl Ctx<'_> {
 
     pub(super) fn delete_bucket(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::DeleteBucket,
     ) -> Result<CommandResult, OmError> {
         let bucket = self.bucket(&c.volume, &c.name)?;
-        let mut it = DeferredSeekIter::with_prefix(
-            self.db,
-            keys::KEYS_CF,
+        let mut it = self.db.iter_prefix(keys::KEYS_CF,
             &keys::object_prefix(&c.volume, &c.name),
         )?;
         if bucket.key_count > 0 || it.has_current() {
@@ -160,9 +156,7 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let mut dirs = DeferredSeekIter::with_prefix(
-            self.db,
-            keys::DIRECTORIES_CF,
+        let mut dirs = self.db.iter_prefix(keys::DIRECTORIES_CF,
             &keys::children_prefix(bucket.object_id),
         )?;
         if dirs.has_current() {
@@ -178,7 +172,7 @@ impl Ctx<'_> {
             (keys::OPEN_KEYS_CF, "keys being written"),
             (keys::UPLOADS_CF, "multipart uploads in progress"),
         ] {
-            let mut it = DeferredSeekIter::with_prefix(self.db, cf, &prefix)?;
+            let mut it = self.db.iter_prefix(cf, &prefix)?;
             if it.has_current() {
                 return Err(OmError::precondition(
                     "BUCKET_NOT_EMPTY",
@@ -220,7 +214,7 @@ impl Ctx<'_> {
     /// Enables or suspends versioning of an OBJECT_STORE bucket.
     pub(super) fn set_bucket_versioning(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::SetBucketVersioning,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.bucket(&c.volume, &c.bucket)?;

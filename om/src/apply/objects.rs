@@ -5,7 +5,7 @@ use om_proto::store::{
     BucketRecord, CommandResult, DeleteKeysResult, DeletedVersion, Empty, KeyConditions,
     KeyOutcome, KeyRecord, KeyResult, VolumeRecord, command_result,
 };
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, Usage, block_size_or_legacy, check_conditions, lay_out, object_id, ok, versions};
 use crate::error::OmError;
@@ -15,7 +15,7 @@ use crate::store::table::{self, KeyTable};
 impl Ctx<'_> {
     pub(super) fn put_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::PutKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -64,7 +64,7 @@ impl Ctx<'_> {
     /// whose counters `charge` already moved.
     pub(super) fn write_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &mut BucketRecord,
         name: &str,
         sup: versions::Supersede,
@@ -98,7 +98,7 @@ impl Ctx<'_> {
     /// buckets), at table key `key`; `name` is what the result reports.
     pub(super) fn write_entry<T: table::TableSchema<Value = KeyRecord>>(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &mut BucketRecord,
         name: &str,
         key: &[u8],
@@ -131,7 +131,7 @@ impl Ctx<'_> {
     /// it did not.
     pub(super) fn remove_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         name: &str,
         seq: u32,
@@ -150,7 +150,7 @@ impl Ctx<'_> {
 
     pub(super) fn delete_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::DeleteKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -192,7 +192,7 @@ impl Ctx<'_> {
     /// of one key may go at once), each with its own outcome.
     pub(super) fn delete_versions(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         c: &om_proto::store::DeleteKeys,
         freed: &mut Usage,
@@ -244,7 +244,7 @@ impl Ctx<'_> {
     /// A key listed twice is deleted once and reported the same way both times.
     pub(super) fn delete_keys(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::DeleteKeys,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -304,7 +304,7 @@ impl Ctx<'_> {
     /// Moves a key to a new name in the same bucket, keeping its object id and blocks.
     pub(super) fn rename_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::RenameKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.unversioned_object_store_bucket(

@@ -20,11 +20,11 @@ use om_proto::store::{
     BucketRecord, CommandResult, KeyRecord, SetBucketQuota, SetVolumeQuota, VolumeRecord,
     command_result,
 };
-use rocksdb::{DB, WriteBatch};
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
+use crate::store::view::StateRead;
 use crate::error::OmError;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
 
@@ -84,12 +84,12 @@ pub fn bucket_namespace(b: &BucketRecord) -> u64 {
 
 /// A volume's used bytes: its counter, or for a volume no rules-1 write has
 /// touched yet, the sum of its buckets' (one scan of its buckets).
-pub fn volume_used_bytes(db: &DB, v: &VolumeRecord) -> Result<u64, OmError> {
+pub fn volume_used_bytes(db: &(impl StateRead + ?Sized), v: &VolumeRecord) -> Result<u64, OmError> {
     if let Some(n) = v.used_bytes {
         return Ok(n);
     }
     let mut it =
-        DeferredSeekIter::with_prefix(db, keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
+        db.iter_prefix(keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
     let mut sum = 0u64;
     while let Some((_, val)) = it.current() {
         sum = sum.saturating_add(table::decode::<BucketTable>(val)?.used_bytes);
@@ -214,7 +214,7 @@ impl Ctx<'_> {
     /// Stages a volume `charge` returned.
     pub(super) fn put_volume(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         vol: Option<VolumeRecord>,
     ) -> Result<(), OmError> {
         if let Some(mut v) = vol {
@@ -228,7 +228,7 @@ impl Ctx<'_> {
     /// below what the volume already holds is refused.
     pub(super) fn set_volume_quota(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &SetVolumeQuota,
     ) -> Result<CommandResult, OmError> {
         let mut v = self.volume(&c.name, "name")?;
@@ -259,7 +259,7 @@ impl Ctx<'_> {
     /// below what the bucket already holds is refused.
     pub(super) fn set_bucket_quota(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &SetBucketQuota,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.bucket(&c.volume, &c.name)?;

@@ -12,12 +12,12 @@ use om_proto::store::{
     Caller, CommandResult, CreateS3Secret, RevokeS3Secret, S3SecretRecord, command::Op,
     command_result,
 };
-use rocksdb::{DB, WriteBatch};
+use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
+use crate::store::view::StateRead;
 use crate::authz;
 use crate::error::OmError;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, S3SecretTable};
 
@@ -117,14 +117,14 @@ pub fn check_groups(groups: &[String]) -> Result<(), OmError> {
 }
 
 /// The credential stored under `access_key`, if any.
-pub fn get(db: &DB, access_key: &str) -> Result<Option<S3SecretRecord>, OmError> {
+pub fn get(db: &(impl StateRead + ?Sized), access_key: &str) -> Result<Option<S3SecretRecord>, OmError> {
     table::get::<S3SecretTable>(db, &keys::s3_secret_key(access_key))
 }
 
 /// How many credentials `user` holds (stops counting past the limit).
-fn count_for(db: &DB, user: &str) -> Result<usize, OmError> {
+fn count_for(db: &(impl StateRead + ?Sized), user: &str) -> Result<usize, OmError> {
     let prefix = keys::s3_user_prefix(user);
-    let mut it = DeferredSeekIter::with_prefix(db, keys::S3_SECRETS_CF, &prefix)?;
+    let mut it = db.iter_prefix(keys::S3_SECRETS_CF, &prefix)?;
     let mut n = 0;
     while it.current().is_some() && n <= MAX_SECRETS_PER_USER {
         n += 1;
@@ -137,7 +137,7 @@ fn count_for(db: &DB, user: &str) -> Result<usize, OmError> {
 /// Whether `caller` may create or revoke credentials of `user`: an admin
 /// anyone's, anyone their own (an impersonator acting for the user counts
 /// as the user); only an admin may give groups.
-fn may_manage(db: &DB, caller: &Caller, user: &str, groups: &[String]) -> Result<(), OmError> {
+fn may_manage(db: &(impl StateRead + ?Sized), caller: &Caller, user: &str, groups: &[String]) -> Result<(), OmError> {
     if authz::is_admin(db, caller)? {
         return Ok(());
     }
@@ -160,7 +160,7 @@ fn may_manage(db: &DB, caller: &Caller, user: &str, groups: &[String]) -> Result
 
 /// The rights check of a credential command for `caller` (none when
 /// authorization is off), on the state as of the entry.
-pub fn check_caller(db: &DB, caller: Option<&Caller>, op: &Op) -> Result<(), OmError> {
+pub fn check_caller(db: &(impl StateRead + ?Sized), caller: Option<&Caller>, op: &Op) -> Result<(), OmError> {
     let Some(c) = caller else { return Ok(()) };
     match op {
         Op::CreateS3Secret(s) => may_manage(db, c, &s.user, &s.groups),
@@ -202,7 +202,7 @@ impl Ctx<'_> {
 
     pub(super) fn create_s3_secret(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CreateS3Secret,
     ) -> Result<CommandResult, OmError> {
         self.s3_rules()?;
@@ -233,7 +233,7 @@ impl Ctx<'_> {
         };
         table::put::<S3SecretTable>(self.db, b, &keys::s3_secret_key(&c.access_key), &mut rec)?;
         b.put_cf(
-            table::cf(self.db, keys::S3_SECRETS_CF)?,
+            table::cf(self.db.rocks(), keys::S3_SECRETS_CF)?,
             keys::s3_user_index_key(&c.user, &c.access_key),
             [],
         );
@@ -242,14 +242,14 @@ impl Ctx<'_> {
 
     pub(super) fn revoke_s3_secret(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         r: &RevokeS3Secret,
     ) -> Result<CommandResult, OmError> {
         self.s3_rules()?;
         let rec = get(self.db, &r.access_key)?.ok_or_else(|| not_found(&r.access_key))?;
         table::delete::<S3SecretTable>(self.db, b, &keys::s3_secret_key(&r.access_key))?;
         b.delete_cf(
-            table::cf(self.db, keys::S3_SECRETS_CF)?,
+            table::cf(self.db.rocks(), keys::S3_SECRETS_CF)?,
             keys::s3_user_index_key(&rec.user, &r.access_key),
         );
         ok(command_result::Result::S3Secret(without_secret(rec)))

@@ -9,7 +9,7 @@
 //! scan that read the key before sees that it changed.
 
 use om_proto::store::{CommandResult, KeyRecord, KeyResult, PutKeyTagging, command_result};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::versions::{self, Located, VersionRef};
 use super::{Ctx, LAYOUT_FSO, ok};
@@ -52,7 +52,7 @@ fn key_not_found(path: &str) -> OmError {
 impl Ctx<'_> {
     pub(super) fn put_key_tagging(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &PutKeyTagging,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 5 {

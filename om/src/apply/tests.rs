@@ -10,7 +10,7 @@ fn object_ids_are_unique_per_entry() {
 /// Applies commands one entry at a time, as the state machine does.
 pub(super) struct Sm {
     _dir: tempfile::TempDir,
-    pub db: DB,
+    pub db: rocksdb::DB,
     /// The database's options, which hold its statistics.
     opts: rocksdb::Options,
     index: u64,
@@ -25,7 +25,7 @@ impl Sm {
         o.create_if_missing(true);
         o.create_missing_column_families(true);
         o.enable_statistics();
-        let db = DB::open_cf(&o, dir.path(), keys::TABLE_CFS).unwrap();
+        let db = rocksdb::DB::open_cf(&o, dir.path(), keys::TABLE_CFS).unwrap();
         Sm {
             _dir: dir,
             db,
@@ -44,17 +44,13 @@ impl Sm {
     /// `apply` of a command stamped with `rules` (0: an old log entry).
     pub fn apply_rules(&mut self, op: Op, rules: u32) -> (CommandResult, usize) {
         self.index += 1;
-        let mut b = WriteBatch::default();
         let cmd = Command {
             now_ms: 1000 + self.index + self.clock_ms,
             op: Some(op),
             rules,
             ..Default::default()
         };
-        let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
-        let n = b.len();
-        self.db.write(b).unwrap();
-        (r, n)
+        apply_alone(&self.db, self.index, &cmd).unwrap()
     }
 
     pub fn ok(&mut self, op: Op) -> command_result::Result {
@@ -64,7 +60,6 @@ impl Sm {
     /// `apply` of a command proposed for `user` (not an admin).
     pub fn apply_as(&mut self, user: &str, op: Op) -> (CommandResult, usize) {
         self.index += 1;
-        let mut b = WriteBatch::default();
         let cmd = Command {
             now_ms: 1000 + self.index,
             op: Some(op),
@@ -75,10 +70,7 @@ impl Sm {
             }),
             ..Default::default()
         };
-        let r = apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
-        let n = b.len();
-        self.db.write(b).unwrap();
-        (r, n)
+        apply_alone(&self.db, self.index, &cmd).unwrap()
     }
 
     /// Point reads (`Get`s) of the database so far.
@@ -291,8 +283,11 @@ fn apply_refuses_moving_a_directory_under_itself() {
 fn a_block_released_twice_in_one_command_is_an_error() {
     let mut sm = Sm::new();
     setup(&mut sm, LAYOUT_OBJECT_STORE);
+    let tables = state_tables(&sm.db).unwrap();
+    let overlay = Overlay::new(&tables);
+    let view = ApplyView::new(&sm.db, &tables, &overlay);
     let ctx = Ctx {
-        db: &sm.db,
+        db: &view,
         index: 99,
         now: 0,
         rules: RULES,
@@ -301,7 +296,7 @@ fn a_block_released_twice_in_one_command_is_an_error() {
         staged_keys: RefCell::default(),
         versions_made: std::cell::Cell::new(0),
     };
-    let mut b = WriteBatch::default();
+    let mut b = EntryWrites::new(&tables);
     let blk = BlockRecord {
         block_id: 7,
         offset: 0,

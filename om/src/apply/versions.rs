@@ -25,12 +25,12 @@
 //! view (`key_get`, `key_put`, `key_del`, `newest_noncurrent`).
 
 use om_proto::store::{BucketRecord, KeyRecord};
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::Ctx;
 use super::quota::Usage;
+use crate::store::view::StateRead;
 use crate::error::OmError;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
 
@@ -114,7 +114,7 @@ pub fn locate(
 /// Reads version `version_id` (field `field`) of a key from committed state:
 /// NOT_FOUND `VERSION_NOT_FOUND` when there is no such version.
 pub fn read_version(
-    db: &rocksdb::DB,
+    db: &(impl StateRead + ?Sized),
     volume: &str,
     bucket: &str,
     key: &str,
@@ -227,7 +227,7 @@ impl Ctx<'_> {
 
     pub(super) fn key_put(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         k: &[u8],
         mut rec: KeyRecord,
     ) -> Result<KeyRecord, OmError> {
@@ -238,7 +238,7 @@ impl Ctx<'_> {
         Ok(rec)
     }
 
-    pub(super) fn key_del(&self, b: &mut WriteBatch, k: &[u8]) -> Result<(), OmError> {
+    pub(super) fn key_del(&self, b: &mut EntryWrites<'_>, k: &[u8]) -> Result<(), OmError> {
         table::delete::<KeyTable>(self.db, b, k)?;
         self.staged_keys.borrow_mut().insert(k.to_vec(), None);
         Ok(())
@@ -257,7 +257,7 @@ impl Ctx<'_> {
             .range(run_prefix.to_vec()..)
             .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
             .find_map(|(k, v)| v.as_ref().map(|r| (k.clone(), r.clone())));
-        let mut it = DeferredSeekIter::with_prefix(self.db, keys::KEYS_CF, run_prefix)?;
+        let mut it = self.db.iter_prefix(keys::KEYS_CF, run_prefix)?;
         it.seek(run_prefix);
         let mut from_db = None;
         while let Some((k, v)) = it.current() {
@@ -320,7 +320,7 @@ impl Ctx<'_> {
     /// usage (`Supersede::usage`) and stages the bucket.
     pub(super) fn put_version(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         name: &str,
         sup: Supersede,
@@ -371,7 +371,7 @@ impl Ctx<'_> {
     /// marker becomes its current version. Adds what it frees to `freed`.
     pub(super) fn add_delete_marker(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         name: &str,
         seq: u32,
@@ -394,7 +394,7 @@ impl Ctx<'_> {
     /// version) come before anything is staged. Returns the removed version.
     pub(super) fn remove_version(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &BucketRecord,
         name: &str,
         version_id: &str,

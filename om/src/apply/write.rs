@@ -7,13 +7,13 @@ use om_proto::store::{
     AckDeletedBlocks, AllocateBlock, BucketRecord, CommandResult, CommitKey, CopyKey, CountResult,
     ExpireOpenKeys, KeyRecord, OpenKey, OpenKeyRecord, OpenKeyResult, command_result,
 };
-use rocksdb::WriteBatch;
+use om_raft_store::EntryWrites;
 
 use super::limits::{MAX_KEY_BLOCKS, block_size_or_legacy};
 use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
+use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::fs;
-use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedBlocksTable, FileTable, KeyTable, OpenFileTable, OpenKeyTable,
@@ -57,7 +57,7 @@ fn session_not_found(c_key: &str, session: u64) -> OmError {
 impl Ctx<'_> {
     pub(super) fn open_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &OpenKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
@@ -80,7 +80,7 @@ impl Ctx<'_> {
         let key = keys::open_key(&c.volume, &c.bucket, &c.key, session_id);
         table::put::<OpenKeyTable>(self.db, b, &key, &mut rec)?;
         b.put_cf(
-            table::cf(self.db, keys::OPEN_KEYS_CF)?,
+            table::cf(self.db.rocks(), keys::OPEN_KEYS_CF)?,
             keys::open_expiry_key(self.now, &key),
             [],
         );
@@ -119,7 +119,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn put_session(&self, b: &mut WriteBatch, s: &mut Session) -> Result<(), OmError> {
+    pub(super) fn put_session(&self, b: &mut EntryWrites<'_>, s: &mut Session) -> Result<(), OmError> {
         if s.file.is_some() {
             table::put::<OpenFileTable>(self.db, b, &s.key, &mut s.rec)
         } else {
@@ -129,7 +129,7 @@ impl Ctx<'_> {
 
     pub(super) fn allocate_block(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &AllocateBlock,
     ) -> Result<CommandResult, OmError> {
         let bucket = self.bucket(&c.volume, &c.bucket)?;
@@ -164,7 +164,7 @@ impl Ctx<'_> {
     /// blocks are freed.
     pub(super) fn commit_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CommitKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.bucket(&c.volume, &c.bucket)?;
@@ -245,7 +245,7 @@ impl Ctx<'_> {
     /// block it was given; the key is untouched.
     pub(super) fn abort_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &om_proto::store::AbortKey,
     ) -> Result<CommandResult, OmError> {
         if self.rules < 9 {
@@ -271,7 +271,7 @@ impl Ctx<'_> {
     /// open key less in `bucket` (which the caller writes).
     pub(super) fn finish_session(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         bucket: &mut BucketRecord,
         s: &Session,
         used: &[om_proto::store::BlockRecord],
@@ -293,17 +293,17 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn close_session(&self, b: &mut WriteBatch, s: &Session) -> Result<(), OmError> {
+    fn close_session(&self, b: &mut EntryWrites<'_>, s: &Session) -> Result<(), OmError> {
         if s.file.is_some() {
             table::delete::<OpenFileTable>(self.db, b, &s.key)?;
             b.delete_cf(
-                table::cf(self.db, keys::OPEN_FILES_CF)?,
+                table::cf(self.db.rocks(), keys::OPEN_FILES_CF)?,
                 keys::open_file_expiry_key(s.rec.opened_ms, &s.key),
             );
         } else {
             table::delete::<OpenKeyTable>(self.db, b, &s.key)?;
             b.delete_cf(
-                table::cf(self.db, keys::OPEN_KEYS_CF)?,
+                table::cf(self.db.rocks(), keys::OPEN_KEYS_CF)?,
                 keys::open_expiry_key(s.rec.opened_ms, &s.key),
             );
         }
@@ -314,7 +314,7 @@ impl Ctx<'_> {
     /// a plain MD5 ETag is reused, never recomputed from the data).
     pub(super) fn copy_key(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &CopyKey,
     ) -> Result<CommandResult, OmError> {
         let src_bucket = self.object_store_bucket(&c.src_volume, &c.src_bucket)?;
@@ -411,7 +411,7 @@ impl Ctx<'_> {
     /// `before_ms`, freeing their allocated blocks.
     pub(super) fn expire_open_keys(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &ExpireOpenKeys,
     ) -> Result<CommandResult, OmError> {
         let before_ms = c.before_ms;
@@ -428,8 +428,8 @@ impl Ctx<'_> {
             let mut upper = prefix.to_vec();
             upper.extend_from_slice(&before_ms.to_be_bytes());
             let mut it =
-                DeferredSeekIter::new(self.db, cf_name, Some(prefix.to_vec()), Some(upper))?;
-            let cf = table::cf(self.db, cf_name)?;
+                self.db.iter(cf_name, Some(prefix.to_vec()), Some(upper))?;
+            let cf = table::cf(self.db.rocks(), cf_name)?;
             while n < batch {
                 let Some((k, _)) = it.current() else { break };
                 let index_key = k.to_vec();
@@ -483,7 +483,7 @@ impl Ctx<'_> {
     /// acknowledged) are skipped, so a retried ack is harmless.
     pub(super) fn ack_deleted_blocks(
         &self,
-        b: &mut WriteBatch,
+        b: &mut EntryWrites<'_>,
         c: &AckDeletedBlocks,
     ) -> Result<CommandResult, OmError> {
         let mut seen = HashSet::new();

@@ -5,6 +5,7 @@ pub mod iter;
 pub mod keys;
 pub mod records;
 pub mod table;
+pub mod view;
 
 use std::collections::BTreeMap;
 

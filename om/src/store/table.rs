@@ -3,7 +3,10 @@
 //! handler touches raw bytes or RocksDB directly.
 
 use prost::Message;
-use rocksdb::{ColumnFamily, DB, DBPinnableSlice, ReadOptions, WriteBatch};
+use om_raft_store::{EntryWrites, ViewValue};
+use rocksdb::{ColumnFamily, DB, WriteBatch};
+
+pub use super::view::StateRead;
 
 use super::keys;
 use crate::error::OmError;
@@ -178,23 +181,46 @@ pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {
         .ok_or_else(|| OmError::Internal(format!("column family {name} missing")))
 }
 
-/// A point read of `key` in `cf`, with default read options. One set of
-/// options per thread serves every read: creating and dropping them for each
-/// read was about 1 % of a PutKey's instructions on every node.
-pub fn get_pinned<'a>(
-    db: &'a DB,
-    cf: &ColumnFamily,
-    key: &[u8],
-) -> Result<Option<DBPinnableSlice<'a>>, OmError> {
-    thread_local! {
-        static DEFAULTS: ReadOptions = ReadOptions::default();
+/// Where writes are staged: an entry's writes in apply (`EntryWrites`), or
+/// a plain batch (tests, and stores written outside Raft).
+pub trait Writes {
+    fn put_owned(&mut self, cf: &ColumnFamily, key: &[u8], value: Vec<u8>);
+    fn delete_key(&mut self, cf: &ColumnFamily, key: &[u8]);
+}
+
+impl Writes for WriteBatch {
+    fn put_owned(&mut self, cf: &ColumnFamily, key: &[u8], value: Vec<u8>) {
+        self.put_cf(cf, key, value);
     }
-    Ok(DEFAULTS.with(|o| db.get_pinned_cf_opt(cf, key, o))?)
+    fn delete_key(&mut self, cf: &ColumnFamily, key: &[u8]) {
+        self.delete_cf(cf, key);
+    }
+}
+
+impl Writes for EntryWrites<'_> {
+    fn put_owned(&mut self, cf: &ColumnFamily, key: &[u8], value: Vec<u8>) {
+        self.put_cf_vec(cf, key.to_vec(), value);
+    }
+    fn delete_key(&mut self, cf: &ColumnFamily, key: &[u8]) {
+        self.delete_cf(cf, key);
+    }
+}
+
+/// A point read of `key` in the column family `name`, as `db` sees it.
+pub fn get_raw<'a, S: StateRead + ?Sized>(
+    db: &'a S,
+    name: &str,
+    key: &[u8],
+) -> Result<Option<ViewValue<'a>>, OmError> {
+    db.read(name, cf(db.rocks(), name)?, key)
 }
 
 /// A point read of one record.
-pub fn get<T: TableSchema>(db: &DB, key: &[u8]) -> Result<Option<T::Value>, OmError> {
-    match get_pinned(db, cf(db, T::CF)?, key)? {
+pub fn get<T: TableSchema>(
+    db: &(impl StateRead + ?Sized),
+    key: &[u8],
+) -> Result<Option<T::Value>, OmError> {
+    match get_raw(db, T::CF, key)? {
         Some(bytes) => Ok(Some(decode::<T>(&bytes)?)),
         None => Ok(None),
     }
@@ -206,26 +232,34 @@ pub fn decode<T: TableSchema>(bytes: &[u8]) -> Result<T::Value, OmError> {
 
 /// Stages a write of one record, stamping the current format version.
 pub fn put<T: TableSchema>(
-    db: &DB,
-    batch: &mut WriteBatch,
+    db: &(impl StateRead + ?Sized),
+    batch: &mut impl Writes,
     key: &[u8],
     value: &mut T::Value,
 ) -> Result<(), OmError> {
     value.set_format(T::FORMAT);
-    batch.put_cf(cf(db, T::CF)?, key, value.encode_to_vec());
+    batch.put_owned(cf(db.rocks(), T::CF)?, key, value.encode_to_vec());
     Ok(())
 }
 
-pub fn delete<T: TableSchema>(db: &DB, batch: &mut WriteBatch, key: &[u8]) -> Result<(), OmError> {
-    batch.delete_cf(cf(db, T::CF)?, key);
+pub fn delete<T: TableSchema>(
+    db: &(impl StateRead + ?Sized),
+    batch: &mut impl Writes,
+    key: &[u8],
+) -> Result<(), OmError> {
+    batch.delete_key(cf(db.rocks(), T::CF)?, key);
     Ok(())
 }
 
 /// Reads a big-endian u64 counter; absent counters read as `default`.
-pub fn get_counter(db: &DB, name: &[u8], default: u64) -> Result<u64, OmError> {
-    match get_pinned(db, cf(db, keys::COUNTERS_CF)?, name)? {
+pub fn get_counter(
+    db: &(impl StateRead + ?Sized),
+    name: &[u8],
+    default: u64,
+) -> Result<u64, OmError> {
+    match get_raw(db, keys::COUNTERS_CF, name)? {
         Some(b) => {
-            Ok(u64::from_be_bytes(b.as_ref().try_into().map_err(|_| {
+            Ok(u64::from_be_bytes((&*b).try_into().map_err(|_| {
                 OmError::Internal("corrupt counter".to_string())
             })?))
         }
@@ -233,7 +267,12 @@ pub fn get_counter(db: &DB, name: &[u8], default: u64) -> Result<u64, OmError> {
     }
 }
 
-pub fn put_counter(db: &DB, batch: &mut WriteBatch, name: &[u8], v: u64) -> Result<(), OmError> {
-    batch.put_cf(cf(db, keys::COUNTERS_CF)?, name, v.to_be_bytes());
+pub fn put_counter(
+    db: &(impl StateRead + ?Sized),
+    batch: &mut impl Writes,
+    name: &[u8],
+    v: u64,
+) -> Result<(), OmError> {
+    batch.put_owned(cf(db.rocks(), keys::COUNTERS_CF)?, name, v.to_be_bytes().to_vec());
     Ok(())
 }

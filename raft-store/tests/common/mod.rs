@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use futures::stream;
 use om_proto::store::{Command, CommandResult, PutKey, command::Op};
-use om_raft_store::{Applier, ApplyError, Entry, LogId, LogStore, StateMachine, TypeConfig, open};
+use om_raft_store::{Applier, ApplyError, ApplyView, EntryWrites, Entry, LogId, LogStore, StateMachine, TypeConfig, open};
 use openraft::storage::{RaftStateMachine, StorageHelper};
 use openraft::type_config::alias::SnapshotOf;
 use openraft::vote::leader_id_adv::LeaderId;
 use openraft::{EntryPayload, RaftSnapshotBuilder, RaftState};
-use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch};
+use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options};
 
 pub const KV: &str = "kv";
 /// Every column family of a test store.
@@ -25,8 +25,8 @@ pub struct KvApplier;
 impl Applier for KvApplier {
     fn apply(
         &self,
-        db: &DB,
-        batch: &mut WriteBatch,
+        view: &ApplyView<'_>,
+        batch: &mut EntryWrites<'_>,
         _index: u64,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError> {
@@ -35,7 +35,7 @@ impl Applier for KvApplier {
                 return Err(ApplyError("injected".into()));
             }
             batch.put_cf(
-                db.cf_handle(KV).unwrap(),
+                view.db().cf_handle(KV).unwrap(),
                 p.key.as_bytes(),
                 p.volume.as_bytes(),
             );

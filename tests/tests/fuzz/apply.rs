@@ -1,4 +1,4 @@
-//! Random replicated commands into `apply_command`: refused, never fatal, nothing staged.
+//! Random replicated commands into apply: refused, never fatal, nothing staged.
 
 use super::*;
 
@@ -36,9 +36,7 @@ impl Scratch {
     fn ok(&mut self, op: st::command::Op) -> st::command_result::Result {
         self.index += 1;
         let cmd = self.command(op);
-        let mut b = rocksdb::WriteBatch::default();
-        let r = om::apply::apply_command(&self.db, &mut b, self.index, &cmd).unwrap();
-        self.db.write(b).unwrap();
+        let (r, _) = om::apply::apply_alone(&self.db, self.index, &cmd).unwrap();
         om::apply::into_outcome(r).unwrap()
     }
 }
@@ -491,8 +489,7 @@ fn apply_refuses_random_commands_without_staging() {
     // Each template applies as it is.
     for (name, bytes, decode) in &templates {
         let cmd = sm.command(decode(bytes).unwrap());
-        let mut b = rocksdb::WriteBatch::default();
-        let r = om::apply::apply_command(&sm.db, &mut b, sm.index + 1, &cmd);
+        let r = om::apply::stage_alone(&sm.db, sm.index + 1, &cmd);
         assert!(r.is_ok(), "{name}: {r:?}");
     }
     let mut runner = TestRunner::new(Config {
@@ -513,16 +510,15 @@ fn apply_refuses_random_commands_without_staging() {
                 cmd.client_id = "fuzz".into();
                 cmd.seq = 7;
             }
-            let mut b = rocksdb::WriteBatch::default();
-            let r = om::apply::apply_command(&sm.db, &mut b, sm.index + 1, &cmd);
+            let r = om::apply::stage_alone(&sm.db, sm.index + 1, &cmd);
             prop_assert!(r.is_ok(), "{name}: apply failed: {r:?} on {cmd:?}");
-            let r = r.unwrap();
+            let (r, staged) = r.unwrap();
             let (applied, refused) = tally.get();
             if let Some(st::command_result::Result::Rejected(_)) = &r.result {
                 tally.set((applied, refused + 1));
                 // Only the retry-cache record of the refusal may be staged.
                 let cache_writes = if with_client { 2 } else { 0 };
-                prop_assert_eq!(b.len(), cache_writes, "{} staged writes when refused", name);
+                prop_assert_eq!(staged, cache_writes, "{} staged writes when refused", name);
             } else {
                 tally.set((applied + 1, refused));
             }
