@@ -1,11 +1,13 @@
 //! The Raft state machine on RocksDB.
 //!
-//! Each applied entry is one atomic write batch holding the application's table
-//! writes and the new `AppliedState` (last applied log id and membership), so
-//! the data and the applied index can never disagree after a crash. Apply
-//! batches are not fsynced: every entry applied was first fsynced in the log,
-//! and the database has one WAL, so a crash loses at most applied state that
-//! is re-applied from the log on restart. The membership half of the applied
+//! Committed entries are applied in runs (`overlay`, and ARCHITECTURE.md,
+//! "Applying in runs"): each run is one atomic write batch holding the
+//! application's writes of every entry in it and the new `AppliedState`
+//! (the run's last log id, membership and state digest), so the data and
+//! the applied index can never disagree after a crash. Apply batches are
+//! not fsynced: every entry applied was first fsynced in the log, and the
+//! database has one WAL, so a crash loses at most applied state that is
+//! re-applied from the log on restart. The membership half of the applied
 //! state changes only with a membership entry or a snapshot, so it is kept
 //! encoded between entries (`AppliedMembership`) instead of being read back
 //! and re-encoded for each one.
