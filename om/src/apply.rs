@@ -46,10 +46,10 @@ pub use write::{
     MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH,
 };
 
-use crate::store::view::StateRead;
 use crate::error::{ErrorKind, OmError};
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, RetryCacheTable, VolumeTable};
+use crate::store::view::StateRead;
 use blocks::lay_out;
 use conditions::check_conditions;
 use quota::Usage;
@@ -130,7 +130,12 @@ pub fn stage_alone(
     let tables = state_tables(db)?;
     let overlay = Overlay::new(&tables);
     let mut w = EntryWrites::new(&tables);
-    let r = apply_command(&ApplyView::new(db, &tables, &overlay), &mut w, log_index, cmd)?;
+    let r = apply_command(
+        &ApplyView::new(db, &tables, &overlay),
+        &mut w,
+        log_index,
+        cmd,
+    )?;
     Ok((r, w.len()))
 }
 
@@ -145,7 +150,12 @@ pub fn apply_alone(
     let tables = state_tables(db)?;
     let mut overlay = Overlay::new(&tables);
     let mut w = EntryWrites::new(&tables);
-    let r = apply_command(&ApplyView::new(db, &tables, &overlay), &mut w, log_index, cmd)?;
+    let r = apply_command(
+        &ApplyView::new(db, &tables, &overlay),
+        &mut w,
+        log_index,
+        cmd,
+    )?;
     let n = w.len();
     overlay
         .absorb(w)
@@ -454,7 +464,11 @@ impl Ctx<'_> {
         Ok(b)
     }
 
-    fn put_bucket(&self, b: &mut EntryWrites<'_>, bucket: &mut BucketRecord) -> Result<(), OmError> {
+    fn put_bucket(
+        &self,
+        b: &mut EntryWrites<'_>,
+        bucket: &mut BucketRecord,
+    ) -> Result<(), OmError> {
         let key = keys::bucket_key(&bucket.volume, &bucket.name);
         table::put::<BucketTable>(self.db, b, &key, bucket)
     }
@@ -473,7 +487,8 @@ impl Ctx<'_> {
         };
         let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
         upper.extend_from_slice(&c.before_ms.to_be_bytes());
-        let mut it = self.db.iter(keys::RETRY_CACHE_CF,
+        let mut it = self.db.iter(
+            keys::RETRY_CACHE_CF,
             Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
             Some(upper),
         )?;

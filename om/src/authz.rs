@@ -25,10 +25,10 @@ use std::future::Future;
 
 use om_proto::store::{AclGrant, Caller, VolumeRecord, command::Op};
 
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
+use crate::store::view::StateRead;
 
 pub const READ: u32 = 1;
 pub const WRITE: u32 = 1 << 1;
@@ -149,7 +149,11 @@ pub fn cluster_rights(cluster: &[AclGrant], c: &Caller) -> u32 {
 }
 
 /// The rights `c` holds on `r`; `None` when `r` does not exist.
-pub fn rights_on(db: &(impl StateRead + ?Sized), c: &Caller, r: Resource<'_>) -> Result<Option<u32>, OmError> {
+pub fn rights_on(
+    db: &(impl StateRead + ?Sized),
+    c: &Caller,
+    r: Resource<'_>,
+) -> Result<Option<u32>, OmError> {
     let cluster = cluster_rights(&cluster_acl(db)?, c);
     let admin = cluster & ALL == ALL;
     match r {
@@ -209,7 +213,12 @@ pub fn denied(c: &Caller, r: Resource<'_>, right: u32) -> OmError {
 }
 
 /// `Ok` when `c` holds `right` on `r` (or `r` does not exist).
-pub fn check(db: &(impl StateRead + ?Sized), c: &Caller, r: Resource<'_>, right: u32) -> Result<(), OmError> {
+pub fn check(
+    db: &(impl StateRead + ?Sized),
+    c: &Caller,
+    r: Resource<'_>,
+    right: u32,
+) -> Result<(), OmError> {
     match rights_on(db, c, r)? {
         Some(have) if have & right != right => Err(denied(c, r, right)),
         _ => Ok(()),
@@ -314,7 +323,12 @@ pub fn target(op: &Op) -> String {
 
 /// Apply's check: the command's caller (if any) holds every right its
 /// operation needs, in the replicated state as of this entry.
-pub fn check_command(db: &(impl StateRead + ?Sized), caller: Option<&Caller>, op: &Op, rules: u32) -> Result<(), OmError> {
+pub fn check_command(
+    db: &(impl StateRead + ?Sized),
+    caller: Option<&Caller>,
+    op: &Op,
+    rules: u32,
+) -> Result<(), OmError> {
     let Some(c) = caller else {
         return Ok(());
     };

@@ -7,10 +7,10 @@
 
 use om_proto::store::{DirectoryRecord, KeyRecord};
 
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, DirectoryTable, FileTable};
+use crate::store::view::StateRead;
 
 pub use crate::validate::MAX_PATH_DEPTH;
 
@@ -60,11 +60,19 @@ pub fn components(path: &str) -> Vec<&str> {
     }
 }
 
-pub fn get_dir(db: &(impl StateRead + ?Sized), parent: u64, name: &str) -> Result<Option<DirectoryRecord>, OmError> {
+pub fn get_dir(
+    db: &(impl StateRead + ?Sized),
+    parent: u64,
+    name: &str,
+) -> Result<Option<DirectoryRecord>, OmError> {
     table::get::<DirectoryTable>(db, &keys::fs_key(parent, name))
 }
 
-pub fn get_file(db: &(impl StateRead + ?Sized), parent: u64, name: &str) -> Result<Option<KeyRecord>, OmError> {
+pub fn get_file(
+    db: &(impl StateRead + ?Sized),
+    parent: u64,
+    name: &str,
+) -> Result<Option<KeyRecord>, OmError> {
     table::get::<FileTable>(db, &keys::fs_key(parent, name))
 }
 
@@ -74,7 +82,12 @@ pub type Chain = Vec<(u64, DirectoryRecord)>;
 
 /// Follows `comps` as directories from `root`. A file in the way is
 /// FAILED_PRECONDITION `NOT_A_DIRECTORY` on `field`.
-pub fn walk_dirs(db: &(impl StateRead + ?Sized), root: u64, comps: &[&str], field: &str) -> Result<Walk, OmError> {
+pub fn walk_dirs(
+    db: &(impl StateRead + ?Sized),
+    root: u64,
+    comps: &[&str],
+    field: &str,
+) -> Result<Walk, OmError> {
     walk_chain(db, root, comps, field).map(|(walk, _)| walk)
 }
 
@@ -112,7 +125,12 @@ pub fn walk_chain(
 
 /// The id of the directory holding the last component of `comps`; missing
 /// parents are NOT_FOUND `DIRECTORY_NOT_FOUND` on `field`.
-pub fn parent_dir(db: &(impl StateRead + ?Sized), root: u64, comps: &[&str], field: &str) -> Result<u64, OmError> {
+pub fn parent_dir(
+    db: &(impl StateRead + ?Sized),
+    root: u64,
+    comps: &[&str],
+    field: &str,
+) -> Result<u64, OmError> {
     parent_chain(db, root, comps, field).map(|(id, _)| id)
 }
 
@@ -135,7 +153,12 @@ pub fn parent_chain(
 }
 
 /// What `comps` names, or `None` if nothing (a missing parent included).
-pub fn stat(db: &(impl StateRead + ?Sized), root: u64, comps: &[&str], field: &str) -> Result<Option<Entry>, OmError> {
+pub fn stat(
+    db: &(impl StateRead + ?Sized),
+    root: u64,
+    comps: &[&str],
+    field: &str,
+) -> Result<Option<Entry>, OmError> {
     let Some((last, parents)) = comps.split_last() else {
         return Ok(Some(Entry::Root { id: root }));
     };

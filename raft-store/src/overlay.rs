@@ -402,10 +402,7 @@ impl<'a> ApplyView<'a> {
                 Staged::Untouched => {}
             }
         }
-        Ok(self
-            .db
-            .get_pinned_cf_opt(cf, key, opts)?
-            .map(ViewValue::Db))
+        Ok(self.db.get_pinned_cf_opt(cf, key, opts)?.map(ViewValue::Db))
     }
 }
 
@@ -458,13 +455,25 @@ mod tests {
         w.put_cf(a, "r2", "back");
         o.absorb(w).unwrap();
         let expect = |o: &Overlay| {
-            assert_eq!(read(&db, &tables, o, "a", b"k1").as_deref(), Some(&b"new"[..]));
+            assert_eq!(
+                read(&db, &tables, o, "a", b"k1").as_deref(),
+                Some(&b"new"[..])
+            );
             assert_eq!(read(&db, &tables, o, "a", b"k2"), None);
-            assert_eq!(read(&db, &tables, o, "a", b"k3").as_deref(), Some(&b"old"[..]));
+            assert_eq!(
+                read(&db, &tables, o, "a", b"k3").as_deref(),
+                Some(&b"old"[..])
+            );
             assert_eq!(read(&db, &tables, o, "a", b"r1"), None);
             assert_eq!(read(&db, &tables, o, "a", b"r5"), None);
-            assert_eq!(read(&db, &tables, o, "a", b"r2").as_deref(), Some(&b"back"[..]));
-            assert_eq!(read(&db, &tables, o, "a", b"z").as_deref(), Some(&b"old"[..]));
+            assert_eq!(
+                read(&db, &tables, o, "a", b"r2").as_deref(),
+                Some(&b"back"[..])
+            );
+            assert_eq!(
+                read(&db, &tables, o, "a", b"z").as_deref(),
+                Some(&b"old"[..])
+            );
         };
         expect(&o);
         let mut batch = WriteBatch::default();

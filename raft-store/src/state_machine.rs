@@ -295,7 +295,12 @@ impl StateMachine {
 
     /// Applies `entry` into `run`: its writes join the run's overlay, its
     /// result and digest wait in `run.pending` until the run is written.
-    fn stage(&self, run: &mut Run, entry: crate::Entry, tail: &mut AppliedTail) -> std::io::Result<()> {
+    fn stage(
+        &self,
+        run: &mut Run,
+        entry: crate::Entry,
+        tail: &mut AppliedTail,
+    ) -> std::io::Result<()> {
         let started = Instant::now();
         let db = &self.snapshots.db;
         let index = entry.log_id.index;

@@ -70,7 +70,13 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn log_id(index: u64) -> LogId {
-    LogId::new(LeaderId { term: 1, node_id: 1 }, index)
+    LogId::new(
+        LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        index,
+    )
 }
 
 fn command(index: u64, op: Op) -> st::Command {
@@ -233,7 +239,9 @@ fn log(steps: &[Step]) -> Vec<Entry> {
                 max_path_depth: 64,
                 max_path_bytes: 4096,
             })),
-            Step::Purge => Some(Op::PurgeDeletedDirs(st::PurgeDeletedDirs { max_children: 3 })),
+            Step::Purge => Some(Op::PurgeDeletedDirs(st::PurgeDeletedDirs {
+                max_children: 3,
+            })),
             Step::ExpireRetries => Some(Op::ExpireRetryCache(st::ExpireRetryCache {
                 before_ms: 1_000_000 + index.saturating_sub(30) * 10,
                 max_entries: 4,
@@ -283,7 +291,11 @@ fn dump(db: &rocksdb::DB) -> Vec<(String, Vec<u8>, Vec<u8>)> {
         let mut it = db.raw_iterator_cf(db.cf_handle(t).unwrap());
         it.seek_to_first();
         while it.valid() {
-            out.push((t.to_string(), it.key().unwrap().to_vec(), it.value().unwrap().to_vec()));
+            out.push((
+                t.to_string(),
+                it.key().unwrap().to_vec(),
+                it.value().unwrap().to_vec(),
+            ));
             it.next();
         }
         it.status().unwrap();
@@ -301,13 +313,21 @@ fn apply(
 ) -> Vec<(String, Vec<u8>, Vec<u8>)> {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(dir.path());
-    let mut bounds: Vec<usize> = cuts.iter().copied().filter(|&c| c > 0 && c < log.len()).collect();
+    let mut bounds: Vec<usize> = cuts
+        .iter()
+        .copied()
+        .filter(|&c| c > 0 && c < log.len())
+        .collect();
     bounds.push(log.len());
     bounds.sort_unstable();
     bounds.dedup();
     let mut from = 0;
     for to in bounds {
-        let slice: Vec<_> = log[from..to].iter().cloned().map(|e| Ok((e, None))).collect();
+        let slice: Vec<_> = log[from..to]
+            .iter()
+            .cloned()
+            .map(|e| Ok((e, None)))
+            .collect();
         rt.block_on(store.state_machine.apply(stream::iter(slice)))
             .unwrap();
         if restarts.contains(&to) {
@@ -347,11 +367,16 @@ fn runs_give_the_same_state_wherever_they_are_cut() {
             let whole = apply(&rt, &log, &[], &[]);
             prop_assert!(reference == whole, "one run differs from entry by entry");
             let sliced = apply(&rt, &log, &cuts, &restarts);
-            prop_assert!(reference == sliced, "slices {cuts:?} with restarts {restarts:?} differ");
+            prop_assert!(
+                reference == sliced,
+                "slices {cuts:?} with restarts {restarts:?} differ"
+            );
             // Not a vacuous log: results in the retry cache, accepted and refused.
             let (mut accepted, mut refused) = tally.get();
             for (t, k, v) in &reference {
-                if t == om::store::keys::RETRY_CACHE_CF && !k.starts_with(om::store::keys::RETRY_EXPIRY_PREFIX) {
+                if t == om::store::keys::RETRY_CACHE_CF
+                    && !k.starts_with(om::store::keys::RETRY_EXPIRY_PREFIX)
+                {
                     let rec = <st::RetryCacheRecord as prost::Message>::decode(&v[..]).unwrap();
                     match rec.result.and_then(|r| r.result) {
                         Some(st::command_result::Result::Rejected(_)) => refused += 1,
@@ -368,5 +393,8 @@ fn runs_give_the_same_state_wherever_they_are_cut() {
     }
     let (accepted, refused) = tally.get();
     eprintln!("apply runs: {accepted} results accepted, {refused} refused in the retry caches");
-    assert!(accepted > 10 * cases as usize && refused > 0, "{accepted} accepted, {refused} refused");
+    assert!(
+        accepted > 10 * cases as usize && refused > 0,
+        "{accepted} accepted, {refused} refused"
+    );
 }

@@ -11,7 +11,11 @@ use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
 
 impl Ctx<'_> {
-    pub(super) fn set_acl(&self, b: &mut EntryWrites<'_>, c: &SetAcl) -> Result<CommandResult, OmError> {
+    pub(super) fn set_acl(
+        &self,
+        b: &mut EntryWrites<'_>,
+        c: &SetAcl,
+    ) -> Result<CommandResult, OmError> {
         if c.mode > 2 {
             return Err(OmError::invalid(
                 "INVALID_ACL_MODE",

@@ -6,10 +6,10 @@ use om_proto::store::{BlockRecord, DeletedBlocksRecord};
 use om_raft_store::EntryWrites;
 
 use super::Ctx;
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, DeletedBlocksTable};
+use crate::store::view::StateRead;
 
 impl Ctx<'_> {
     /// How many keys hold block `id`: 1 unless `block_refs` says otherwise.

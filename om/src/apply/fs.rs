@@ -13,13 +13,13 @@ use super::limits::MAX_PURGE_BATCH;
 use super::quota::Usage;
 use super::write::lay_out_unwritten;
 use super::{Ctx, object_id, ok};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::fs::{self, Chain, Entry, Walk};
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedDirTable, DirectoryTable, FileTable, OpenFileTable,
 };
+use crate::store::view::StateRead;
 
 /// The per-entry object-id counter reserved for a file session, above any
 /// directory a command creates (paths are at most `MAX_PATH_DEPTH` deep).

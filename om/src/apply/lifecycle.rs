@@ -24,12 +24,12 @@ use om_raft_store::EntryWrites;
 
 use super::quota::Usage;
 use super::{Ctx, LAYOUT_FSO, ok, versions};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::lifecycle::eval::{self, Subject};
 use crate::lifecycle::scan::{self, PHASE_FILES, PHASE_IDLE};
 use crate::store::keys;
 use crate::store::table::{self, FileTable, LifecycleScanTable, LifecycleTable, UploadTable};
+use crate::store::view::StateRead;
 
 fn stale(message: String) -> OmError {
     OmError::precondition("STALE_LIFECYCLE_PAGE", "from", message)
@@ -388,10 +388,9 @@ impl Ctx<'_> {
             .range(run.to_vec()..entry.to_vec())
             .filter(|(_, v)| v.is_some())
             .count() as u32;
-        let mut it = self.db.iter(keys::KEYS_CF,
-            Some(run.to_vec()),
-            Some(entry.to_vec()),
-        )?;
+        let mut it = self
+            .db
+            .iter(keys::KEYS_CF, Some(run.to_vec()), Some(entry.to_vec()))?;
         while n < limit {
             let Some((k, _)) = it.current() else { break };
             if !staged.contains_key(k) {

@@ -12,10 +12,10 @@ use om_raft_store::EntryWrites;
 
 use super::limits::block_size_or_legacy;
 use super::{Ctx, lay_out, object_id, ok};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, PartTable, UploadTable};
+use crate::store::view::StateRead;
 
 /// S3's default smallest part (all but the last): 5 MiB.
 pub const DEFAULT_MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -69,8 +69,9 @@ impl Ctx<'_> {
 
     /// Every stored part of an upload, in part-number order.
     pub(super) fn parts(&self, upload_id: u64) -> Result<Vec<PartRecord>, OmError> {
-        let mut it =
-            self.db.iter_prefix(keys::PARTS_CF, &keys::parts_prefix(upload_id))?;
+        let mut it = self
+            .db
+            .iter_prefix(keys::PARTS_CF, &keys::parts_prefix(upload_id))?;
         let mut out = Vec::new();
         while let Some((_, v)) = it.current() {
             out.push(table::decode::<PartTable>(v)?);

@@ -4,10 +4,10 @@ use om_proto::store::{BucketRecord, CommandResult, Empty, VolumeRecord, command_
 use om_raft_store::EntryWrites;
 
 use super::{Ctx, LAYOUT_FSO, LAYOUT_OBJECT_STORE, object_id, ok, versions};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
+use crate::store::view::StateRead;
 
 impl Ctx<'_> {
     pub(super) fn create_volume(
@@ -50,9 +50,9 @@ impl Ctx<'_> {
         let v = self.volume(&c.name, "name")?;
         // The count is maintained by bucket create/delete; the scan below is one
         // bounded seek and guards against a count that disagrees with the table.
-        let mut it = self.db.iter_prefix(keys::BUCKETS_CF,
-            &keys::bucket_prefix(&c.name),
-        )?;
+        let mut it = self
+            .db
+            .iter_prefix(keys::BUCKETS_CF, &keys::bucket_prefix(&c.name))?;
         if v.bucket_count > 0 || it.has_current() {
             return Err(OmError::precondition(
                 "VOLUME_NOT_EMPTY",
@@ -133,9 +133,9 @@ impl Ctx<'_> {
         c: &om_proto::store::DeleteBucket,
     ) -> Result<CommandResult, OmError> {
         let bucket = self.bucket(&c.volume, &c.name)?;
-        let mut it = self.db.iter_prefix(keys::KEYS_CF,
-            &keys::object_prefix(&c.volume, &c.name),
-        )?;
+        let mut it = self
+            .db
+            .iter_prefix(keys::KEYS_CF, &keys::object_prefix(&c.volume, &c.name))?;
         if bucket.key_count > 0 || it.has_current() {
             return Err(OmError::precondition(
                 "BUCKET_NOT_EMPTY",
@@ -156,7 +156,8 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let mut dirs = self.db.iter_prefix(keys::DIRECTORIES_CF,
+        let mut dirs = self.db.iter_prefix(
+            keys::DIRECTORIES_CF,
             &keys::children_prefix(bucket.object_id),
         )?;
         if dirs.has_current() {

@@ -23,10 +23,10 @@ use om_proto::store::{
 use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
+use crate::store::view::StateRead;
 
 /// How one command changes one bucket's usage.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +88,7 @@ pub fn volume_used_bytes(db: &(impl StateRead + ?Sized), v: &VolumeRecord) -> Re
     if let Some(n) = v.used_bytes {
         return Ok(n);
     }
-    let mut it =
-        db.iter_prefix(keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
+    let mut it = db.iter_prefix(keys::BUCKETS_CF, &keys::bucket_prefix(&v.name))?;
     let mut sum = 0u64;
     while let Some((_, val)) = it.current() {
         sum = sum.saturating_add(table::decode::<BucketTable>(val)?.used_bytes);

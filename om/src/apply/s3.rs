@@ -15,11 +15,11 @@ use om_proto::store::{
 use om_raft_store::EntryWrites;
 
 use super::{Ctx, ok};
-use crate::store::view::StateRead;
 use crate::authz;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, S3SecretTable};
+use crate::store::view::StateRead;
 
 /// Characters of an access key: `OM` and 18 of `[A-Z0-9]`.
 pub const ACCESS_KEY_LEN: usize = 20;
@@ -117,7 +117,10 @@ pub fn check_groups(groups: &[String]) -> Result<(), OmError> {
 }
 
 /// The credential stored under `access_key`, if any.
-pub fn get(db: &(impl StateRead + ?Sized), access_key: &str) -> Result<Option<S3SecretRecord>, OmError> {
+pub fn get(
+    db: &(impl StateRead + ?Sized),
+    access_key: &str,
+) -> Result<Option<S3SecretRecord>, OmError> {
     table::get::<S3SecretTable>(db, &keys::s3_secret_key(access_key))
 }
 
@@ -137,7 +140,12 @@ fn count_for(db: &(impl StateRead + ?Sized), user: &str) -> Result<usize, OmErro
 /// Whether `caller` may create or revoke credentials of `user`: an admin
 /// anyone's, anyone their own (an impersonator acting for the user counts
 /// as the user); only an admin may give groups.
-fn may_manage(db: &(impl StateRead + ?Sized), caller: &Caller, user: &str, groups: &[String]) -> Result<(), OmError> {
+fn may_manage(
+    db: &(impl StateRead + ?Sized),
+    caller: &Caller,
+    user: &str,
+    groups: &[String],
+) -> Result<(), OmError> {
     if authz::is_admin(db, caller)? {
         return Ok(());
     }
@@ -160,7 +168,11 @@ fn may_manage(db: &(impl StateRead + ?Sized), caller: &Caller, user: &str, group
 
 /// The rights check of a credential command for `caller` (none when
 /// authorization is off), on the state as of the entry.
-pub fn check_caller(db: &(impl StateRead + ?Sized), caller: Option<&Caller>, op: &Op) -> Result<(), OmError> {
+pub fn check_caller(
+    db: &(impl StateRead + ?Sized),
+    caller: Option<&Caller>,
+    op: &Op,
+) -> Result<(), OmError> {
     let Some(c) = caller else { return Ok(()) };
     match op {
         Op::CreateS3Secret(s) => may_manage(db, c, &s.user, &s.groups),

@@ -29,10 +29,10 @@ use om_raft_store::EntryWrites;
 
 use super::Ctx;
 use super::quota::Usage;
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
+use crate::store::view::StateRead;
 
 pub use crate::store::records::{
     ENABLED, NULL_VERSION_ID, SUSPENDED, UNVERSIONED, VERSION_ID_CHARS, VersionRef,

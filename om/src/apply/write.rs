@@ -11,13 +11,13 @@ use om_raft_store::EntryWrites;
 
 use super::limits::{MAX_KEY_BLOCKS, block_size_or_legacy};
 use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
-use crate::store::view::StateRead;
 use crate::error::OmError;
 use crate::fs;
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedBlocksTable, FileTable, KeyTable, OpenFileTable, OpenKeyTable,
 };
+use crate::store::view::StateRead;
 
 /// An open session found by key (object store) or path (FSO).
 pub(super) struct Session {
@@ -119,7 +119,11 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn put_session(&self, b: &mut EntryWrites<'_>, s: &mut Session) -> Result<(), OmError> {
+    pub(super) fn put_session(
+        &self,
+        b: &mut EntryWrites<'_>,
+        s: &mut Session,
+    ) -> Result<(), OmError> {
         if s.file.is_some() {
             table::put::<OpenFileTable>(self.db, b, &s.key, &mut s.rec)
         } else {
@@ -427,8 +431,7 @@ impl Ctx<'_> {
         ] {
             let mut upper = prefix.to_vec();
             upper.extend_from_slice(&before_ms.to_be_bytes());
-            let mut it =
-                self.db.iter(cf_name, Some(prefix.to_vec()), Some(upper))?;
+            let mut it = self.db.iter(cf_name, Some(prefix.to_vec()), Some(upper))?;
             let cf = table::cf(self.db.rocks(), cf_name)?;
             while n < batch {
                 let Some((k, _)) = it.current() else { break };

@@ -2,8 +2,8 @@
 //! its stored record type, and every read and write goes through here, so no
 //! handler touches raw bytes or RocksDB directly.
 
-use prost::Message;
 use om_raft_store::{EntryWrites, ViewValue};
+use prost::Message;
 use rocksdb::{ColumnFamily, DB, WriteBatch};
 
 pub use super::view::StateRead;
@@ -273,6 +273,10 @@ pub fn put_counter(
     name: &[u8],
     v: u64,
 ) -> Result<(), OmError> {
-    batch.put_owned(cf(db.rocks(), keys::COUNTERS_CF)?, name, v.to_be_bytes().to_vec());
+    batch.put_owned(
+        cf(db.rocks(), keys::COUNTERS_CF)?,
+        name,
+        v.to_be_bytes().to_vec(),
+    );
     Ok(())
 }

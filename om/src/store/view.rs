@@ -316,3 +316,85 @@ impl<'a> ViewIter<'a> {
         self.db.stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use om_raft_store::{EntryWrites, Overlay};
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::store::keys::KEYS_CF;
+
+    /// A view iterator over random database contents and random staged
+    /// puts, deletions and deleted ranges lists exactly what the database
+    /// holds once the run is written, from any seek target.
+    #[test]
+    fn a_view_iterates_as_the_written_run() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for round in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            let mut o = rocksdb::Options::default();
+            o.create_if_missing(true);
+            o.create_missing_column_families(true);
+            let db = DB::open_cf(&o, dir.path(), crate::store::keys::TABLE_CFS).unwrap();
+            let tables = crate::apply::state_tables(&db).unwrap();
+            let cf = db.cf_handle(KEYS_CF).unwrap();
+            let key = |rng: &mut rand::rngs::StdRng| format!("p/{:02}", rng.random_range(0..40u8));
+            for _ in 0..rng.random_range(0..30) {
+                db.put_cf(cf, key(&mut rng), format!("db{round}")).unwrap();
+            }
+            let mut overlay = Overlay::new(&tables);
+            for e in 0..rng.random_range(1..6) {
+                let mut w = EntryWrites::new(&tables);
+                for _ in 0..rng.random_range(0..8) {
+                    match rng.random_range(0..4) {
+                        0 | 1 => w.put_cf(cf, key(&mut rng), format!("staged{e}")),
+                        2 => w.delete_cf(cf, key(&mut rng)),
+                        _ => {
+                            let (a, b) = (key(&mut rng), key(&mut rng));
+                            w.delete_range_cf(cf, a.clone().min(b.clone()), a.max(b));
+                        }
+                    }
+                }
+                overlay.absorb(w).unwrap();
+            }
+            let (lower, upper) = (b"p/05".to_vec(), b"p/35".to_vec());
+            let listed = |it: &mut ViewIter<'_>| {
+                let mut out = BTreeMap::new();
+                while let Some((k, v)) = it.current() {
+                    out.insert(k.to_vec(), v.to_vec());
+                    it.advance();
+                }
+                it.status().unwrap();
+                out
+            };
+            let target = key(&mut rng).into_bytes();
+            let point = key(&mut rng).into_bytes();
+            let (before, before_from, read) = {
+                let view = ApplyView::new(&db, &tables, &overlay);
+                let mut it = view
+                    .iter(KEYS_CF, Some(lower.clone()), Some(upper.clone()))
+                    .unwrap();
+                let before = listed(&mut it);
+                let mut it = view
+                    .iter(KEYS_CF, Some(lower.clone()), Some(upper.clone()))
+                    .unwrap();
+                it.seek(&target);
+                let before_from = listed(&mut it);
+                let read = view.read(KEYS_CF, cf, &point).unwrap().map(|v| v.to_vec());
+                (before, before_from, read)
+            };
+            let mut batch = rocksdb::WriteBatch::default();
+            overlay.drain_into(&db, &tables, &mut batch);
+            db.write(batch).unwrap();
+            let mut it = db.iter(KEYS_CF, Some(lower), Some(upper)).unwrap();
+            let after = listed(&mut it);
+            assert_eq!(before, after, "round {round}");
+            let expect: BTreeMap<_, _> = after.into_iter().filter(|(k, _)| *k >= target).collect();
+            assert_eq!(before_from, expect, "round {round} from {target:?}");
+            assert_eq!(read, db.get_cf(cf, &point).unwrap(), "round {round}");
+        }
+    }
+}

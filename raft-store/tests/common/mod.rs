@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use futures::stream;
 use om_proto::store::{Command, CommandResult, PutKey, command::Op};
-use om_raft_store::{Applier, ApplyError, ApplyView, EntryWrites, Entry, LogId, LogStore, StateMachine, TypeConfig, open};
+use om_raft_store::{
+    Applier, ApplyError, ApplyView, Entry, EntryWrites, LogId, LogStore, StateMachine, TypeConfig,
+    open,
+};
 use openraft::storage::{RaftStateMachine, StorageHelper};
 use openraft::type_config::alias::SnapshotOf;
 use openraft::vote::leader_id_adv::LeaderId;

@@ -43,7 +43,8 @@ fn delete(sm: &mut Sm, key: &str, version_id: &str) -> st::DeletedVersion {
 /// marker?, size).
 fn history(sm: &Sm, key: &str) -> Vec<(bool, String, bool, u64)> {
     let prefix = keys::object_key("vol", "bkt", key);
-    let mut it = crate::store::iter::DeferredSeekIter::with_prefix(&sm.db, keys::KEYS_CF, &prefix).unwrap();
+    let mut it =
+        crate::store::iter::DeferredSeekIter::with_prefix(&sm.db, keys::KEYS_CF, &prefix).unwrap();
     it.seek(&prefix);
     let mut out = Vec::new();
     while let Some((k, v)) = it.current() {
@@ -71,7 +72,9 @@ fn bucket(sm: &Sm) -> BucketRecord {
 
 /// Blocks released so far, in release order.
 fn freed_blocks(sm: &Sm) -> usize {
-    let mut it = crate::store::iter::DeferredSeekIter::new(&sm.db, keys::DELETED_BLOCKS_CF, None, None).unwrap();
+    let mut it =
+        crate::store::iter::DeferredSeekIter::new(&sm.db, keys::DELETED_BLOCKS_CF, None, None)
+            .unwrap();
     it.seek_to_first();
     let mut n = 0;
     while let Some((_, v)) = it.current() {
