@@ -141,6 +141,10 @@ impl StateRead for ApplyView<'_> {
     }
 }
 
+/// The staged entries of a table from a position on.
+type StagedPoints<'a> =
+    std::iter::Peekable<std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>;
+
 /// The run's point entries of one table, merged into a database iterator.
 struct Staged<'a> {
     overlay: &'a Overlay,
@@ -148,9 +152,7 @@ struct Staged<'a> {
     lower: Option<Vec<u8>>,
     upper: Option<Vec<u8>>,
     /// The staged entries not yet passed, from the last positioning.
-    points: Option<
-        std::iter::Peekable<std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
-    >,
+    points: Option<StagedPoints<'a>>,
 }
 
 impl<'a> Staged<'a> {
