@@ -15,7 +15,7 @@ use om_proto::store::{
     BucketRecord, Command, CommandResult, KeyRecord, Rejection, RetryCacheRecord, VolumeRecord,
     command::Op, command_result,
 };
-use om_raft_store::{ApplyView, EntryWrites, Overlay, Tables};
+use om_raft_store::{ApplyView, EntryWrites};
 
 mod acl;
 mod blocks;
@@ -30,6 +30,7 @@ mod namespace;
 mod objects;
 mod quota;
 pub mod s3;
+mod standalone;
 pub mod tagging;
 pub mod versions;
 mod write;
@@ -41,6 +42,7 @@ pub use limits::{
 };
 pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
+pub use standalone::{apply_alone, stage_alone, state_tables};
 pub use write::{
     LEGACY_MAX_SESSION_BLOCKS, LEGACY_OPEN_KEY_EXPIRY_BATCH, MAX_OPEN_KEY_EXPIRY_BATCH,
     MAX_SESSION_BLOCKS, OPEN_KEY_EXPIRY_BATCH,
@@ -112,58 +114,6 @@ impl om_raft_store::Applier for OmApplier {
     fn pins_state(&self, cmd: &Command) -> bool {
         matches!(cmd.op, Some(Op::VerifyMark(_)))
     }
-}
-
-/// The tables om's apply writes, in `db`.
-pub fn state_tables(db: &rocksdb::DB) -> Result<Tables, OmError> {
-    let names: Vec<String> = keys::TABLE_CFS.iter().map(|s| s.to_string()).collect();
-    Tables::new(db, &names).map_err(|e| OmError::Internal(e.to_string()))
-}
-
-/// Applies `cmd` on `db` as a run of its own, without writing it: the
-/// result, and how many writes the entry staged (tests of refusals).
-pub fn stage_alone(
-    db: &rocksdb::DB,
-    log_index: u64,
-    cmd: &Command,
-) -> Result<(CommandResult, usize), OmError> {
-    let tables = state_tables(db)?;
-    let overlay = Overlay::new(&tables);
-    let mut w = EntryWrites::new(&tables);
-    let r = apply_command(
-        &ApplyView::new(db, &tables, &overlay),
-        &mut w,
-        log_index,
-        cmd,
-    )?;
-    Ok((r, w.len()))
-}
-
-/// Applies `cmd` on `db` as a run of its own and writes it, as the state
-/// machine would (without the applied state): for tests and tools that
-/// apply outside Raft. The result, and how many writes the entry staged.
-pub fn apply_alone(
-    db: &rocksdb::DB,
-    log_index: u64,
-    cmd: &Command,
-) -> Result<(CommandResult, usize), OmError> {
-    let tables = state_tables(db)?;
-    let mut overlay = Overlay::new(&tables);
-    let mut w = EntryWrites::new(&tables);
-    let r = apply_command(
-        &ApplyView::new(db, &tables, &overlay),
-        &mut w,
-        log_index,
-        cmd,
-    )?;
-    let n = w.len();
-    overlay
-        .absorb(w)
-        .map_err(|e| OmError::Internal(e.to_string()))?;
-    let mut batch = rocksdb::WriteBatch::default();
-    overlay.drain_into(db, &tables, &mut batch);
-    db.write(batch)?;
-    Ok((r, n))
 }
 
 /// Applies one command. `Err` is a storage failure (fatal); request failures

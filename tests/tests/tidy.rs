@@ -402,3 +402,46 @@ fn the_checks_see_imports_and_cycles() {
         code_lines("fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\nfn b() {} // c");
     assert_eq!(code, ["fn a() {}", "fn b() {} "]);
 }
+
+/// Apply reads the state only through its run's view (ARCHITECTURE.md,
+/// "Applying in runs"): no apply source outside tests names the database's
+/// own read calls or iterator, or reaches the database under the view for
+/// anything but a column family handle.
+#[test]
+fn apply_reads_only_through_its_view() {
+    let om = workspace().join("om/src");
+    let mut files = vec![om.join("apply.rs")];
+    rust_files(&om.join("apply"), &mut files);
+    let banned = [
+        "DeferredSeekIter",
+        "get_pinned",
+        "get_cf",
+        "raw_iterator",
+        "iterator_cf",
+        "multi_get",
+        ".db()",
+        "rocksdb::DB",
+        "&DB",
+    ];
+    let mut wrong = Vec::new();
+    // `standalone` builds a view over a plain database (tests and tools).
+    for f in files
+        .iter()
+        .filter(|f| !is_test_file(f) && !f.ends_with("apply/standalone.rs"))
+    {
+        let src = std::fs::read_to_string(f).unwrap();
+        for line in code_lines(&src) {
+            let named = banned.iter().find(|b| line.contains(*b));
+            let under_view = line.contains(".rocks()") && !line.contains("table::cf(");
+            if named.is_some() || under_view {
+                wrong.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 10, "apply sources not found: {files:?}");
+    assert!(
+        wrong.is_empty(),
+        "apply reads around its view:\n{}",
+        wrong.join("\n")
+    );
+}
