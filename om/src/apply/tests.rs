@@ -284,7 +284,7 @@ fn a_block_released_twice_in_one_command_is_an_error() {
     let mut sm = Sm::new();
     setup(&mut sm, LAYOUT_OBJECT_STORE);
     let tables = state_tables(&sm.db).unwrap();
-    let overlay = Overlay::new(&tables);
+    let overlay = om_raft_store::Overlay::new(&tables);
     let view = ApplyView::new(&sm.db, &tables, &overlay);
     let ctx = Ctx {
         db: &view,
