@@ -22,16 +22,7 @@ pub fn stage_alone(
     log_index: u64,
     cmd: &Command,
 ) -> Result<(CommandResult, usize), OmError> {
-    let tables = state_tables(db)?;
-    let overlay = Overlay::new(&tables);
-    let mut w = EntryWrites::new(&tables);
-    let r = apply_command(
-        &ApplyView::new(db, &tables, &overlay),
-        &mut w,
-        log_index,
-        cmd,
-    )?;
-    Ok((r, w.len()))
+    alone(db, log_index, cmd, false)
 }
 
 /// Applies `cmd` on `db` as a run of its own and writes it, as the state
@@ -41,6 +32,15 @@ pub fn apply_alone(
     db: &rocksdb::DB,
     log_index: u64,
     cmd: &Command,
+) -> Result<(CommandResult, usize), OmError> {
+    alone(db, log_index, cmd, true)
+}
+
+fn alone(
+    db: &rocksdb::DB,
+    log_index: u64,
+    cmd: &Command,
+    write: bool,
 ) -> Result<(CommandResult, usize), OmError> {
     let tables = state_tables(db)?;
     let mut overlay = Overlay::new(&tables);
@@ -52,11 +52,13 @@ pub fn apply_alone(
         cmd,
     )?;
     let n = w.len();
-    overlay
-        .absorb(w)
-        .map_err(|e| OmError::Internal(e.to_string()))?;
-    let mut batch = rocksdb::WriteBatch::default();
-    overlay.drain_into(db, &tables, &mut batch);
-    db.write(batch)?;
+    if write {
+        overlay
+            .absorb(w)
+            .map_err(|e| OmError::Internal(e.to_string()))?;
+        let mut batch = rocksdb::WriteBatch::default();
+        overlay.drain_into(db, &tables, &mut batch);
+        db.write(batch)?;
+    }
     Ok((r, n))
 }
