@@ -7,7 +7,9 @@
 # build to compare with). Counting starts once the cluster is ready and its
 # bucket exists, and covers `omctl bench mix --mix put=100` (CLIENTS clients,
 # default 64, for SECS seconds, default 20, no warm-up); the PutKey count
-# comes from the leader's om_grpc_requests_total. Prints one line:
+# is the successful PutKey requests of all three nodes (om_grpc_requests_total).
+# SPREAD=1 spreads the clients over the members (`bench mix --spread`).
+# Prints one line:
 #   NAME puts=N leader=L node1(L|f)=instructions per PutKey ...
 set -u
 name=$1 bin=$2 base=${3:-27200}
@@ -31,14 +33,15 @@ for _ in $(seq 1 600); do
   sleep 0.5
 done
 sleep 5
-puts() { m $leader | awk '/^om_grpc_requests_total/ && /PutKey"/ && !/PutKeys/ { s += $2 } END { print s + 0 }'; }
+puts() { for i in 1 2 3; do m $i; done | awk '/^om_grpc_requests_total/ && /method="PutKey"/ && /code="OK"/ { s += $2 } END { print s + 0 }'; }
 eps="127.0.0.1:$((base+1)),127.0.0.1:$((base+2)),127.0.0.1:$((base+3))"
 "$bin/omctl" --endpoint "$eps" --timeout 120 volume create ibench >/dev/null
 "$bin/omctl" --endpoint "$eps" --timeout 120 bucket create ibench/keys >/dev/null
 before=$(puts)
 for i in 1 2 3; do callgrind_control -i on "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done
 "$bin/omctl" --endpoint "$eps" bench mix ibench/keys --keys 1000 --mix put=100 \
-  --concurrency ${CLIENTS:-64} --seconds ${SECS:-20} --warmup 0 --timeout 120 > "$work/bench.md"
+  --concurrency ${CLIENTS:-64} --seconds ${SECS:-20} --warmup 0 --timeout 120 \
+  ${SPREAD:+--spread} > "$work/bench.md"
 for i in 1 2 3; do callgrind_control -i off "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done
 after=$(puts)
 for i in 1 2 3; do callgrind_control -d "$(pgrep -f "callgrind-out-file=$work/cg-$name-$i.out" | head -1)" >/dev/null; done

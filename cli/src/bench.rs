@@ -37,6 +37,12 @@ pub struct BenchArgs {
     /// Measure writes only (no read phase), e.g. for a long write soak.
     #[arg(long)]
     pub writes_only: bool,
+    /// Spread om's writing clients over the endpoints (client i starts at
+    /// endpoint i mod n, as etcd's clients are spread) instead of all
+    /// following the leader: followers forward the writes they take to the
+    /// leader in batches. A build without forwarding redirects them.
+    #[arg(long)]
+    pub spread: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +241,22 @@ fn row(
     }
 }
 
+/// One client per endpoint, client i starting at endpoint i (each still
+/// fails over to the others): clients spread over the members.
+pub fn spread_clients(endpoints: &[String], opts: &ClientOptions) -> Result<Vec<Arc<OmClient>>> {
+    (0..endpoints.len())
+        .map(|i| {
+            let mut eps = endpoints[i..].to_vec();
+            eps.extend_from_slice(&endpoints[..i]);
+            let opts = ClientOptions {
+                spread: true,
+                ..opts.clone()
+            };
+            Ok(Arc::new(OmClient::new(&eps, opts)?))
+        })
+        .collect()
+}
+
 pub async fn run(
     endpoints: &[String],
     args: &BenchArgs,
@@ -245,8 +267,8 @@ pub async fn run(
     let om = Arc::new(OmClient::new(
         endpoints,
         ClientOptions {
-            tls,
-            token,
+            tls: tls.clone(),
+            token: token.clone(),
             ..ClientOptions::default()
         },
     )?);
@@ -298,12 +320,26 @@ pub async fn run(
         fsyncs: "etcd_disk_wal_fsync_duration_seconds_count",
         is_leader: "etcd_server_is_leader",
     };
+    // Writers: the one leader-following client, or one client per endpoint,
+    // each starting there.
+    let writers = Arc::new(if args.spread {
+        spread_clients(
+            endpoints,
+            &ClientOptions {
+                tls: tls.clone(),
+                token: token.clone(),
+                ..ClientOptions::default()
+            },
+        )?
+    } else {
+        vec![om.clone()]
+    });
     for &c in &args.concurrency {
         // om: CommitKey (create + commit of a new key) through Raft.
         let before = om_probe.sample().await;
-        let (o, v) = (om.clone(), volume.clone());
+        let (ws, v) = (writers.clone(), volume.clone());
         let r = drive(c, args.seconds, move |w, n| {
-            let (o, v) = (o.clone(), v.clone());
+            let (o, v) = (ws[w % ws.len()].clone(), v.clone());
             async move {
                 o.put_key_with(PutKeyRequest {
                     volume: v,

@@ -86,6 +86,10 @@ pub struct MixArgs {
     /// Name prefix `bench load` used.
     #[arg(long, default_value = "k/")]
     pub prefix: String,
+    /// Spread the clients over the endpoints (client i starts at endpoint
+    /// i mod n) instead of all following the leader.
+    #[arg(long)]
+    pub spread: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -410,7 +414,9 @@ pub async fn load(om: Arc<OmClient>, args: &LoadArgs) -> Result<Report> {
 }
 
 /// `bench mix`.
-pub async fn mix(om: Arc<OmClient>, args: &MixArgs) -> Result<Report> {
+/// `clients[w mod n]` serves worker w.
+pub async fn mix(clients: Vec<Arc<OmClient>>, args: &MixArgs) -> Result<Report> {
+    let om = clients[0].clone();
     let (volume, bucket) = split_target(&args.target)?;
     let weights = parse_mix(&args.mix)?;
     om.get_bucket(&volume, &bucket)
@@ -427,7 +433,8 @@ pub async fn mix(om: Arc<OmClient>, args: &MixArgs) -> Result<Report> {
     let total_weight: u32 = weights.iter().sum();
     let mut tasks = Vec::new();
     for w in 0..args.concurrency.max(1) {
-        let (om, counting, stop, done) = (om.clone(), counting.clone(), stop.clone(), done.clone());
+        let om = clients[w % clients.len()].clone();
+        let (counting, stop, done) = (counting.clone(), stop.clone(), done.clone());
         let (volume, bucket, args, run) =
             (volume.clone(), bucket.clone(), args.clone(), run.clone());
         tasks.push(tokio::spawn(async move {

@@ -275,10 +275,18 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(BenchCmd {
             mode: Some(mode), ..
         }) => {
-            let om = std::sync::Arc::new(OmClient::new(&endpoints, opts)?);
             let report = match &mode {
-                bench_mix::BenchMode::Load(a) => bench_mix::load(om, a).await?,
-                bench_mix::BenchMode::Mix(a) => bench_mix::mix(om, a).await?,
+                bench_mix::BenchMode::Load(a) => {
+                    bench_mix::load(std::sync::Arc::new(OmClient::new(&endpoints, opts)?), a)
+                        .await?
+                }
+                bench_mix::BenchMode::Mix(a) if a.spread => {
+                    bench_mix::mix(bench::spread_clients(&endpoints, &opts)?, a).await?
+                }
+                bench_mix::BenchMode::Mix(a) => {
+                    let om = std::sync::Arc::new(OmClient::new(&endpoints, opts)?);
+                    bench_mix::mix(vec![om], a).await?
+                }
             };
             if out == Output::Json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -105,6 +105,12 @@ pub struct ClientOptions {
     pub impersonate: Option<String>,
     /// The impersonated user's groups (`om-impersonate-groups`).
     pub impersonate_groups: Vec<String>,
+    /// Stay on the member that answers rather than follow the leader: a
+    /// follower forwards the writes it takes to the leader, and the leader
+    /// it names in such an answer (`om-leader`) is not followed. For
+    /// clients spread over the members, as etcd's are; by default a client
+    /// goes to the leader it is told of (one hop less per write).
+    pub spread: bool,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -120,6 +126,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("impersonate", &self.impersonate)
             .field("impersonate_groups", &self.impersonate_groups)
+            .field("spread", &self.spread)
             .finish()
     }
 }
@@ -138,6 +145,7 @@ impl Default for ClientOptions {
             token: None,
             impersonate: None,
             impersonate_groups: Vec::new(),
+            spread: false,
         }
     }
 }
@@ -436,7 +444,18 @@ impl OmClient {
             let (i, ch) = self.pick();
             let asked = ch.clone();
             match tokio::time::timeout(attempt_timeout, f(ch)).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Ok(r)) => {
+                    // A follower forwarded the write: go to the leader next.
+                    let hint = (!self.opts.spread)
+                        .then(|| r.metadata().get("om-leader")?.to_str().ok())
+                        .flatten();
+                    if let Some(addr) = hint
+                        && self.vouched(asked, addr).await
+                    {
+                        let _ = self.redirect(addr);
+                    }
+                    return Ok(r.into_inner());
+                }
                 Ok(Err(s)) => {
                     last_err = s.message().to_string();
                     match classify(&s) {

@@ -269,7 +269,7 @@ fn retry_client(cmd: &Command) -> std::borrow::Cow<'_, str> {
 }
 
 /// The replicated result of a refused request.
-fn rejection(e: OmError) -> CommandResult {
+pub(crate) fn rejection(e: OmError) -> CommandResult {
     if let OmError::Denied {
         right,
         resource,

@@ -480,6 +480,10 @@ pub struct RequestCtx {
     /// How old a stale read's state may be, in ms (`u64::MAX`: not a stale
     /// read); returned in `om-read-staleness-ms`.
     pub staleness_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The leader's client address, once this node forwarded the request's
+    /// write to it; returned in `om-leader`, so a client that follows the
+    /// leader goes there next.
+    pub leader_hint: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 tokio::task_local! {
@@ -494,6 +498,12 @@ pub fn scope<F: Future>(ctx: RequestCtx, f: F) -> impl Future<Output = F::Output
 /// The request being served, if any.
 pub fn request() -> Option<RequestCtx> {
     REQUEST.try_with(Clone::clone).ok()
+}
+
+/// Names the leader the current request's write was forwarded to (see
+/// `RequestCtx::leader_hint`); nothing outside a request.
+pub fn hint_leader(grpc_addr: String) {
+    let _ = REQUEST.try_with(|c| c.leader_hint.set(grpc_addr));
 }
 
 #[cfg(test)]

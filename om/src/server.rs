@@ -141,6 +141,7 @@ impl Node {
                 leader_contact: storage.leader_contact.clone(),
                 admission: &admission,
                 divergence: &divergence,
+                service: &service,
             },
             &security,
             &tasks,
@@ -339,7 +340,13 @@ fn build_service(
     .with_cluster_id(storage.cluster_id.clone())
     .with_backups(storage.backups.clone())
     .with_peer_tls(security.peer_tls())
-    .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms);
+    .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
+    .with_forwarder(crate::service::Forwarder::start(
+        raft.clone(),
+        cfg.node_id,
+        security.peer_tls(),
+        cfg.request_timeout,
+    ));
     if security.authenticator.required {
         service = service.with_authorization(crate::service::Policy {
             admins: cfg.admins.clone(),

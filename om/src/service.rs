@@ -17,6 +17,7 @@ mod access;
 mod backup;
 mod cluster;
 mod files;
+mod forward;
 mod lifecycle;
 mod multipart;
 mod namespace;
@@ -29,6 +30,7 @@ pub mod versions;
 pub use access::Policy;
 pub use cluster::{HANDOVER_TIMEOUT, MAX_MEMBERS, member_room};
 pub use files::{Status, StatusListing, StatusPage};
+pub use forward::{Forwarder, MAX_FORWARD_MESSAGE, MAX_FORWARD_WRITES};
 pub use multipart::{PartPage, UploadListing, UploadPage};
 pub use objects::{DeletedId, DeletedPage, KeyListing, KeyPage, OpenKeyPage};
 pub use pages::{Page, filtered_page, list_page};
@@ -90,6 +92,9 @@ pub struct OmService {
     max_staleness_ms: u64,
     /// Copies of the store taken for backups; `None`: backups refused.
     backups: Option<Arc<crate::backup::Backups>>,
+    /// The way to the leader for writes this node serves as a follower;
+    /// `None`: a follower answers NOT_LEADER and the client goes there.
+    forwarder: Option<Arc<Forwarder>>,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -163,6 +168,7 @@ impl OmService {
             leader_contact: None,
             max_staleness_ms: DEFAULT_MAX_STALENESS_MS,
             backups: None,
+            forwarder: None,
         }
     }
 
@@ -282,9 +288,66 @@ impl OmService {
     /// Within a request, the command carries its caller (when authorization
     /// is on), whose rights the leader checks first and apply again; every
     /// outcome is audited.
+    ///
+    /// On a follower with a forwarder, the write goes to the leader with the
+    /// next forwarded batch (`forward`), which checks, stamps and proposes it.
     pub async fn propose(&self, id: WriteId, op: Op) -> Result<command_result::Result, OmError> {
         self.check_not_diverged()?;
         let caller = self.caller()?;
+        let Some(forwarder) = self.forwarding() else {
+            return self.propose_as(id, op, caller).await;
+        };
+        let audited = self.audit.is_some().then(|| op.clone());
+        let write = self.forwarded_write(Command {
+            client_id: id.client_id,
+            seq: id.seq,
+            op: Some(op),
+            request_digest: id.request_digest,
+            ..Command::default()
+        });
+        let outcome = forwarder.forward(write).await;
+        if outcome.is_ok() {
+            self.hint_leader();
+        }
+        let outcome = outcome.and_then(into_outcome);
+        if let Some(op) = &audited {
+            self.audit_write(op, &outcome);
+        }
+        outcome
+    }
+
+    /// Names the leader's client address in the current request's answer
+    /// (`om-leader`), after its write was forwarded there.
+    fn hint_leader(&self) {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let addr = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l))
+            .map(|n| n.grpc_addr.clone());
+        if let Some(a) = addr {
+            crate::authz::hint_leader(a);
+        }
+    }
+
+    /// `propose` on this node only, for the leader's own work (expiry,
+    /// lifecycle scans): never forwarded, since what such a command decides
+    /// (e.g. an expiry bound) holds only for the node that leads.
+    pub async fn propose_here(
+        &self,
+        id: WriteId,
+        op: Op,
+    ) -> Result<command_result::Result, OmError> {
+        self.check_not_diverged()?;
+        self.propose_as(id, op, None).await
+    }
+
+    async fn propose_as(
+        &self,
+        id: WriteId,
+        op: Op,
+        caller: Option<om_proto::store::Caller>,
+    ) -> Result<command_result::Result, OmError> {
         self.precheck(caller.as_ref(), &op)?;
         let audited = self.audit.is_some().then(|| op.clone());
         let cmd = Command {

@@ -7,7 +7,8 @@
 
 /// The generated modules nest as their protobuf packages do, so messages of
 /// one package can name another's (`om.store.v1` stores `om.v1` lifecycle
-/// rules as they were validated).
+/// rules as they were validated; `om.raft.v1` forwards `om.store.v1`
+/// commands).
 mod packages {
     pub mod om {
         pub mod v1 {
@@ -18,15 +19,17 @@ mod packages {
                 tonic::include_proto!("om.store.v1");
             }
         }
+        pub mod raft {
+            pub mod v1 {
+                tonic::include_proto!("om.raft.v1");
+            }
+        }
     }
 }
 
+pub use packages::om::raft::v1 as raft;
 pub use packages::om::store::v1 as store;
 pub use packages::om::v1;
-
-pub mod raft {
-    tonic::include_proto!("om.raft.v1");
-}
 
 /// The encoded `FileDescriptorSet` of every proto above, for gRPC server
 /// reflection (`grpcurl list`, `grpcurl describe`).

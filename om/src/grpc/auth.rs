@@ -313,6 +313,7 @@ pub struct Authenticated {
     ctx: RequestCtx,
     header: Option<http::HeaderValue>,
     staleness: Arc<std::sync::atomic::AtomicU64>,
+    leader_hint: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Guard for Arc<Authenticator> {
@@ -352,6 +353,7 @@ impl Guard for Arc<Authenticator> {
         };
         let header = request_id.parse().ok();
         let staleness = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        let leader_hint = Arc::new(std::sync::OnceLock::new());
         Ok(Authenticated {
             ctx: RequestCtx {
                 principal,
@@ -359,14 +361,17 @@ impl Guard for Arc<Authenticator> {
                 operation,
                 request_id,
                 staleness_ms: staleness.clone(),
+                leader_hint: leader_hint.clone(),
             },
             header,
             staleness,
+            leader_hint,
         })
     }
 
     /// Runs the call in the request's context (`authz::scope`) and names the
-    /// request id and any read staleness in the response's headers.
+    /// request id, any read staleness and the leader a write was forwarded
+    /// to in the response's headers.
     fn run(&self, a: Authenticated, call: Answer) -> Answer {
         let fut = crate::authz::scope(a.ctx, call);
         Box::pin(async move {
@@ -378,6 +383,9 @@ impl Guard for Arc<Authenticator> {
             if age != u64::MAX {
                 resp.headers_mut()
                     .insert("om-read-staleness-ms", http::HeaderValue::from(age));
+            }
+            if let Some(v) = a.leader_hint.get().and_then(|l| l.parse().ok()) {
+                resp.headers_mut().insert("om-leader", v);
             }
             Ok(resp)
         })

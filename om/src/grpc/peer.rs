@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use om_proto::raft::raft_peer_server::{RaftPeer, RaftPeerServer};
 use om_proto::raft::{
-    KeyDigest, PeerStateRequest, PeerStateResponse, RejoinRequest, RejoinResponse,
-    StateDigestRequest, StateDigestResponse, TableDigestRequest, TableDigestResponse, TableSummary,
+    ForwardWritesRequest, ForwardWritesResponse, KeyDigest, PeerStateRequest, PeerStateResponse,
+    RejoinRequest, RejoinResponse, StateDigestRequest, StateDigestResponse, TableDigestRequest,
+    TableDigestResponse, TableSummary,
 };
 use om_raft_store::Raft;
 use openraft::async_runtime::WatchReceiver;
@@ -19,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use super::guard::{Guard, Refusal};
 use crate::divergence::Divergence;
+use crate::service::{MAX_FORWARD_MESSAGE, MAX_FORWARD_WRITES, OmService};
 use crate::tasks::rejoin::{Admission, Phase, handover_target, needs_reset};
 
 /// Answers other members' admission questions from this node's Raft state,
@@ -28,6 +30,8 @@ pub struct PeerGrpc {
     admission: Admission,
     divergence: Arc<Divergence>,
     cluster_id: Arc<crate::cluster_id::ClusterId>,
+    /// Proposes the writes followers forward (`ForwardWrites`).
+    service: Arc<OmService>,
 }
 
 impl PeerGrpc {
@@ -36,20 +40,39 @@ impl PeerGrpc {
         admission: Admission,
         divergence: Arc<Divergence>,
         cluster_id: Arc<crate::cluster_id::ClusterId>,
+        service: Arc<OmService>,
     ) -> RaftPeerServer<Self> {
         RaftPeerServer::new(PeerGrpc {
             raft,
             admission,
             divergence,
             cluster_id,
+            service,
         })
-        // Table digests of a large store: up to 16,384 chunk digests per table.
-        .max_encoding_message_size(16 << 20)
+        // Table digests of a large store (up to 16,384 chunk digests per
+        // table) and forwarded batches with their results.
+        .max_encoding_message_size(MAX_FORWARD_MESSAGE.max(16 << 20))
+        .max_decoding_message_size(MAX_FORWARD_MESSAGE)
     }
 }
 
 #[tonic::async_trait]
 impl RaftPeer for PeerGrpc {
+    async fn forward_writes(
+        &self,
+        req: Request<ForwardWritesRequest>,
+    ) -> Result<Response<ForwardWritesResponse>, Status> {
+        let writes = req.into_inner().writes;
+        if writes.len() > MAX_FORWARD_WRITES {
+            return Err(Status::invalid_argument(format!(
+                "a forwarded batch holds at most {MAX_FORWARD_WRITES} writes, not {}",
+                writes.len()
+            )));
+        }
+        let outcomes = self.service.propose_forwarded(writes).await;
+        Ok(Response::new(ForwardWritesResponse { outcomes }))
+    }
+
     async fn peer_state(
         &self,
         _req: Request<PeerStateRequest>,

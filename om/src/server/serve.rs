@@ -32,6 +32,8 @@ pub(super) struct RaftPort<'a> {
     pub leader_contact: Arc<LeaderContact>,
     pub admission: &'a Admission,
     pub divergence: &'a Arc<Divergence>,
+    /// Proposes the writes followers forward.
+    pub service: &'a Arc<OmService>,
 }
 
 /// Serves Raft and the peer service on the Raft port until the node stops;
@@ -77,6 +79,7 @@ pub(super) fn raft_port(
             p.admission.clone(),
             p.divergence.clone(),
             p.cluster_id.clone(),
+            p.service.clone(),
         ),
         MembersOnly(members_only),
     );

@@ -57,7 +57,7 @@ impl OmService {
         r.map(Some)
     }
 
-    fn resolve(&self, policy: &Policy, ctx: &RequestCtx) -> Result<Caller, OmError> {
+    pub(super) fn resolve(&self, policy: &Policy, ctx: &RequestCtx) -> Result<Caller, OmError> {
         let p = &ctx.principal;
         let me = Caller {
             user: p.name.clone(),

@@ -20,7 +20,7 @@ pub async fn name_cluster(
             let op = Op::InitCluster(om_proto::store::InitCluster {
                 cluster_id: crate::cluster_id::generate(),
             });
-            match svc.propose(WriteId::default(), op).await {
+            match svc.propose_here(WriteId::default(), op).await {
                 Ok(_) => continue,
                 Err(e) => tracing::debug!(error = %e, "cluster id not proposed"),
             }

@@ -97,7 +97,7 @@ pub async fn expire_retry_cache(
                 before_ms,
                 max_entries: batch,
             });
-            match svc.propose(WriteId::default(), op).await {
+            match svc.propose_here(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c))
                     if c.count >= u64::from(batch) => {}
                 Ok(_) => break,
@@ -131,7 +131,7 @@ pub async fn expire_open_keys(svc: Arc<OmService>, ttl: Duration, mut stop: watc
                 before_ms,
                 max_entries: crate::apply::OPEN_KEY_EXPIRY_BATCH,
             });
-            match svc.propose(WriteId::default(), op).await {
+            match svc.propose_here(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c))
                     if c.count == u64::from(crate::apply::OPEN_KEY_EXPIRY_BATCH) => {}
                 Ok(_) => break,
@@ -188,7 +188,7 @@ pub async fn purge_deleted_dirs(svc: Arc<OmService>, mut stop: watch::Receiver<b
             let op = Op::PurgeDeletedDirs(om_proto::store::PurgeDeletedDirs {
                 max_children: PURGE_BATCH,
             });
-            match svc.propose(WriteId::default(), op).await {
+            match svc.propose_here(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c)) if c.count > 0 => {}
                 Ok(_) => break,
                 Err(e) => {

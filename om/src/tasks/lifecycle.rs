@@ -167,7 +167,7 @@ async fn round(
         metrics::counter!("om_lifecycle_pages_total").increment(1);
         metrics::counter!("om_lifecycle_resume_seeks_total").increment(page.resume_seeks);
         match svc
-            .propose(WriteId::default(), Op::LifecycleScan(page))
+            .propose_here(WriteId::default(), Op::LifecycleScan(page))
             .await
         {
             Ok(command_result::Result::LifecycleScan(r)) => {

@@ -1,0 +1,245 @@
+//! Writes a follower takes: forwarded to the leader in batches, answered as
+//! the leader would answer them (results, refusals, retries), authorized by
+//! the leader against its state, and named back to the client (`om-leader`)
+//! so a client that follows the leader goes there next.
+
+use std::time::Duration;
+
+use om_client::v1::ozone_manager_client::OzoneManagerClient;
+use om_client::v1::{BucketLayout, PutKeyRequest};
+use om_client::{ClientError, ClientOptions, OmClient};
+use om_tests::{MemberAddrs, TestNode, agreed_leader, cluster_addrs, wait_for};
+use tonic::transport::Channel;
+
+async fn raw(endpoint: &str) -> OzoneManagerClient<Channel> {
+    OzoneManagerClient::connect(format!("http://{endpoint}"))
+        .await
+        .unwrap()
+}
+
+fn put(header: om_client::v1::WriteHeader, bucket: &str, key: &str) -> PutKeyRequest {
+    PutKeyRequest {
+        header: Some(header),
+        volume: "vol1".into(),
+        bucket: bucket.into(),
+        key: key.into(),
+        size: 7,
+        ..Default::default()
+    }
+}
+
+/// A client of `addr` alone that stays there (it never follows the leader).
+fn pinned(addr: &MemberAddrs, token: Option<&str>) -> OmClient {
+    OmClient::new(
+        std::slice::from_ref(&addr.grpc),
+        ClientOptions {
+            spread: true,
+            deadline: Duration::from_secs(20),
+            token: token.map(str::to_string),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+async fn start(
+    addrs: &[MemberAddrs],
+    tweak: impl Fn(&mut om::config::Args),
+) -> Vec<Option<TestNode>> {
+    let mut nodes = Vec::new();
+    for a in addrs {
+        nodes.push(Some(
+            TestNode::start_member_with(a, addrs, None, &tweak).await,
+        ));
+    }
+    nodes
+}
+
+/// Waits until every replica holds the same tables, and returns them.
+async fn settled(nodes: &[Option<TestNode>]) -> Vec<om::store::TableDump> {
+    wait_for(Duration::from_secs(10), "replicas to converge", || {
+        let d: Vec<_> = nodes.iter().flatten().map(TestNode::dump).collect();
+        async move { d.windows(2).all(|w| w[0] == w[1]).then_some(d) }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_forward_writes_and_answer_as_the_leader() {
+    let addrs = cluster_addrs(3);
+    let nodes = start(&addrs, |_| {}).await;
+    let leader = agreed_leader(&nodes, None).await;
+    let followers: Vec<&MemberAddrs> = addrs.iter().filter(|a| a.id != leader).collect();
+    let leader_addr = &addrs[leader as usize - 1];
+
+    // Namespace made through a follower, by a client that stays there.
+    let f0 = pinned(followers[0], None);
+    f0.create_volume("vol1", "").await.unwrap();
+    f0.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+
+    // A write on a follower is applied, and the answer names the leader.
+    let header = f0.next_header();
+    let mut on_f0 = raw(&followers[0].grpc).await;
+    let first = on_f0
+        .put_key(put(header.clone(), "bkt1", "k"))
+        .await
+        .unwrap();
+    assert_eq!(
+        first
+            .metadata()
+            .get("om-leader")
+            .and_then(|v| v.to_str().ok()),
+        Some(leader_addr.grpc.as_str()),
+        "a forwarded write names the leader"
+    );
+    let first = first.into_inner();
+    let on_leader = pinned(leader_addr, None);
+    let info = on_leader.lookup_key("vol1", "bkt1", "k").await.unwrap();
+    assert_eq!(info.size, 7);
+    // The leader's own answers name no leader.
+    let direct = raw(&leader_addr.grpc)
+        .await
+        .put_key(put(f0.next_header(), "bkt1", "direct"))
+        .await
+        .unwrap();
+    assert!(direct.metadata().get("om-leader").is_none());
+
+    // A retry through the other follower, and on the leader, is answered
+    // from the retry cache: the same answer, no second key version.
+    let before = settled(&nodes).await;
+    let mut on_f1 = raw(&followers[1].grpc).await;
+    let again = on_f1
+        .put_key(put(header.clone(), "bkt1", "k"))
+        .await
+        .unwrap();
+    assert_eq!(again.into_inner(), first);
+    let again = raw(&leader_addr.grpc)
+        .await
+        .put_key(put(header.clone(), "bkt1", "k"))
+        .await
+        .unwrap();
+    assert_eq!(again.into_inner(), first);
+    // The same (client id, seq) for another request is refused as on the leader.
+    let e = on_f1
+        .put_key(put(header.clone(), "bkt1", "other"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert_eq!(
+        e.metadata().get("om-reason").and_then(|v| v.to_str().ok()),
+        Some("RETRY_MISMATCH")
+    );
+    // A refusal decided at apply comes back with its code and reason.
+    let e = on_f1
+        .put_key(put(f0.next_header(), "nosuch", "k"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    assert_eq!(
+        e.metadata().get("om-reason").and_then(|v| v.to_str().ok()),
+        Some("BUCKET_NOT_FOUND")
+    );
+    // Nothing changed (the dumps leave out the retry cache, which records
+    // the refused requests' answers on purpose).
+    assert_eq!(settled(&nodes).await, before);
+
+    // Many writes at once through both followers: every one applied, once.
+    let clients: Vec<OmClient> = followers.iter().map(|f| pinned(f, None)).collect();
+    let writes = (0..300).map(|i| {
+        let c = &clients[i % clients.len()];
+        async move { c.put_key("vol1", "bkt1", &format!("many/{i:03}"), 1).await }
+    });
+    for r in futures::future::join_all(writes).await {
+        r.unwrap();
+    }
+    let bucket = on_leader.get_bucket("vol1", "bkt1").await.unwrap();
+    assert_eq!(bucket.used_namespace, 302);
+    settled(&nodes).await;
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
+
+const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
+const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
+const BOB: &str = "omt_000000000000000c_bob-secret-bob-secret-bob-secret-bob";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_writes_are_authorized_by_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
+    std::fs::write(
+        &tokens,
+        format!(
+            "{}\n{}\n{}\n",
+            line("ops", OPS, b"salt-ops-"),
+            line("alice", ALICE, b"salt-alice"),
+            line("bob", BOB, b"salt-bob-"),
+        ),
+    )
+    .unwrap();
+    let addrs = cluster_addrs(3);
+    let nodes = start(&addrs, |args| {
+        args.token_file = Some(tokens.clone());
+        // Tokens over plaintext on loopback: for tests only.
+        args.insecure = true;
+        args.admins = Some("ops".to_string());
+    })
+    .await;
+    let leader = agreed_leader(&nodes, None).await;
+    let follower = addrs.iter().find(|a| a.id != leader).unwrap();
+    let (ops, alice, bob) = (
+        pinned(follower, Some(OPS)),
+        pinned(follower, Some(ALICE)),
+        pinned(follower, Some(BOB)),
+    );
+    wait_for(Duration::from_secs(20), "the cluster id", || {
+        let ops = &ops;
+        async move {
+            ops.cluster_status()
+                .await
+                .ok()
+                .filter(|s| !s.cluster_id.is_empty())
+        }
+    })
+    .await;
+    ops.create_volume("vol1", "alice").await.unwrap();
+    alice
+        .create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    alice.put_key("vol1", "bkt1", "mine", 1).await.unwrap();
+
+    // Bob has no right on Alice's bucket, whichever member he asks.
+    let before = settled(&nodes).await;
+    match bob.put_key("vol1", "bkt1", "his", 1).await {
+        Err(ClientError::Api { code, reason, .. }) => {
+            assert_eq!(code, tonic::Code::PermissionDenied);
+            assert_eq!(reason, "ACCESS_DENIED");
+        }
+        other => panic!("expected ACCESS_DENIED, got {other:?}"),
+    }
+    // Acting for Alice needs IMPERSONATE, which Bob lacks.
+    let bob_as_alice = OmClient::new(
+        std::slice::from_ref(&follower.grpc),
+        ClientOptions {
+            spread: true,
+            token: Some(BOB.to_string()),
+            impersonate: Some("alice".to_string()),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let e = bob_as_alice
+        .put_key("vol1", "bkt1", "as-alice", 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    assert_eq!(settled(&nodes).await, before, "nothing written");
+    for n in nodes.into_iter().flatten() {
+        n.node.shutdown().await;
+    }
+}
