@@ -1,5 +1,8 @@
 //! Asking another member, on its Raft port, what it holds (`PeerState`) or
-//! to take this node back (`Rejoin`): the client side of `grpc::peer`.
+//! to take this node back (`Rejoin`), and forwarding writes to the leader
+//! (`forward`): the client side of `grpc::peer`.
+
+pub mod forward;
 
 use std::sync::Arc;
 use std::time::Duration;

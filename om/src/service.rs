@@ -27,10 +27,10 @@ pub mod s3;
 mod tagging;
 pub mod versions;
 
+pub use crate::peers::forward::{Forwarder, MAX_FORWARD_MESSAGE, MAX_FORWARD_WRITES};
 pub use access::Policy;
 pub use cluster::{HANDOVER_TIMEOUT, MAX_MEMBERS, member_room};
 pub use files::{Status, StatusListing, StatusPage};
-pub use forward::{Forwarder, MAX_FORWARD_MESSAGE, MAX_FORWARD_WRITES};
 pub use multipart::{PartPage, UploadListing, UploadPage};
 pub use objects::{DeletedId, DeletedPage, KeyListing, KeyPage, OpenKeyPage};
 pub use pages::{Page, filtered_page, list_page};

@@ -1,7 +1,7 @@
 //! Writes served by a follower: forwarded to the leader in batches
-//! (`ForwardWrites` on the Raft port), so clients may spread over every
-//! member, as etcd's do, and the leader decodes one RPC per batch instead of
-//! one per client request.
+//! (`ForwardWrites` on the Raft port, sent by `peers::forward`), so clients
+//! may spread over every member, as etcd's do, and the leader decodes one RPC
+//! per batch instead of one per client request.
 //!
 //! The follower sends only what the client asked (client id, seq, request
 //! digest, operation) and who it authenticated. The leader does everything
@@ -9,265 +9,22 @@
 //! included) and checks its rights against its own state, stamps its clock
 //! and apply rules, and proposes. Apply checks again, as for every write.
 //! The serving follower audits the outcome.
-//!
-//! Batching: at most `MAX_IN_FLIGHT` batches are on their way at once; writes
-//! that arrive meanwhile wait and leave together in the next batch (at most
-//! `MAX_FORWARD_WRITES` writes or `MAX_FORWARD_BYTES`). A lone write leaves
-//! at once.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
-use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::{
-    ForwardWritesRequest, ForwardedNotLeader, ForwardedOutcome, ForwardedPrincipal, ForwardedWrite,
-    forwarded_outcome,
+    ForwardedNotLeader, ForwardedOutcome, ForwardedPrincipal, ForwardedWrite, forwarded_outcome,
 };
-use om_proto::store::{Caller, Command, CommandResult, command::Op};
-use om_raft_store::Raft;
+use om_proto::store::{Caller, Command, command::Op};
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ClientWriteError;
-use prost::Message;
-use tokio::sync::{Semaphore, mpsc, oneshot};
-use tonic::transport::{Channel, Endpoint};
 
 use super::OmService;
 use crate::authz::{self, Impersonation, Principal, RequestCtx};
 use crate::error::OmError;
-
-/// Most writes in one forwarded batch.
-pub const MAX_FORWARD_WRITES: usize = 256;
-/// Most encoded bytes of the writes in one forwarded batch (a single larger
-/// write still goes, alone).
-pub const MAX_FORWARD_BYTES: usize = 4 << 20;
-/// Largest `ForwardWrites` request or response either side accepts: a batch
-/// at its byte limit plus one command of the largest size, and the results,
-/// each bounded like the records they hold.
-pub const MAX_FORWARD_MESSAGE: usize = 64 << 20;
-/// Batches on their way to the leader at once.
-const MAX_IN_FLIGHT: usize = 4;
-/// Writes waiting for a batch; a client past it is told to retry.
-const QUEUE: usize = 8192;
-
-struct Pending {
-    write: ForwardedWrite,
-    bytes: usize,
-    done: oneshot::Sender<Result<CommandResult, OmError>>,
-}
-
-/// A follower's way to the leader for its clients' writes.
-pub struct Forwarder {
-    queue: mpsc::Sender<Pending>,
-    timeout: Duration,
-}
-
-/// What the batches share: the way to the current leader.
-struct Link {
-    raft: Raft,
-    node_id: u64,
-    tls: Option<Arc<om_tls::ClientTls>>,
-    timeout: Duration,
-    /// The leader's Raft address and a channel to it.
-    leader: Mutex<Option<(String, RaftPeerClient<Channel>)>>,
-}
-
-impl Forwarder {
-    /// Starts the batching task (it ends when the forwarder is dropped).
-    /// `timeout` bounds each batch's round trip, as a request's own write.
-    pub fn start(
-        raft: Raft,
-        node_id: u64,
-        tls: Option<Arc<om_tls::ClientTls>>,
-        timeout: Duration,
-    ) -> Self {
-        let (queue, rx) = mpsc::channel(QUEUE);
-        let link = Arc::new(Link {
-            raft,
-            node_id,
-            tls,
-            timeout,
-            leader: Mutex::new(None),
-        });
-        tokio::spawn(batches(rx, link));
-        Forwarder { queue, timeout }
-    }
-
-    /// Sends `write` to the leader with the next batch and waits for its
-    /// outcome.
-    pub async fn forward(&self, write: ForwardedWrite) -> Result<CommandResult, OmError> {
-        let (done, outcome) = oneshot::channel();
-        let bytes = write.encoded_len();
-        self.queue
-            .try_send(Pending { write, bytes, done })
-            .map_err(|_| {
-                OmError::Unavailable(
-                    "too many writes waiting to be forwarded to the leader; retry".to_string(),
-                )
-            })?;
-        // The batch's own timeout answers first; this guards the wait itself.
-        match tokio::time::timeout(self.timeout + Duration::from_secs(1), outcome).await {
-            Ok(Ok(r)) => r,
-            _ => Err(OmError::Unavailable(
-                "the forwarded write's outcome is unknown; retry with the same client id and seq"
-                    .to_string(),
-            )),
-        }
-    }
-}
-
-/// Gathers waiting writes into batches and sends each on its own task.
-async fn batches(mut rx: mpsc::Receiver<Pending>, link: Arc<Link>) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut carried: Option<Pending> = None;
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let first = match carried.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let mut bytes = first.bytes;
-        let mut batch = vec![first];
-        while batch.len() < MAX_FORWARD_WRITES {
-            match rx.try_recv() {
-                Ok(p) if bytes + p.bytes > MAX_FORWARD_BYTES => {
-                    carried = Some(p);
-                    break;
-                }
-                Ok(p) => {
-                    bytes += p.bytes;
-                    batch.push(p);
-                }
-                Err(_) => break,
-            }
-        }
-        let link = link.clone();
-        tokio::spawn(async move {
-            link.send(batch).await;
-            drop(slot);
-        });
-    }
-}
-
-impl Link {
-    /// The leader this node knows: its id, Raft address and client address.
-    fn leader(&self) -> Result<(u64, String, String), OmError> {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let Some(id) = m.current_leader else {
-            return Err(OmError::NotLeader {
-                leader_id: None,
-                leader_addr: None,
-            });
-        };
-        if id == self.node_id {
-            return Err(OmError::Unavailable(
-                "this node became the leader while the write waited; retry with the same client id and seq"
-                    .to_string(),
-            ));
-        }
-        let node = m.membership_config.membership().get_node(&id).cloned();
-        match node {
-            Some(n) => Ok((id, n.raft_addr, n.grpc_addr)),
-            None => Err(OmError::NotLeader {
-                leader_id: Some(id),
-                leader_addr: None,
-            }),
-        }
-    }
-
-    fn client(&self, addr: &str) -> Result<RaftPeerClient<Channel>, OmError> {
-        let mut cached = self.leader.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((a, c)) = cached.as_ref()
-            && a == addr
-        {
-            return Ok(c.clone());
-        }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| OmError::Unavailable(format!("leader address {addr}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .connect_with_connector_lazy(om_tls::Connector::new(self.tls.clone()));
-        let c = RaftPeerClient::new(ch)
-            .max_encoding_message_size(MAX_FORWARD_MESSAGE)
-            .max_decoding_message_size(MAX_FORWARD_MESSAGE);
-        *cached = Some((addr.to_string(), c.clone()));
-        Ok(c)
-    }
-
-    /// Sends one batch and answers each of its writes.
-    async fn send(&self, batch: Vec<Pending>) {
-        let (writes, waiting): (Vec<_>, Vec<_>) =
-            batch.into_iter().map(|p| (p.write, p.done)).unzip();
-        let n = writes.len();
-        let leader = self
-            .leader()
-            .and_then(|(id, raft_addr, grpc_addr)| Ok((id, grpc_addr, self.client(&raft_addr)?)));
-        let outcomes = match leader {
-            Err(e) => vec![Err(e); n],
-            Ok((leader, grpc_addr, mut client)) => {
-                metrics::counter!("om_forward_batches_total").increment(1);
-                metrics::counter!("om_forwarded_writes_total").increment(n as u64);
-                let req = ForwardWritesRequest {
-                    node_id: self.node_id,
-                    writes,
-                };
-                let unknown = |why: String| {
-                    OmError::Unavailable(format!(
-                        "forwarding to the leader (node {leader}) failed: {why}; the outcome is unknown, retry with the same client id and seq"
-                    ))
-                };
-                match tokio::time::timeout(self.timeout, client.forward_writes(req)).await {
-                    Ok(Ok(r)) => {
-                        let outcomes = r.into_inner().outcomes;
-                        if outcomes.len() == n {
-                            outcomes.into_iter().map(from_wire).collect()
-                        } else {
-                            let why = format!("{} outcomes for {n} writes", outcomes.len());
-                            vec![Err(unknown(why)); n]
-                        }
-                    }
-                    // A leader that predates forwarding took nothing: the
-                    // client goes to it (rolling upgrades).
-                    Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
-                        let e = OmError::NotLeader {
-                            leader_id: Some(leader),
-                            leader_addr: Some(grpc_addr),
-                        };
-                        vec![Err(e); n]
-                    }
-                    Ok(Err(s)) => vec![Err(unknown(s.message().to_string())); n],
-                    Err(_) => vec![Err(unknown(format!("no answer within {:?}", self.timeout))); n],
-                }
-            }
-        };
-        for (done, outcome) in waiting.into_iter().zip(outcomes) {
-            // The client may have given up: nobody to answer.
-            let _ = done.send(outcome);
-        }
-    }
-}
-
-/// A leader's outcome as the serving follower's.
-fn from_wire(o: ForwardedOutcome) -> Result<CommandResult, OmError> {
-    match o.outcome {
-        Some(forwarded_outcome::Outcome::Result(r)) => Ok(r),
-        Some(forwarded_outcome::Outcome::NotLeader(n)) => Err(OmError::NotLeader {
-            leader_id: (n.leader_id != 0).then_some(n.leader_id),
-            leader_addr: (!n.leader_grpc_addr.is_empty()).then_some(n.leader_grpc_addr),
-        }),
-        Some(forwarded_outcome::Outcome::Unavailable(m)) => Err(OmError::Unavailable(m)),
-        None => Err(OmError::Unavailable(
-            "the leader's answer held no outcome; retry with the same client id and seq"
-                .to_string(),
-        )),
-    }
-}
+use crate::peers::forward::Forwarder;
 
 fn outcome(o: forwarded_outcome::Outcome) -> ForwardedOutcome {
     ForwardedOutcome { outcome: Some(o) }
