@@ -142,7 +142,8 @@ async fn batches(mut rx: mpsc::Receiver<Pending>, link: Arc<Link>) {
 impl Link {
     /// The leader this node knows: its id, Raft address and client address.
     fn leader(&self) -> Result<(u64, String, String), OmError> {
-        let m = self.raft.metrics().borrow_watched().clone();
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
         let Some(id) = m.current_leader else {
             return Err(OmError::NotLeader {
                 leader_id: None,
@@ -155,9 +156,8 @@ impl Link {
                     .to_string(),
             ));
         }
-        let node = m.membership_config.membership().get_node(&id).cloned();
-        match node {
-            Some(n) => Ok((id, n.raft_addr, n.grpc_addr)),
+        match m.membership_config.membership().get_node(&id) {
+            Some(n) => Ok((id, n.raft_addr.clone(), n.grpc_addr.clone())),
             None => Err(OmError::NotLeader {
                 leader_id: Some(id),
                 leader_addr: None,
