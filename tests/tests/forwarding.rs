@@ -8,6 +8,9 @@ use std::time::Duration;
 use om_client::v1::ozone_manager_client::OzoneManagerClient;
 use om_client::v1::{BucketLayout, PutKeyRequest};
 use om_client::{ClientError, ClientOptions, OmClient};
+use om_proto::raft::raft_peer_client::RaftPeerClient;
+use om_proto::raft::{ForwardWritesRequest, ForwardedWrite, forwarded_outcome};
+use om_proto::store::{Command, command::Op, command_result};
 use om_tests::{MemberAddrs, TestNode, agreed_leader, cluster_addrs, wait_for};
 use tonic::transport::Channel;
 
@@ -53,6 +56,53 @@ async fn start(
         ));
     }
     nodes
+}
+
+/// Asks `addr`'s Raft port, as a member would, to propose `writes`.
+async fn forward(
+    addr: &MemberAddrs,
+    writes: Vec<ForwardedWrite>,
+) -> Result<Vec<forwarded_outcome::Outcome>, tonic::Status> {
+    let mut peer = RaftPeerClient::connect(format!("http://{}", addr.raft))
+        .await
+        .unwrap();
+    let r = peer
+        .forward_writes(ForwardWritesRequest { node_id: 9, writes })
+        .await?;
+    Ok(r.into_inner()
+        .outcomes
+        .into_iter()
+        .map(|o| o.outcome.expect("an outcome"))
+        .collect())
+}
+
+/// The reason of a forwarded write's refusal.
+fn refusal(o: &forwarded_outcome::Outcome) -> &str {
+    match o {
+        forwarded_outcome::Outcome::Result(r) => match &r.result {
+            Some(command_result::Result::Rejected(r)) => &r.reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        },
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A forwarded PutKey of vol1/bkt1/`key`.
+fn forwarded_put(key: &str, seq: u64) -> ForwardedWrite {
+    ForwardedWrite {
+        command: Some(Command {
+            client_id: "forwarded-test".into(),
+            seq,
+            op: Some(Op::PutKey(om_proto::store::PutKey {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                key: key.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        principal: None,
+    }
 }
 
 /// Waits until every replica holds the same tables, and returns them.
@@ -143,6 +193,17 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
     );
     // Nothing changed (the dumps leave out the retry cache, which records
     // the refused requests' answers on purpose).
+    assert_eq!(settled(&nodes).await, before);
+
+    // The leader's Raft port refuses a batch past its limit, and a write
+    // without a command, and changes nothing.
+    let too_many = vec![ForwardedWrite::default(); om::service::MAX_FORWARD_WRITES + 1];
+    let e = forward(leader_addr, too_many).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let got = forward(leader_addr, vec![ForwardedWrite::default()])
+        .await
+        .unwrap();
+    assert_eq!(refusal(&got[0]), "EMPTY_COMMAND");
     assert_eq!(settled(&nodes).await, before);
 
     // Many writes at once through both followers: every one applied, once.
@@ -238,6 +299,13 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    // A member forwarding a write without its client's identity is refused
+    // by a leader that authorizes.
+    let leader_addr = &addrs[leader as usize - 1];
+    let got = forward(leader_addr, vec![forwarded_put("anon", 1)])
+        .await
+        .unwrap();
+    assert_eq!(refusal(&got[0]), "ACCESS_DENIED");
     assert_eq!(settled(&nodes).await, before, "nothing written");
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;

@@ -194,46 +194,67 @@ impl Link {
             .and_then(|(id, raft_addr, grpc_addr)| Ok((id, grpc_addr, self.client(&raft_addr)?)));
         let outcomes = match leader {
             Err(e) => vec![Err(e); n],
-            Ok((leader, grpc_addr, mut client)) => {
+            Ok((leader, grpc_addr, client)) => {
                 metrics::counter!("om_forward_batches_total").increment(1);
                 metrics::counter!("om_forwarded_writes_total").increment(n as u64);
-                let req = ForwardWritesRequest {
-                    node_id: self.node_id,
-                    writes,
+                let to = Leader {
+                    id: leader,
+                    grpc_addr,
+                    client,
                 };
-                let unknown = |why: String| {
-                    OmError::Unavailable(format!(
-                        "forwarding to the leader (node {leader}) failed: {why}; the outcome is unknown, retry with the same client id and seq"
-                    ))
-                };
-                match tokio::time::timeout(self.timeout, client.forward_writes(req)).await {
-                    Ok(Ok(r)) => {
-                        let outcomes = r.into_inner().outcomes;
-                        if outcomes.len() == n {
-                            outcomes.into_iter().map(from_wire).collect()
-                        } else {
-                            let why = format!("{} outcomes for {n} writes", outcomes.len());
-                            vec![Err(unknown(why)); n]
-                        }
-                    }
-                    // A leader that predates forwarding took nothing: the
-                    // client goes to it (rolling upgrades).
-                    Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
-                        let e = OmError::NotLeader {
-                            leader_id: Some(leader),
-                            leader_addr: Some(grpc_addr),
-                        };
-                        vec![Err(e); n]
-                    }
-                    Ok(Err(s)) => vec![Err(unknown(s.message().to_string())); n],
-                    Err(_) => vec![Err(unknown(format!("no answer within {:?}", self.timeout))); n],
-                }
+                ask(to, self.node_id, writes, self.timeout).await
             }
         };
         for (done, outcome) in waiting.into_iter().zip(outcomes) {
             // The client may have given up: nobody to answer.
             let _ = done.send(outcome);
         }
+    }
+}
+
+/// The leader a batch goes to.
+struct Leader {
+    id: u64,
+    grpc_addr: String,
+    client: RaftPeerClient<Channel>,
+}
+
+/// Sends `writes` to `to` and returns each one's outcome, in order.
+async fn ask(
+    mut to: Leader,
+    node_id: u64,
+    writes: Vec<ForwardedWrite>,
+    timeout: Duration,
+) -> Vec<Result<CommandResult, OmError>> {
+    let n = writes.len();
+    let leader = to.id;
+    let unknown = |why: String| {
+        OmError::Unavailable(format!(
+            "forwarding to the leader (node {leader}) failed: {why}; the outcome is unknown, retry with the same client id and seq"
+        ))
+    };
+    let req = ForwardWritesRequest { node_id, writes };
+    match tokio::time::timeout(timeout, to.client.forward_writes(req)).await {
+        Ok(Ok(r)) => {
+            let outcomes = r.into_inner().outcomes;
+            if outcomes.len() == n {
+                outcomes.into_iter().map(from_wire).collect()
+            } else {
+                let why = format!("{} outcomes for {n} writes", outcomes.len());
+                vec![Err(unknown(why)); n]
+            }
+        }
+        // A leader that predates forwarding took nothing: the client goes
+        // to it (rolling upgrades).
+        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+            let e = OmError::NotLeader {
+                leader_id: Some(leader),
+                leader_addr: Some(to.grpc_addr),
+            };
+            vec![Err(e); n]
+        }
+        Ok(Err(s)) => vec![Err(unknown(s.message().to_string())); n],
+        Err(_) => vec![Err(unknown(format!("no answer within {timeout:?}"))); n],
     }
 }
 
@@ -250,5 +271,44 @@ fn from_wire(o: ForwardedOutcome) -> Result<CommandResult, OmError> {
             "the leader's answer held no outcome; retry with the same client id and seq"
                 .to_string(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A leader whose Raft port does not know `ForwardWrites` (an older
+    /// version) took nothing: the client is sent to it.
+    #[tokio::test]
+    async fn a_leader_without_forwarding_gets_the_client() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_, health) = tonic_health::server::health_reporter();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let to = Leader {
+            id: 3,
+            grpc_addr: "leader:9000".to_string(),
+            client: RaftPeerClient::new(ch),
+        };
+        let writes = vec![ForwardedWrite::default(), ForwardedWrite::default()];
+        let got = ask(to, 1, writes, Duration::from_secs(5)).await;
+        assert_eq!(got.len(), 2);
+        for g in got {
+            match g {
+                Err(OmError::NotLeader {
+                    leader_id: Some(3),
+                    leader_addr: Some(a),
+                }) => assert_eq!(a, "leader:9000"),
+                other => panic!("expected NOT_LEADER naming node 3, got {other:?}"),
+            }
+        }
     }
 }
