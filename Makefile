@@ -48,8 +48,9 @@ lint:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 # Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
+# BENCH_FLAGS: extra `omctl bench` flags, e.g. BENCH_FLAGS=--spread.
 bench-cluster: build
-	bash scripts/bench-cluster.sh
+	bash scripts/bench-cluster.sh $(BENCH_FLAGS)
 
 # CPU profile of the leader and a follower under writes (MODE=reads for reads).
 CLIENTS ?= 64
