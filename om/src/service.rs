@@ -319,14 +319,26 @@ impl OmService {
     /// Names the leader's client address in the current request's answer
     /// (`om-leader`), after its write was forwarded there.
     fn hint_leader(&self) {
+        if let OmError::NotLeader {
+            leader_addr: Some(a),
+            ..
+        } = self.not_leader()
+        {
+            crate::authz::hint_leader(a);
+        }
+    }
+
+    /// NOT_LEADER naming the leader this node knows, with its client address
+    /// when the membership holds it.
+    fn not_leader(&self) -> OmError {
         let m = self.raft.metrics();
         let m = m.borrow_watched();
-        let addr = m
-            .current_leader
-            .and_then(|l| m.membership_config.membership().get_node(&l))
-            .map(|n| n.grpc_addr.clone());
-        if let Some(a) = addr {
-            crate::authz::hint_leader(a);
+        OmError::NotLeader {
+            leader_id: m.current_leader,
+            leader_addr: m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l))
+                .map(|n| n.grpc_addr.clone()),
         }
     }
 

@@ -344,6 +344,25 @@ impl TestNode {
     }
 }
 
+/// A token file at `dir/tokens` holding `(principal, token, groups)` (groups
+/// space-separated, may be empty), each token salted with
+/// `salt-for-PRINCIPAL` (at least the 8 bytes a token file needs).
+pub fn token_file(dir: &Path, tokens: &[(&str, &str, &str)]) -> PathBuf {
+    let p = dir.join("tokens");
+    let lines: String = tokens
+        .iter()
+        .map(|(who, token, groups)| {
+            let line = om::grpc::auth::token_line(who, token, format!("salt-for-{who}").as_bytes());
+            match *groups {
+                "" => format!("{line}\n"),
+                g => format!("{line} {g}\n"),
+            }
+        })
+        .collect();
+    std::fs::write(&p, lines).expect("token file");
+    p
+}
+
 /// A loopback port for a test server, taken from below the kernel's ephemeral
 /// range (which starts at 32768 on Linux), so no outgoing connection of this or
 /// another test can grab it between the choice and the bind. Each test process

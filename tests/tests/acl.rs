@@ -16,20 +16,15 @@ const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
 
 /// A token file: ops (admin), alice (group eng), bob, gw (a gateway).
 fn token_file(dir: &Path) -> PathBuf {
-    let p = dir.join("tokens");
-    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
-    std::fs::write(
-        &p,
-        format!(
-            "{}\n{} eng\n{}\n{}\n",
-            line("ops", OPS, b"salt-ops-"),
-            line("alice", ALICE, b"salt-alice"),
-            line("bob", BOB, b"salt-bob-"),
-            line("gw", GW, b"salt-gw-"),
-        ),
+    om_tests::token_file(
+        dir,
+        &[
+            ("ops", OPS, ""),
+            ("alice", ALICE, "eng"),
+            ("bob", BOB, ""),
+            ("gw", GW, ""),
+        ],
     )
-    .unwrap();
-    p
 }
 
 struct Cluster {

@@ -11,7 +11,7 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::{ForwardWritesRequest, ForwardedWrite, forwarded_outcome};
 use om_proto::store::{Command, command::Op, command_result};
-use om_tests::{MemberAddrs, TestNode, agreed_leader, cluster_addrs, wait_for};
+use om_tests::{MemberAddrs, TestNode, agreed_leader, cluster_addrs, token_file, wait_for};
 use tonic::transport::Channel;
 
 async fn raw(endpoint: &str) -> OzoneManagerClient<Channel> {
@@ -230,18 +230,10 @@ const BOB: &str = "omt_000000000000000c_bob-secret-bob-secret-bob-secret-bob";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_writes_are_authorized_by_the_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
-    std::fs::write(
-        &tokens,
-        format!(
-            "{}\n{}\n{}\n",
-            line("ops", OPS, b"salt-ops-"),
-            line("alice", ALICE, b"salt-alice"),
-            line("bob", BOB, b"salt-bob-"),
-        ),
-    )
-    .unwrap();
+    let tokens = token_file(
+        dir.path(),
+        &[("ops", OPS, ""), ("alice", ALICE, ""), ("bob", BOB, "")],
+    );
     let addrs = cluster_addrs(3);
     let nodes = start(&addrs, |args| {
         args.token_file = Some(tokens.clone());

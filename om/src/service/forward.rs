@@ -18,7 +18,6 @@ use om_proto::raft::{
     ForwardedNotLeader, ForwardedOutcome, ForwardedPrincipal, ForwardedWrite, forwarded_outcome,
 };
 use om_proto::store::{Caller, Command, command::Op};
-use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ClientWriteError;
 
 use super::OmService;
@@ -60,7 +59,7 @@ impl OmService {
     }
 
     /// What a follower sends for a write it serves: the client's part of the
-    /// command and who the client is.
+    /// command (the leader stamps the rest) and who the client is.
     pub(super) fn forwarded_write(&self, cmd: Command) -> ForwardedWrite {
         let principal = self
             .policy
@@ -78,12 +77,7 @@ impl OmService {
                 impersonate_groups: ctx.impersonate.map(|i| i.groups).unwrap_or_default(),
             });
         ForwardedWrite {
-            command: Some(Command {
-                now_ms: 0,
-                rules: 0,
-                caller: None,
-                ..cmd
-            }),
+            command: Some(cmd),
             principal,
         }
     }
@@ -128,18 +122,7 @@ impl OmService {
             return vec![refused(e); n];
         }
         if !self.raft.is_leader() {
-            let m = self.raft.metrics().borrow_watched().clone();
-            let leader_addr = m
-                .current_leader
-                .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
-                .map(|n| n.grpc_addr);
-            return vec![
-                refused(OmError::NotLeader {
-                    leader_id: m.current_leader,
-                    leader_addr,
-                });
-                n
-            ];
+            return vec![refused(self.not_leader()); n];
         }
         metrics::counter!("om_forwarded_writes_received_total").increment(n as u64);
         let now_ms = self.now_ms();

@@ -165,18 +165,10 @@ async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
 /// `env_with`, and `gateway_args` added to the gateway's command line.
 async fn env_opts(tweak: impl Fn(&mut om::config::Args), gateway_args: &[&str]) -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    let line = |who, token, salt: &[u8]| om::grpc::auth::token_line(who, token, salt);
-    std::fs::write(
-        &tokens,
-        format!(
-            "{}\n{}\n{}\n",
-            line("ops", OPS, b"salt-ops-"),
-            line("alice", ALICE, b"salt-alice"),
-            line("gw", GW, b"salt-gw-"),
-        ),
-    )
-    .unwrap();
+    let tokens = om_tests::token_file(
+        dir.path(),
+        &[("ops", OPS, ""), ("alice", ALICE, ""), ("gw", GW, "")],
+    );
     let addrs = cluster_addrs(3);
     let mut nodes = Vec::new();
     let tweak = &tweak;
