@@ -195,8 +195,11 @@ async fn a_flood_of_idle_connections_does_not_stop_raft() {
             &m,
             "om_net_connections_unproven_refused_total{port=\"grpc\"}",
         );
+    // A connect the server reset before this side saw it complete is
+    // counted by the server too, so the bound is on the rest; under load
+    // nearly all of them can be such connects.
     assert!(
-        counted >= (FLOOD - cap - refused_at_connect) as f64,
+        counted >= (FLOOD - cap).saturating_sub(refused_at_connect) as f64,
         "refusals counted: {counted}"
     );
     // The connections within the cap say nothing: they are closed when idle.
