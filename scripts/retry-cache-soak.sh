@@ -3,8 +3,9 @@
 # short retry-cache TTL takes `omctl bench --writes-only` (CommitKey through
 # Raft, every write deduplicated) at CLIENTS clients for SECONDS, while the
 # oldest retry-cache entry's age and the entry count are sampled every 30 s.
-# With expiry keeping up, the oldest entry stays younger than the TTL plus one
-# expiry tick, and the count levels off near write rate x TTL.
+# With expiry keeping up, the oldest entry stays younger than twice the TTL
+# plus one expiry tick (entries live one to two generations of a TTL each),
+# and the count levels off between write rate x TTL and twice that.
 #   scripts/retry-cache-soak.sh [SECONDS=600] [TTL_S=60] [CLIENTS=256]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh

@@ -12,8 +12,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use om_proto::store::{
-    BucketRecord, Command, CommandResult, KeyRecord, Rejection, RetryCacheRecord, VolumeRecord,
-    command::Op, command_result,
+    BucketRecord, Command, CommandResult, KeyRecord, Rejection, VolumeRecord, command::Op,
+    command_result,
 };
 use om_raft_store::{ApplyView, EntryWrites};
 
@@ -29,6 +29,7 @@ mod multipart;
 mod namespace;
 mod objects;
 mod quota;
+mod retry;
 pub mod s3;
 mod standalone;
 pub mod tagging;
@@ -42,6 +43,7 @@ pub use limits::{
 };
 pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
+pub use retry::{GENERATION_RULES, current_generation};
 pub use standalone::{apply_alone, stage_alone, state_tables};
 pub use write::{
     LEGACY_MAX_SESSION_BLOCKS, LEGACY_OPEN_KEY_EXPIRY_BATCH, MAX_OPEN_KEY_EXPIRY_BATCH,
@@ -50,8 +52,7 @@ pub use write::{
 
 use crate::error::{ErrorKind, OmError};
 use crate::store::keys;
-use crate::store::table::{self, BucketTable, RetryCacheTable, VolumeTable};
-use crate::store::view::StateRead;
+use crate::store::table::{self, BucketTable, VolumeTable};
 use blocks::lay_out;
 use conditions::check_conditions;
 use quota::Usage;
@@ -60,7 +61,7 @@ use quota::Usage;
 /// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
 /// Raise it with every change to what an existing command does, and branch
 /// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 10;
+pub const RULES: u32 = 11;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -134,28 +135,30 @@ pub fn apply_command(
     }
     let dedup = !cmd.client_id.is_empty();
     let retry_client = retry_client(cmd);
-    if dedup {
-        let rk = keys::retry_key(&retry_client, cmd.seq);
-        if let Some(rec) = table::get::<RetryCacheTable>(db, &rk)? {
-            // The same (client id, seq) with another request: refuse it and
-            // change nothing (the cached result stays for the real retry).
-            // Entries or commands from before digests existed carry none.
-            if !rec.request_digest.is_empty()
-                && !cmd.request_digest.is_empty()
-                && rec.request_digest != cmd.request_digest
-            {
-                return Ok(rejection(OmError::invalid(
-                    "RETRY_MISMATCH",
-                    "header.seq",
-                    format!(
-                        "client {:?} already used sequence number {} for a different request",
-                        crate::validate::quote_prefix(&cmd.client_id),
-                        cmd.seq
-                    ),
-                )));
-            }
-            return Ok(rec.result.unwrap_or_default());
+    let generation = if dedup {
+        retry::generation_for(db, cmd)?
+    } else {
+        None
+    };
+    if dedup && let Some(rec) = retry::lookup(db, cmd, &retry_client, generation)? {
+        // The same (client id, seq) with another request: refuse it and
+        // change nothing (the cached result stays for the real retry).
+        // Entries or commands from before digests existed carry none.
+        if !rec.request_digest.is_empty()
+            && !cmd.request_digest.is_empty()
+            && rec.request_digest != cmd.request_digest
+        {
+            return Ok(rejection(OmError::invalid(
+                "RETRY_MISMATCH",
+                "header.seq",
+                format!(
+                    "client {:?} already used sequence number {} for a different request",
+                    crate::validate::quote_prefix(&cmd.client_id),
+                    cmd.seq
+                ),
+            )));
         }
+        return Ok(rec.result.unwrap_or_default());
     }
     let ctx = Ctx {
         db,
@@ -237,19 +240,7 @@ pub fn apply_command(
         Err(e) => return Err(e),
     };
     if dedup {
-        let mut rec = RetryCacheRecord {
-            format: 0,
-            created_ms: cmd.now_ms,
-            result: Some(result.clone()),
-            request_digest: cmd.request_digest.clone(),
-        };
-        let rk = keys::retry_key(&retry_client, cmd.seq);
-        table::put::<RetryCacheTable>(db, batch, &rk, &mut rec)?;
-        batch.put_cf(
-            table::cf(db.rocks(), keys::RETRY_CACHE_CF)?,
-            keys::retry_expiry_key(cmd.now_ms, &retry_client, cmd.seq),
-            [],
-        );
+        retry::record(db, batch, cmd, &retry_client, generation, &result)?;
     }
     Ok(result)
 }
@@ -422,44 +413,6 @@ impl Ctx<'_> {
         let key = keys::bucket_key(&bucket.volume, &bucket.name);
         table::put::<BucketTable>(self.db, b, &key, bucket)
     }
-
-    /// Removes the oldest retry-cache entries created before `before_ms`, at
-    /// most the command's batch size; reports how many went, so the leader
-    /// proposes the next batch at once when this one was full.
-    fn expire_retry_cache(
-        &self,
-        b: &mut EntryWrites<'_>,
-        c: &om_proto::store::ExpireRetryCache,
-    ) -> Result<CommandResult, OmError> {
-        let max = match c.max_entries {
-            0 => LEGACY_RETRY_EXPIRY_BATCH,
-            n => n.min(MAX_RETRY_EXPIRY_BATCH),
-        };
-        let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
-        upper.extend_from_slice(&c.before_ms.to_be_bytes());
-        let mut it = self.db.iter(
-            keys::RETRY_CACHE_CF,
-            Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
-            Some(upper),
-        )?;
-        let cf = table::cf(self.db.rocks(), keys::RETRY_CACHE_CF)?;
-        let mut n = 0u32;
-        while n < max {
-            let Some((k, _)) = it.current() else { break };
-            if let Some((_, main)) = keys::retry_key_from_expiry(k) {
-                b.delete_cf(cf, main);
-            }
-            b.delete_cf(cf, k);
-            n += 1;
-            it.advance();
-        }
-        it.status()?;
-        ok(command_result::Result::Count(
-            om_proto::store::CountResult {
-                count: u64::from(n),
-            },
-        ))
-    }
 }
 
 /// `bucket` if it has `layout`, else FAILED_PRECONDITION
@@ -495,5 +448,7 @@ pub fn is_plain_md5(etag: &str) -> bool {
 
 #[cfg(test)]
 mod limits_tests;
+#[cfg(test)]
+mod retry_tests;
 #[cfg(test)]
 mod tests;

@@ -95,6 +95,10 @@ pub struct OmService {
     /// The way to the leader for writes this node serves as a follower;
     /// `None`: a follower answers NOT_LEADER and the client goes there.
     forwarder: Option<Arc<Forwarder>>,
+    /// The term in which this node, leading and with that term's first
+    /// entry applied, found no retry-cache entry stored the pre-11 way
+    /// (0: not yet). Until then its commands ask apply to look there too.
+    legacy_retry_clear_term: std::sync::atomic::AtomicU64,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -169,6 +173,7 @@ impl OmService {
             max_staleness_ms: DEFAULT_MAX_STALENESS_MS,
             backups: None,
             forwarder: None,
+            legacy_retry_clear_term: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -246,6 +251,24 @@ impl OmService {
 
     pub fn lifecycle_day_ms(&self) -> u64 {
         self.lifecycle_day_ms
+    }
+
+    /// Notes that this node leads `term`, has applied that term's first
+    /// entry, and found no retry-cache entry stored the pre-11 way: within
+    /// the term none can appear, since only this node proposes.
+    pub(crate) fn note_legacy_retry_clear(&self, term: u64) {
+        self.legacy_retry_clear_term
+            .store(term, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Stamps whether apply should also look for `cmd`'s retry-cache entry
+    /// where rules 10 kept it (rules 11).
+    pub(crate) fn stamp_retry(&self, cmd: &mut Command) {
+        let term = self.raft.metrics().borrow_watched().current_term;
+        cmd.retry_legacy = self
+            .legacy_retry_clear_term
+            .load(std::sync::atomic::Ordering::Acquire)
+            != term;
     }
 
     pub fn with_min_part_size(mut self, bytes: u64) -> Self {
@@ -362,7 +385,7 @@ impl OmService {
     ) -> Result<command_result::Result, OmError> {
         self.precheck(caller.as_ref(), &op)?;
         let audited = self.audit.is_some().then(|| op.clone());
-        let cmd = Command {
+        let mut cmd = Command {
             client_id: id.client_id,
             seq: id.seq,
             now_ms: self.now_ms(),
@@ -370,7 +393,11 @@ impl OmService {
             request_digest: id.request_digest,
             rules: crate::apply::RULES,
             caller,
+            ..Default::default()
         };
+        if !cmd.client_id.is_empty() {
+            self.stamp_retry(&mut cmd);
+        }
         // Boxed: openraft's write future is large, and every future that
         // awaits it (this one, the gRPC handler's, tonic's) would otherwise
         // hold it inline and be copied whole each time it is moved (memcpy

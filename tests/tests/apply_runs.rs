@@ -79,11 +79,19 @@ fn log_id(index: u64) -> LogId {
     )
 }
 
+/// Every fifth entry is stamped with the rules before retry-cache
+/// generations (its entry stored the old way, with an expiry index), and
+/// every third asks apply to look for entries stored that way too.
 fn command(index: u64, op: Op) -> st::Command {
     st::Command {
         now_ms: 1_000_000 + index * 10,
         op: Some(op),
-        rules: om::apply::RULES,
+        rules: if index % 5 == 0 {
+            om::apply::GENERATION_RULES - 1
+        } else {
+            om::apply::RULES
+        },
+        retry_legacy: index % 3 == 0,
         client_id: "client".into(),
         seq: index,
         ..Default::default()
@@ -132,6 +140,8 @@ fn log(steps: &[Step]) -> Vec<Entry> {
         commands.push(op.map(|op| command(i as u64 + 1, op)));
     }
     let key = |k: u8| format!("k{k}");
+    // Generations started so far (each proposal from the current one does).
+    let mut advances = 0u64;
     for s in steps {
         let index = commands.len() as u64 + 1;
         let earlier = |back: u16| index.saturating_sub(u64::from(back)).max(1);
@@ -242,9 +252,25 @@ fn log(steps: &[Step]) -> Vec<Entry> {
             Step::Purge => Some(Op::PurgeDeletedDirs(st::PurgeDeletedDirs {
                 max_children: 3,
             })),
-            Step::ExpireRetries => Some(Op::ExpireRetryCache(st::ExpireRetryCache {
-                before_ms: 1_000_000 + index.saturating_sub(30) * 10,
-                max_entries: 4,
+            // Starts the next generation (as proposed from the current one,
+            // or from the one before: a stale proposal), or expires entries
+            // stored the old way.
+            Step::ExpireRetries => Some(Op::ExpireRetryCache(match index % 3 {
+                0 => st::ExpireRetryCache {
+                    before_ms: 1_000_000 + index.saturating_sub(30) * 10,
+                    max_entries: 4,
+                    ..Default::default()
+                },
+                stale => {
+                    let from = advances.saturating_sub(stale - 1);
+                    // An entry of the older rules (`command`) ignores it.
+                    advances += u64::from(from == advances && index % 5 != 0);
+                    st::ExpireRetryCache {
+                        advance_generation: true,
+                        from_generation: from,
+                        ..Default::default()
+                    }
+                }
             })),
             Step::Versioning(on) => Some(Op::SetBucketVersioning(st::SetBucketVersioning {
                 volume: V.into(),

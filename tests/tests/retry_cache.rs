@@ -29,11 +29,17 @@ fn put(header: om_client::v1::WriteHeader, key: &str) -> PutKeyRequest {
     }
 }
 
-/// Creation times (ms) of the retry-cache entries of `node`, from the expiry index.
+/// Creation times (ms) of the retry-cache entries of `node`, wherever they
+/// are stored.
 fn cache_entry_times(node: &TestNode) -> Vec<u64> {
     let dump = om::store::dump_table(node.node.service.db(), keys::RETRY_CACHE_CF).unwrap();
-    dump.keys()
-        .filter_map(|(_, k)| keys::retry_key_from_expiry(k).map(|(created, _)| created))
+    dump.iter()
+        .filter(|((_, k), _)| !k.starts_with(keys::RETRY_EXPIRY_PREFIX))
+        .map(|(_, v)| {
+            <om_proto::store::RetryCacheRecord as prost::Message>::decode(&v[..])
+                .unwrap()
+                .created_ms
+        })
         .collect()
 }
 

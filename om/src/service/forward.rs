@@ -144,12 +144,14 @@ impl OmService {
                             c.min_part_size = self.min_part_size;
                         }
                     }
-                    Ok(Command {
+                    let mut cmd = Command {
                         now_ms,
                         rules: crate::apply::RULES,
                         caller,
                         ..cmd
-                    })
+                    };
+                    self.stamp_retry(&mut cmd);
+                    Ok(cmd)
                 });
             match checked {
                 Ok(cmd) => {

@@ -12,9 +12,10 @@
 //! | `keys`           | `volume` `/` `bucket` `/` `key`                  | `KeyRecord` (current) |
 //! |                  | `volume/bucket/key` `\0` u64 BE !version         | `KeyRecord` (noncurrent) |
 //! | `deleted_blocks` | u64 BE log index, u32 BE sequence in that entry   | `DeletedBlocksRecord` |
-//! | `retry_cache`    | `c` client-id `\0` u64 BE seq                     | `RetryCacheRecord`    |
-//! |                  | `t` u64 BE created-ms client-id `\0` u64 BE seq   | empty (expiry index)  |
-//! | `counters`       | counter name (e.g. `next_block_id`)              | u64 BE                |
+//! | `retry_cache`    | `g` u64 BE generation client-id `\0` u64 BE seq    | `RetryCacheRecord` (rules 11) |
+//! |                  | `c` client-id `\0` u64 BE seq                     | `RetryCacheRecord` (rules ≤ 10) |
+//! |                  | `t` u64 BE created-ms client-id `\0` u64 BE seq   | empty (its expiry index) |
+//! | `counters`       | counter name (`next_block_id`, `retry_generation`) | u64 BE              |
 //! | `open_keys`      | `volume/bucket/key` `\0` u64 BE session id        | `OpenKeyRecord`       |
 //! |                  | `\0` u64 BE opened-ms, then the entry's key       | empty (expiry index)  |
 //! | `uploads`        | `volume/bucket/key` `\0` u64 BE upload id         | `UploadRecord`        |
@@ -296,6 +297,33 @@ pub fn deleted_blocks_key(log_index: u64, seq: u32) -> Vec<u8> {
     k
 }
 
+/// Where rules 11 store a retry-cache entry: under the retry cache's
+/// generation when it was written, so whole generations expire with one
+/// range deletion and no entry needs an index of its own.
+pub fn retry_generation_key(generation: u64, client_id: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(client_id.len() + 18);
+    k.extend_from_slice(RETRY_GENERATION_PREFIX);
+    k.extend_from_slice(&generation.to_be_bytes());
+    k.extend_from_slice(client_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The first key of `generation` (and past every earlier one).
+pub fn retry_generation_start(generation: u64) -> Vec<u8> {
+    let mut k = RETRY_GENERATION_PREFIX.to_vec();
+    k.extend_from_slice(&generation.to_be_bytes());
+    k
+}
+
+/// The retry cache's current generation, a counter (absent: 0).
+pub const RETRY_GENERATION: &[u8] = b"retry_generation";
+
+pub const RETRY_GENERATION_PREFIX: &[u8] = b"g";
+
+/// Where rules 10 and earlier store a retry-cache entry (with an expiry
+/// index entry beside it, `retry_expiry_key`).
 pub fn retry_key(client_id: &str, seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(client_id.len() + 10);
     k.push(b'c');
@@ -374,6 +402,18 @@ mod tests {
         assert_eq!(prefix_end(&[b'a', 0xff]), Some(b"b".to_vec()));
         assert_eq!(prefix_end(&[0xff]), None);
         assert_eq!(prefix_end(b""), None);
+    }
+
+    #[test]
+    fn retry_generations_sort_in_order() {
+        let early = retry_generation_key(1, "zzz", u64::MAX);
+        let late = retry_generation_key(2, "aaa", 0);
+        assert!(early < late);
+        assert!(retry_generation_start(1) <= early);
+        assert!(early < retry_generation_start(2));
+        assert!(retry_generation_start(2) <= late);
+        assert!(RETRY_GENERATION_PREFIX <= retry_generation_start(0).as_slice());
+        assert!(retry_generation_key(u64::MAX, "a", 1).starts_with(RETRY_GENERATION_PREFIX));
     }
 
     #[test]

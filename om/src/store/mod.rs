@@ -72,21 +72,42 @@ pub fn tune_tables(db: &rocksdb::DB) -> Result<(), crate::error::OmError> {
     Ok(())
 }
 
-/// The retry cache's oldest entry time (ms; one seek in the expiry index) and
-/// RocksDB's estimate of its entry count.
+/// The retry cache's oldest entry time (ms; one seek among the generations,
+/// one in the pre-11 expiry index) and RocksDB's estimate of its key count
+/// (an entry stored the pre-11 way is two keys).
 pub fn retry_cache_stats(db: &rocksdb::DB) -> Result<(Option<u64>, u64), crate::error::OmError> {
+    let mut it = iter::DeferredSeekIter::with_prefix(
+        db,
+        keys::RETRY_CACHE_CF,
+        keys::RETRY_GENERATION_PREFIX,
+    )?;
+    // The first generation holds the oldest entries; its first key is one of
+    // them, though not necessarily the very oldest.
+    let generation = match it.current() {
+        Some((_, v)) => Some(
+            <om_proto::store::RetryCacheRecord as prost::Message>::decode(v)
+                .map_err(|e| crate::error::OmError::Internal(format!("retry-cache entry: {e}")))?
+                .created_ms,
+        ),
+        None => None,
+    };
+    it.status()?;
     let mut it =
         iter::DeferredSeekIter::with_prefix(db, keys::RETRY_CACHE_CF, keys::RETRY_EXPIRY_PREFIX)?;
-    let oldest = it
+    let legacy = it
         .current()
         .and_then(|(k, _)| keys::retry_key_from_expiry(k))
         .map(|(t, _)| t);
     it.status()?;
+    let oldest = match (generation, legacy) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let cf = table::cf(db, keys::RETRY_CACHE_CF)?;
     let keys = db
         .property_int_value_cf(cf, "rocksdb.estimate-num-keys")?
         .unwrap_or(0);
-    Ok((oldest, keys / 2))
+    Ok((oldest, keys))
 }
 
 /// Table entries by (table, key).

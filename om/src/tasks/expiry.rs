@@ -46,23 +46,55 @@ pub fn retry_expiry_bound(
     Some(now.saturating_sub(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)))
 }
 
-/// Whether any retry-cache entry was created before `before_ms` (one seek in
-/// the expiry index), so an idle leader proposes nothing.
+/// Whether any retry-cache entry stored the rules-10 way was created before
+/// `before_ms` (one seek in its expiry index), so an idle leader proposes
+/// nothing.
 pub fn retry_entries_due(svc: &OmService, before_ms: u64) -> bool {
     let mut upper = keys::RETRY_EXPIRY_PREFIX.to_vec();
     upper.extend_from_slice(&before_ms.to_be_bytes());
+    any_between(svc, keys::RETRY_EXPIRY_PREFIX, upper)
+}
+
+/// Whether any generation holds an entry (one seek): only then is there a
+/// reason to start the next one.
+fn generations_hold_entries(svc: &OmService) -> bool {
+    any_between(svc, keys::RETRY_GENERATION_PREFIX, b"h".to_vec())
+}
+
+/// Whether the retry cache holds a key in `[from, to)` (one seek).
+fn any_between(svc: &OmService, from: &[u8], to: Vec<u8>) -> bool {
     crate::store::iter::DeferredSeekIter::new(
         svc.db(),
         keys::RETRY_CACHE_CF,
-        Some(keys::RETRY_EXPIRY_PREFIX.to_vec()),
-        Some(upper),
+        Some(from.to_vec()),
+        Some(to),
     )
     .map(|mut it| it.has_current())
     .unwrap_or(true)
 }
 
-/// On the leader, expires retry-cache entries older than `ttl` (see
-/// `retry_expiry_bound` for the clock rule), a batch at a time until none is due.
+/// Whether entries stored the pre-11 way are known to be gone for the
+/// rest of this leader's term: it has applied the term's first entry (so
+/// every earlier entry), and its state holds none. Then its writes stop
+/// asking apply to look for them (`OmService::stamp_retry`).
+fn note_legacy_retry(svc: &OmService, m: &openraft::RaftMetrics<om_raft_store::TypeConfig>) {
+    use openraft::vote::RaftLeaderId;
+    let applied_term = m
+        .last_applied
+        .as_ref()
+        .map(|l| l.committed_leader_id().term());
+    if applied_term == Some(m.current_term)
+        && !any_between(svc, keys::RETRY_EXPIRY_PREFIX, b"u".to_vec())
+    {
+        svc.note_legacy_retry_clear(m.current_term);
+    }
+}
+
+/// On the leader, expires retry-cache entries older than `ttl`: starts the
+/// next generation a TTL after this leader began or last started one (so an
+/// entry lives at least one TTL and at most two; `apply::retry`), and
+/// removes entries stored the rules-10 way a batch at a time until none is
+/// due (see `retry_expiry_bound` for the clock rule).
 pub async fn expire_retry_cache(
     svc: Arc<OmService>,
     ttl: Duration,
@@ -72,6 +104,8 @@ pub async fn expire_retry_cache(
     let every = (ttl / 8).clamp(Duration::from_millis(100), Duration::from_secs(5));
     // (term, monotonic start, wall-clock start) of this node's leadership.
     let mut leading: Option<(u64, std::time::Instant, u64)> = None;
+    // When this leader may start the next generation.
+    let mut next_generation = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -83,11 +117,34 @@ pub async fn expire_retry_cache(
             continue;
         }
         if leading.is_none_or(|(term, _, _)| term != m.current_term) {
-            leading = Some((m.current_term, std::time::Instant::now(), svc.now_ms()));
+            let now = std::time::Instant::now();
+            leading = Some((m.current_term, now, svc.now_ms()));
+            // The generation a predecessor started may be younger than this
+            // leadership: a whole TTL of it first.
+            next_generation = now + ttl;
         }
+        note_legacy_retry(&svc, &m);
         let Some((_, since, since_wall)) = leading else {
             continue;
         };
+        if std::time::Instant::now() >= next_generation && generations_hold_entries(&svc) {
+            match crate::apply::current_generation(svc.db()) {
+                Ok(from) => {
+                    let op = Op::ExpireRetryCache(ExpireRetryCache {
+                        advance_generation: true,
+                        from_generation: from,
+                        ..Default::default()
+                    });
+                    match svc.propose_here(WriteId::default(), op).await {
+                        // Counted from its commit: every entry the next
+                        // advance removes was proposed before this one.
+                        Ok(_) => next_generation = std::time::Instant::now() + ttl,
+                        Err(e) => tracing::debug!(error = %e, "retry cache generation not started"),
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "retry cache generation unreadable"),
+            }
+        }
         let Some(before_ms) = retry_expiry_bound(since.elapsed(), since_wall, svc.now_ms(), ttl)
         else {
             continue;
@@ -96,6 +153,7 @@ pub async fn expire_retry_cache(
             let op = Op::ExpireRetryCache(ExpireRetryCache {
                 before_ms,
                 max_entries: batch,
+                ..Default::default()
             });
             match svc.propose_here(WriteId::default(), op).await {
                 Ok(om_proto::store::command_result::Result::Count(c))

@@ -279,7 +279,18 @@ fn apply_refuses_random_commands_without_staging() {
             ExpireRetryCache,
             st::ExpireRetryCache {
                 before_ms: 2_000_000,
-                max_entries: 10
+                max_entries: 10,
+                advance_generation: false,
+                from_generation: 0
+            }
+        ),
+        op!(
+            ExpireRetryCache,
+            st::ExpireRetryCache {
+                before_ms: 0,
+                max_entries: 0,
+                advance_generation: true,
+                from_generation: 0
             }
         ),
         op!(
