@@ -50,7 +50,7 @@ for p in "${pids[@]}"; do kill "$p"; done; wait 2>/dev/null
 n=$((after - before))
 line="$name puts=$n leader=$leader"
 for i in 1 2 3; do
-  ir=$(cat $work/cg-$name-$i.out* | awk '/^totals:/ { s += $2 } END { print s }')
+  ir=$(cat $work/cg-$name-$i.out* | awk '/^totals:/ { s += $2 } END { printf "%.0f\n", s }')
   role=f; [ $i = "$leader" ] && role=L
   line+=" node$i($role)=$((ir / n))"
 done
