@@ -177,10 +177,11 @@ pub fn db_counters() {
     }
 }
 
-/// Retry-cache gauges, read at scrape time: the age of the oldest entry (one
-/// seek in the expiry index; 0 when empty) and RocksDB's estimate of the
-/// entries (each entry is two keys: record and expiry index). With expiry
-/// keeping up, the oldest age stays near the TTL whatever the write rate.
+/// Retry-cache gauges, read at scrape time: the age of the oldest entry (the
+/// first of the oldest generation, or of the rules-10 expiry index; 0 when
+/// empty) and RocksDB's estimate of the keys (a rules-10 entry is two, and
+/// range-deleted keys count until compacted). With expiry keeping up, the
+/// oldest age stays under twice the TTL whatever the write rate.
 pub fn retry_cache(db: &rocksdb::DB, now_ms: u64) {
     let (oldest_ms, estimate) = crate::store::retry_cache_stats(db).unwrap_or((None, 0));
     let age = oldest_ms.map_or(0.0, |t| now_ms.saturating_sub(t) as f64 / 1000.0);
