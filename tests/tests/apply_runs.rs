@@ -86,12 +86,12 @@ fn command(index: u64, op: Op) -> st::Command {
     st::Command {
         now_ms: 1_000_000 + index * 10,
         op: Some(op),
-        rules: if index % 5 == 0 {
+        rules: if index.is_multiple_of(5) {
             om::apply::GENERATION_RULES - 1
         } else {
             om::apply::RULES
         },
-        retry_legacy: index % 3 == 0,
+        retry_legacy: index.is_multiple_of(3),
         client_id: "client".into(),
         seq: index,
         ..Default::default()
@@ -264,7 +264,7 @@ fn log(steps: &[Step]) -> Vec<Entry> {
                 stale => {
                     let from = advances.saturating_sub(stale - 1);
                     // An entry of the older rules (`command`) ignores it.
-                    advances += u64::from(from == advances && index % 5 != 0);
+                    advances += u64::from(from == advances && !index.is_multiple_of(5));
                     st::ExpireRetryCache {
                         advance_generation: true,
                         from_generation: from,
