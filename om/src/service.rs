@@ -264,11 +264,11 @@ impl OmService {
     /// Stamps whether apply should also look for `cmd`'s retry-cache entry
     /// where rules 10 kept it (rules 11).
     pub(crate) fn stamp_retry(&self, cmd: &mut Command) {
-        let term = self.raft.metrics().borrow_watched().current_term;
-        cmd.retry_legacy = self
+        let clear = self
             .legacy_retry_clear_term
-            .load(std::sync::atomic::Ordering::Acquire)
-            != term;
+            .load(std::sync::atomic::Ordering::Acquire);
+        // The term is read only once some term was found clear.
+        cmd.retry_legacy = clear == 0 || clear != self.raft.metrics().borrow_watched().current_term;
     }
 
     pub fn with_min_part_size(mut self, bytes: u64) -> Self {

@@ -84,11 +84,7 @@ pub fn retry_cache_stats(db: &rocksdb::DB) -> Result<(Option<u64>, u64), crate::
     // The first generation holds the oldest entries; its first key is one of
     // them, though not necessarily the very oldest.
     let generation = match it.current() {
-        Some((_, v)) => Some(
-            <om_proto::store::RetryCacheRecord as prost::Message>::decode(v)
-                .map_err(|e| crate::error::OmError::Internal(format!("retry-cache entry: {e}")))?
-                .created_ms,
-        ),
+        Some((_, v)) => Some(table::decode::<table::RetryCacheTable>(v)?.created_ms),
         None => None,
     };
     it.status()?;
