@@ -9,6 +9,7 @@
 # default 64, for SECS seconds, default 20, no warm-up); the PutKey count
 # is the successful PutKey requests of all three nodes (om_grpc_requests_total).
 # SPREAD=1 spreads the clients over the members (`bench mix --spread`).
+# BENCH_KEEP=1 keeps the callgrind files (for callgrind_annotate) and says where.
 # Prints one line:
 #   NAME puts=N leader=L node1(L|f)=instructions per PutKey ...
 set -u
@@ -55,4 +56,4 @@ for i in 1 2 3; do
   line+=" node$i($role)=$((ir / n))"
 done
 echo "$line"
-rm -rf "$work"
+if [ -n "${BENCH_KEEP:-}" ]; then echo "callgrind files kept in $work" >&2; else rm -rf "$work"; fi
