@@ -48,8 +48,13 @@ const CRATES: &[&str] = &[
     "gateway",
 ];
 
+/// The workspace this test runs in. Cargo sets `CARGO_MANIFEST_DIR` when it
+/// runs the test, so a binary built in another clone that shares the target
+/// directory still reads this clone's sources.
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("the tests crate sits in the workspace")
         .to_path_buf()
