@@ -298,6 +298,20 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         .await
         .unwrap();
     assert_eq!(refusal(&got[0]), "ACCESS_DENIED");
+    // Named like any refusal: the right the write needs, and where.
+    match &got[0] {
+        forwarded_outcome::Outcome::Result(r) => match &r.result {
+            Some(command_result::Result::Rejected(r)) => {
+                assert_eq!(
+                    (r.right.as_str(), r.resource.as_str()),
+                    ("WRITE", "/vol1/bkt1"),
+                    "{r:?}"
+                )
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
     assert_eq!(settled(&nodes).await, before, "nothing written");
     for n in nodes.into_iter().flatten() {
         n.node.shutdown().await;

@@ -82,18 +82,32 @@ impl OmService {
         }
     }
 
-    /// The caller a forwarded write is made for, resolved on this (leader)
-    /// node as its own request's would be.
-    fn forwarded_caller(&self, p: Option<&ForwardedPrincipal>) -> Result<Option<Caller>, OmError> {
+    /// The caller a forwarded write of `op` is made for, resolved on this
+    /// (leader) node as its own request's would be.
+    fn forwarded_caller(
+        &self,
+        p: Option<&ForwardedPrincipal>,
+        op: Option<&Op>,
+    ) -> Result<Option<Caller>, OmError> {
         let Some(policy) = &self.policy else {
             return Ok(None);
         };
         let Some(p) = p else {
+            // Named like any refusal: the first right the write needs.
+            let (right, resource) = op
+                .and_then(|op| {
+                    authz::required_at(op, crate::apply::RULES)
+                        .into_iter()
+                        .next()
+                })
+                .map(|(r, bits)| (authz::right_names(bits).join("+"), r.to_string()))
+                .unwrap_or_else(|| (String::new(), "/".to_string()));
             return Err(OmError::Denied {
-                right: String::new(),
-                resource: "/".to_string(),
-                message: "a member forwarded a write without its client's identity, and this leader authorizes every write"
-                    .to_string(),
+                message: format!(
+                    "a member forwarded a write without its client's identity, and this leader authorizes every write (it needs {right} on {resource})"
+                ),
+                right,
+                resource,
             });
         };
         let ctx = RequestCtx {
@@ -135,7 +149,7 @@ impl OmService {
                     OmError::invalid("EMPTY_COMMAND", "command", "forwarded write has no command")
                 })
                 .and_then(|mut cmd| {
-                    let caller = self.forwarded_caller(w.principal.as_ref())?;
+                    let caller = self.forwarded_caller(w.principal.as_ref(), cmd.op.as_ref())?;
                     if let Some(op) = &mut cmd.op {
                         self.precheck(caller.as_ref(), op)?;
                         // What the serving node stamps from its configuration
