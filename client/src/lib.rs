@@ -159,6 +159,10 @@ struct Endpoints {
 
 pub struct OmClient {
     endpoints: Mutex<Endpoints>,
+    /// The cluster and incarnation (`om-cluster`: `ID/INCARNATION`) of the
+    /// first answer; answers from another are refused (a member of a
+    /// replaced incarnation, or of another cluster behind the same names).
+    cluster: Mutex<Option<String>>,
     client_id: String,
     seq: AtomicU64,
     opts: ClientOptions,
@@ -250,6 +254,13 @@ fn new_client_id() -> String {
     format!("c-{:016x}", rand::random::<u64>())
 }
 
+/// The response header naming the answering member's cluster and
+/// incarnation (`ID/INCARNATION`).
+pub const CLUSTER_HEADER: &str = "om-cluster";
+/// The response header listing the incarnations the answering member's
+/// replaced.
+pub const SUPERSEDED_HEADER: &str = "om-superseded";
+
 /// What to do after a failed attempt.
 enum Next {
     /// Retry on the node at this address (the leader hint).
@@ -266,6 +277,11 @@ fn classify(s: &Status) -> Next {
         .get("om-reason")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    // A member that a forced new cluster left behind serves nothing: ask
+    // another.
+    if reason == "SUPERSEDED" {
+        return Next::Rotate;
+    }
     if reason == "NOT_LEADER" {
         if let Some(l) = s.metadata().get("om-leader").and_then(|v| v.to_str().ok())
             && !l.is_empty()
@@ -304,6 +320,7 @@ impl OmClient {
                 channels,
                 preferred: 0,
             }),
+            cluster: Mutex::new(None),
             client_id: new_client_id(),
             seq: AtomicU64::new(0),
             opts,
@@ -334,6 +351,7 @@ impl OmClient {
                 channels,
                 preferred,
             }),
+            cluster: Mutex::new(self.cluster_label()),
             client_id: new_client_id(),
             seq: AtomicU64::new(0),
             opts,
@@ -407,6 +425,61 @@ impl OmClient {
         matches!(status, Ok(Ok(r)) if r.get_ref().members.iter().any(|m| m.grpc_addr == addr))
     }
 
+    /// Whether an answer's `om-cluster` is one this client may take,
+    /// pinning the first it sees: the same cluster and incarnation, or a
+    /// newer incarnation of it (one that lists the pinned one as replaced,
+    /// which the client then follows). An answer without one (a member that
+    /// predates it, or one not yet named) passes.
+    fn same_cluster(&self, md: &tonic::metadata::MetadataMap) -> bool {
+        let Some(theirs) = md.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok()) else {
+            return true;
+        };
+        let mut pinned = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = pinned.as_deref() else {
+            *pinned = Some(theirs.to_string());
+            return true;
+        };
+        if p == theirs {
+            return true;
+        }
+        let split = |l: &str| {
+            l.rsplit_once('/')
+                .map(|(c, i)| (c.to_string(), i.to_string()))
+        };
+        let (Some((pc, pi)), Some((tc, _))) = (split(p), split(theirs)) else {
+            return false;
+        };
+        let replaced: Vec<&str> = md
+            .get(SUPERSEDED_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(',').collect())
+            .unwrap_or_default();
+        if pc == tc && replaced.contains(&pi.as_str()) {
+            tracing::warn!(
+                from = %p,
+                to = %theirs,
+                "the cluster was forced into a new incarnation: following it"
+            );
+            *pinned = Some(theirs.to_string());
+            return true;
+        }
+        false
+    }
+
+    /// The cluster and incarnation this client follows (`ID/INCARNATION`),
+    /// once an answer named it.
+    pub fn cluster_label(&self) -> Option<String> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn addr_of(&self, i: usize) -> String {
+        let e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        e.addrs.get(i).cloned().unwrap_or_default()
+    }
+
     fn rotate(&self, from: usize) {
         let mut e = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         if e.preferred == from {
@@ -444,6 +517,18 @@ impl OmClient {
             let (i, ch) = self.pick();
             let asked = ch.clone();
             match tokio::time::timeout(attempt_timeout, f(ch)).await {
+                Ok(Ok(r)) if !self.same_cluster(r.metadata()) => {
+                    last_err = format!(
+                        "{} answered for cluster {:?}, not {:?}, the one this client follows",
+                        self.addr_of(i),
+                        r.metadata().get(CLUSTER_HEADER),
+                        self.cluster.lock().unwrap_or_else(|p| p.into_inner()).as_deref()
+                    );
+                    tracing::warn!("{last_err}");
+                    self.rotate(i);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                }
                 Ok(Ok(r)) => {
                     // A follower forwarded the write: go to the leader next.
                     let hint = (!self.opts.spread)

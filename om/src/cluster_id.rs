@@ -53,6 +53,16 @@ impl ClusterId {
         })
     }
 
+    /// A view that knows `id` from the start (tests).
+    pub fn known(db: Arc<DB>, id: &str) -> Arc<Self> {
+        let c = ClusterId {
+            db,
+            known: OnceLock::new(),
+        };
+        let _ = c.known.set(id.into());
+        Arc::new(c)
+    }
+
     /// The id, once this node holds it.
     pub fn get(&self) -> Option<Arc<str>> {
         if let Some(id) = self.known.get() {

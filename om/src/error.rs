@@ -77,6 +77,10 @@ pub enum OmError {
     /// it serves nothing until it is rebuilt; the others can.
     #[error("replica diverged: {0}")]
     Diverged(String),
+    /// This member belongs to a cluster incarnation a forced new cluster
+    /// replaced (`incarnation`): it serves nothing until wiped and re-added.
+    #[error("member superseded: {0}")]
+    Superseded(String),
     /// Storage or internal failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -160,6 +164,7 @@ impl OmError {
             OmError::NotLeader { .. } => "NOT_LEADER",
             OmError::Unavailable(_) => "UNAVAILABLE",
             OmError::Diverged(_) => "REPLICA_DIVERGED",
+            OmError::Superseded(_) => "SUPERSEDED",
             OmError::Internal(_) => "INTERNAL",
         }
     }

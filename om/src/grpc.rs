@@ -57,6 +57,7 @@ fn capped(m: String) -> String {
 pub use objects::MAX_RECORD_BLOCKS;
 pub mod auth;
 pub mod guard;
+pub mod incarnated;
 pub mod peer;
 pub mod tokens;
 
@@ -112,7 +113,7 @@ pub fn to_status(e: &OmError) -> Status {
             *leader_id,
             leader_addr.clone(),
         ),
-        OmError::Unavailable(_) | OmError::Diverged(_) => {
+        OmError::Unavailable(_) | OmError::Diverged(_) | OmError::Superseded(_) => {
             (tonic::Code::Unavailable, String::new(), None, None)
         }
         OmError::Internal(_) => (tonic::Code::Internal, String::new(), None, None),

@@ -17,6 +17,7 @@ pub mod error;
 pub mod fs;
 pub mod grpc;
 pub mod http;
+pub mod incarnation;
 pub mod lifecycle;
 pub mod limits;
 pub mod listing;

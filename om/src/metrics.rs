@@ -38,6 +38,9 @@ fn zero_counters() {
     for name in ["om_audit_dropped_total", "om_unauthenticated_total"] {
         metrics::counter!(name).increment(0);
     }
+    for reason in ["not_leader", "timeout", "shutdown", "other"] {
+        metrics::counter!("om_raft_proposals_failed_total", "reason" => reason).increment(0);
+    }
 }
 
 /// Raft state as gauges, registered once: openraft publishes new metrics on
@@ -46,6 +49,7 @@ fn zero_counters() {
 pub struct RaftGauges {
     term: metrics::Gauge,
     leader_id: metrics::Gauge,
+    has_leader: metrics::Gauge,
     is_leader: metrics::Gauge,
     last_log_index: metrics::Gauge,
     committed_index: metrics::Gauge,
@@ -60,6 +64,7 @@ impl RaftGauges {
         RaftGauges {
             term: metrics::gauge!("om_raft_term"),
             leader_id: metrics::gauge!("om_raft_leader_id"),
+            has_leader: metrics::gauge!("om_raft_has_leader"),
             is_leader: metrics::gauge!("om_raft_is_leader"),
             last_log_index: metrics::gauge!("om_raft_last_log_index"),
             committed_index: metrics::gauge!("om_raft_committed_index"),
@@ -70,11 +75,15 @@ impl RaftGauges {
         }
     }
 
-    /// Publishes `m`; counts and logs leader changes.
-    pub fn publish(&mut self, m: &RaftMetrics<TypeConfig>) {
+    /// Publishes `m`, with `heard` the leader this node heard from within
+    /// an election timeout (`OmService::heard_leader`; none: leader id 0);
+    /// counts and logs leader changes.
+    pub fn publish(&mut self, m: &RaftMetrics<TypeConfig>, heard: Option<u64>) {
         let index = |l: Option<u64>| l.unwrap_or(0) as f64;
         self.term.set(m.current_term as f64);
-        self.leader_id.set(index(m.current_leader));
+        self.leader_id.set(index(heard));
+        self.has_leader
+            .set(if heard.is_some() { 1.0 } else { 0.0 });
         self.is_leader
             .set(if m.state == openraft::ServerState::Leader {
                 1.0
@@ -108,6 +117,14 @@ impl Default for RaftGauges {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// A write this node proposed to Raft that did not commit
+/// (`om_raft_proposals_failed_total{reason}`): `not_leader` (it lost
+/// leadership first), `timeout` (no commit within the request timeout: no
+/// quorum, or a slow one), `shutdown`, `other`.
+pub fn proposal_failed(reason: &'static str) {
+    metrics::counter!("om_raft_proposals_failed_total", "reason" => reason).increment(1);
 }
 
 /// Seconds from the start of the process's node to the end of a start-up

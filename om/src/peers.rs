@@ -22,6 +22,13 @@ pub struct PeerView {
     pub last_log_index: u64,
     /// The id of the cluster whose state it holds (empty: none yet).
     pub cluster_id: String,
+    /// Its incarnation, the ones that replaced, and whether it is fenced
+    /// (see `incarnation`).
+    pub incarnation: u64,
+    pub superseded: Vec<u64>,
+    pub fenced: bool,
+    /// The backup its store was restored from (empty: none).
+    pub restored_from: String,
 }
 
 /// Longest wait for a member's answer.
@@ -62,6 +69,10 @@ pub async fn peer_state(
         admitted: r.admitted,
         last_log_index: r.last_log_index,
         cluster_id: r.cluster_id,
+        incarnation: r.incarnation,
+        superseded: r.superseded,
+        fenced: r.fenced,
+        restored_from: r.restored_from,
     })
 }
 

@@ -135,6 +135,13 @@ pub fn restore(cfg: &Config, from: &Path, target: &Target) -> Result<Restored, S
             std::fs::rename(&src, &dst).map_err(|e| format!("{}: {e}", dst.display()))?;
         }
     }
+    // Which backup this store came from: a member of a running cluster
+    // restored by mistake (a replaced disk with `restore_from` still set)
+    // learns at start that the others hold another history.
+    let marker = data.join(crate::incarnation::RESTORED_FILE);
+    std::fs::write(&marker, format!("{}\n", m.id))
+        .and_then(|()| std::fs::File::open(&marker)?.sync_all())
+        .map_err(|e| format!("{}: {e}", marker.display()))?;
     sync_dir(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let _ = std::fs::remove_dir_all(&staging);
     Ok(Restored {
@@ -199,7 +206,13 @@ fn assemble(
     }
     check_tables(&db, m)?;
     let mut sm = store.state_machine.clone();
-    let applied_index = replay(&mut sm, m.applied_index, target)?;
+    let history = om_raft_store::archive::History {
+        after: applied,
+        cluster_id: m.cluster_id.clone(),
+        lineage: om_raft_store::archive_lineage(&db)
+            .map_err(|e| format!("reading the archive lineage: {e}"))?,
+    };
+    let applied_index = replay(&mut sm, &history, m.applied_index, target)?;
     forget_cluster_id(&db)?;
     let new = om_raft_store::backup::start_new_cluster(&db, members, LogFate::DropToApplied)
         .map_err(|e| format!("writing the new cluster's Raft state: {e}"))?;
@@ -214,6 +227,7 @@ fn assemble(
 /// the target.
 fn replay(
     sm: &mut om_raft_store::StateMachine,
+    history: &om_raft_store::archive::History,
     backup_index: u64,
     target: &Target,
 ) -> Result<u64, String> {
@@ -232,7 +246,7 @@ fn replay(
         Target::Time { archive, ms } => (archive, None, Some(*ms)),
     };
     let mut replayed = 0u64;
-    let r = replay(archive, backup_index + 1, to, |e| {
+    let r = replay(archive, backup_index + 1, to, history, |e| {
         if let (Some(until), openraft::EntryPayload::Normal(cmd)) = (until_ms, &e.payload)
             && cmd.command().now_ms > until
         {
@@ -308,6 +322,7 @@ fn forget_cluster_id(db: &DB) -> Result<(), String> {
 /// membership entry's index, or `None` when the marker says it was done.
 pub fn force_new_cluster(
     db: &DB,
+    incarnation: &crate::incarnation::Incarnation,
     cfg: &Config,
     raft_addr: &str,
     grpc_addr: &str,
@@ -343,11 +358,25 @@ pub fn force_new_cluster(
             grpc_addr: grpc_addr.to_string(),
         });
     let members = BTreeMap::from([(cfg.node_id, me)]);
+    // The new incarnation first: a crash before the membership is rewritten
+    // leaves a member whose old peers are refused (they fence themselves),
+    // and the next start forces again.
+    let began = om_raft_store::backup::last_log_index(db)
+        .map_err(|e| format!("reading the log: {e}"))?
+        .map_or(0, |i| i + 1);
+    let id = incarnation
+        .start_new(began)
+        .map_err(|e| format!("recording the new incarnation: {e}"))?;
     let new = om_raft_store::backup::start_new_cluster(db, &members, LogFate::Keep)
         .map_err(|e| format!("rewriting the membership: {e}"))?;
     let line = format!(
-        "node {} forced a new cluster at log id {} (previous last {:?}, applied {:?})\n",
-        cfg.node_id, new.membership_log_id, new.previous_last, new.applied
+        "node {} forced a new cluster at log id {} (previous last {:?}, applied {:?}), \
+         incarnation {id} replacing {:?}\n",
+        cfg.node_id,
+        new.membership_log_id,
+        new.previous_last,
+        new.applied,
+        incarnation.superseded()
     );
     std::fs::write(&marker, &line)
         .and_then(|()| std::fs::File::open(&marker)?.sync_all())
@@ -358,8 +387,11 @@ pub fn force_new_cluster(
         membership_log_id = %new.membership_log_id,
         previous_last = ?new.previous_last,
         applied = ?new.applied,
-        "FORCED A NEW CLUSTER: this node is now the only voter, with every entry its log held. \
-         Add members back with `omctl cluster add-node`, and remove --force-new-cluster"
+        incarnation = id,
+        "FORCED A NEW CLUSTER: this node is now the only voter, with every entry its log held, \
+         in a new incarnation of the cluster: the lost members refuse to serve if they come back \
+         with their data. Wipe them, add them back with `omctl cluster add-node`, and remove \
+         --force-new-cluster"
     );
     Ok(Some(new.membership_log_id.index))
 }

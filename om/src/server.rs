@@ -113,7 +113,10 @@ impl Node {
         // on an empty data directory must not vote until it knows better.
         // So is a joiner on an empty data directory: it may be a voter that
         // lost its data, and must not vote before it has caught up.
-        let member = (cfg.join || !cfg.initial_cluster.is_empty()).then(|| Member {
+        // And so is a member restarting with its data, which first checks
+        // that no forced new cluster replaced its incarnation.
+        let member = (cfg.join || !cfg.initial_cluster.is_empty() || !storage.empty_store)
+            .then(|| Member {
             raft: raft.clone(),
             node_id: cfg.node_id,
             data_dir: cfg.data_dir.clone(),
@@ -121,6 +124,7 @@ impl Node {
             grpc_addr: ports.grpc.addr.to_string(),
             tls: security.peer_tls(),
             empty_store: storage.empty_store,
+            incarnation: storage.incarnation.clone(),
             join: cfg.join,
         });
         let admission = match &member {
@@ -138,6 +142,7 @@ impl Node {
                 raft: &raft,
                 members: &cfg.initial_cluster,
                 cluster_id: &storage.cluster_id,
+                incarnation: &storage.incarnation,
                 leader_contact: storage.leader_contact.clone(),
                 admission: &admission,
                 divergence: &divergence,
@@ -148,7 +153,14 @@ impl Node {
         );
         let catch_up = CatchUp::default();
         let health = (admission.clone(), catch_up.clone());
-        serve::grpc_port(ports.grpc, &service, &security, health.clone(), &mut tasks)?;
+        serve::grpc_port(
+            ports.grpc,
+            &service,
+            &security,
+            health.clone(),
+            &storage.incarnation,
+            &mut tasks,
+        )?;
         serve::http_port(
             ports.http,
             &service,
@@ -338,9 +350,11 @@ fn build_service(
     .with_clock_offset(opts.clock_offset_ms)
     .with_divergence(divergence.clone())
     .with_cluster_id(storage.cluster_id.clone())
+    .with_incarnation(storage.incarnation.clone())
     .with_backups(storage.backups.clone())
     .with_peer_tls(security.peer_tls())
     .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
+    .with_leader_window(cfg.election_timeout * 2)
     .with_forwarder(crate::service::Forwarder::start(
         raft.clone(),
         cfg.node_id,

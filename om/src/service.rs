@@ -84,10 +84,15 @@ pub struct OmService {
     /// Whether this replica diverged (then it serves nothing).
     divergence: Option<Arc<crate::divergence::Divergence>>,
     cluster_id: Option<Arc<crate::cluster_id::ClusterId>>,
+    /// This member's incarnation; once fenced, it serves nothing.
+    incarnation: Option<Arc<crate::incarnation::Incarnation>>,
     /// This node's client TLS towards other members' Raft ports.
     peer_tls: Option<Arc<om_tls::ClientTls>>,
     /// When appends from a leader last arrived (stale reads' age).
     leader_contact: Option<Arc<om_raft_store::network::LeaderContact>>,
+    /// How long a leader may stay silent before this node reports none: the
+    /// longest election timeout (see `heard_leader`).
+    leader_window: Duration,
     /// The oldest state a stale read accepts by default.
     max_staleness_ms: u64,
     /// Copies of the store taken for backups; `None`: backups refused.
@@ -168,8 +173,10 @@ impl OmService {
             audit: None,
             divergence: None,
             cluster_id: None,
+            incarnation: None,
             peer_tls: None,
             leader_contact: None,
+            leader_window: Duration::from_secs(3),
             max_staleness_ms: DEFAULT_MAX_STALENESS_MS,
             backups: None,
             forwarder: None,
@@ -193,6 +200,44 @@ impl OmService {
     pub fn with_cluster_id(mut self, id: Arc<crate::cluster_id::ClusterId>) -> Self {
         self.cluster_id = Some(id);
         self
+    }
+
+    /// Reports no leader once one has been silent for `window` (the
+    /// longest election timeout).
+    pub fn with_leader_window(mut self, window: Duration) -> Self {
+        self.leader_window = window;
+        self
+    }
+
+    /// The leader this node has heard from within the leader window: as a
+    /// follower, appends (heartbeats included) from it; as the leader, a
+    /// quorum's acknowledgement (or it is the only voter). openraft keeps
+    /// naming a leader that stopped answering until an election succeeds,
+    /// which a member cut off from the majority never sees.
+    pub fn heard_leader(&self, m: &openraft::RaftMetrics<om_raft_store::TypeConfig>) -> Option<u64> {
+        let leader = m.current_leader?;
+        if leader == m.id {
+            let voters = m.membership_config.membership().voter_ids().count();
+            if voters <= 1 {
+                return Some(leader);
+            }
+            let acked = m.last_quorum_acked.as_ref()?;
+            return (openraft::Instant::elapsed(&**acked) <= self.leader_window)
+                .then_some(leader);
+        }
+        let since = self.leader_contact.as_ref()?.since()?;
+        (since <= self.leader_window).then_some(leader)
+    }
+
+    /// Refuses every read and write once `i` says this member is fenced.
+    pub fn with_incarnation(mut self, i: Arc<crate::incarnation::Incarnation>) -> Self {
+        self.incarnation = Some(i);
+        self
+    }
+
+    /// This member's incarnation, when tracked.
+    pub fn incarnation(&self) -> Option<&Arc<crate::incarnation::Incarnation>> {
+        self.incarnation.as_ref()
     }
 
     /// Measures stale reads' age by `contact`, accepting at most `max_ms`
@@ -224,9 +269,22 @@ impl OmService {
     }
 
     fn check_not_diverged(&self) -> Result<(), OmError> {
+        self.check_not_superseded()?;
         match &self.divergence {
             Some(d) => d.check_serving(),
             None => Ok(()),
+        }
+    }
+
+    /// Refuses everything once this member is fenced (see `incarnation`).
+    pub fn check_not_superseded(&self) -> Result<(), OmError> {
+        match self.incarnation.as_ref().and_then(|i| i.fenced()) {
+            None => Ok(()),
+            Some(why) => Err(OmError::Superseded(format!(
+                "node {}: {why}; it serves nothing: {}",
+                self.node_id,
+                crate::incarnation::fence_advice()
+            ))),
         }
     }
 
@@ -405,12 +463,26 @@ impl OmService {
         let write = Box::pin(self.raft.client_write(cmd.into()));
         let outcome = match tokio::time::timeout(self.request_timeout, write).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
-            Ok(Err(e)) => Err(write_err(e)),
-            Err(_) => Err(OmError::Unavailable(format!(
-                "write not committed within {:?}; its outcome is unknown, retry with the same client id and seq",
-                self.request_timeout
-            ))),
+            Ok(Err(e)) => {
+                let e = write_err(e);
+                crate::metrics::proposal_failed(match &e {
+                    OmError::NotLeader { .. } => "not_leader",
+                    OmError::Unavailable(m) if m.starts_with("raft stopped") => "shutdown",
+                    _ => "other",
+                });
+                Err(e)
+            }
+            Err(_) => {
+                crate::metrics::proposal_failed("timeout");
+                Err(OmError::Unavailable(format!(
+                    "write not committed within {:?}; its outcome is unknown, retry with the same client id and seq",
+                    self.request_timeout
+                )))
+            }
         };
+        // Fenced while the write was in flight: it may have been committed
+        // by the replaced incarnation, which is no acknowledgement.
+        self.check_not_superseded()?;
         if let Some(op) = &audited {
             self.audit_write(op, &outcome);
         }

@@ -182,6 +182,9 @@ pub fn start_new_cluster(
             }
             // The published snapshot belongs to the old cluster's history.
             b.delete_cf(meta, keys::PUBLISHED_SNAPSHOT_KEY);
+            // A history of its own from here on: archived apart from the
+            // one it forks from.
+            b.put_cf(meta, keys::ARCHIVE_LINEAGE_KEY, new_lineage(applied).as_bytes());
             applied
         }
     };
@@ -216,6 +219,32 @@ pub fn start_new_cluster(
         applied,
         previous_last: after,
     })
+}
+
+/// A new archive lineage for a history that forks after `at`: readable
+/// (where it forks) and unique (64 random bits).
+fn new_lineage(at: Option<LogId>) -> String {
+    let mut nonce = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce);
+    format!(
+        "restored-at-{}-{:016x}",
+        at.map_or(0, |a| a.index),
+        u64::from_be_bytes(nonce)
+    )
+}
+
+/// The index of the last entry the store's log holds or purged, if any.
+pub fn last_log_index(db: &DB) -> std::io::Result<Option<u64>> {
+    let meta = cf(db, keys::RAFT_META_CF)?;
+    let purged = db
+        .get_pinned_cf(meta, keys::LAST_PURGED_KEY)
+        .map_err(io_err)?
+        .map(|b| pb::LogId::decode(b.as_ref()).map(|l| codec::log_id_from_pb(&l)))
+        .transpose()
+        .map_err(io_err)?;
+    Ok(crate::log_store::last_entry_id(db)?
+        .or(purged)
+        .map(|l| l.index))
 }
 
 /// The membership a store last applied, as stored.

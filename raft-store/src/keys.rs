@@ -22,6 +22,9 @@ pub const LAST_PURGED_KEY: &[u8] = b"last_purged";
 pub const COMMITTED_KEY: &[u8] = b"committed";
 pub const APPLIED_KEY: &[u8] = b"applied";
 pub const PUBLISHED_SNAPSHOT_KEY: &[u8] = b"published_snapshot";
+/// The store's log-archive lineage (`archive`): absent for a cluster's
+/// original history; a restore names a new one.
+pub const ARCHIVE_LINEAGE_KEY: &[u8] = b"archive_lineage";
 /// Checkpoints of the state digest (node-local: not carried by snapshots,
 /// cleared with the applied state by an install).
 pub const DIGEST_PREFIX: &[u8] = b"digest/";

@@ -179,11 +179,26 @@ pub struct StoreOptions {
     pub memory: Option<memory::MemoryBudget>,
     /// Archive every applied entry into this directory (`archive`).
     pub archive_log: Option<std::path::PathBuf>,
+    /// What each new archive segment says about its writer.
+    pub archive_label: Option<archive::LabelSource>,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
 /// oldest WAL file (restart replays at most about this much).
 pub const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
+
+/// The store's log-archive lineage (`archive`; empty: the cluster's
+/// original history).
+pub fn archive_lineage(db: &DB) -> std::io::Result<String> {
+    let meta = db
+        .cf_handle(keys::RAFT_META_CF)
+        .ok_or_else(|| io_err("raft meta column family missing"))?;
+    Ok(db
+        .get_pinned_cf(meta, keys::ARCHIVE_LINEAGE_KEY)
+        .map_err(std::io::Error::other)?
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default())
+}
 
 /// `open` with database-wide settings.
 pub fn open_with(
@@ -251,7 +266,16 @@ pub fn open_with(
     let mut state_machine =
         StateMachine::new(db.clone(), dir.join("snapshots"), table_names, applier)?;
     if let Some(a) = &store.archive_log {
-        state_machine.archive_to(Arc::new(archive::LogArchive::open(a)?));
+        let lineage = archive_lineage(&db)?;
+        let (applied, _) = snapshot_store::read_applied(&db, None)?;
+        state_machine.archive_to(Arc::new(archive::LogArchive::open(
+            a,
+            archive::Start {
+                lineage,
+                applied,
+                label: store.archive_label.clone(),
+            },
+        )?));
     }
     if store.batch_snapshot_install {
         state_machine.install_in_one_batch();

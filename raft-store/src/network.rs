@@ -7,15 +7,17 @@
 //! the CRC and verifies the whole file before openraft sees it (see
 //! `receive`). Message sizes are capped explicitly on both ends.
 
+mod faults;
 pub mod peer;
 mod pipeline;
 mod receive;
 mod server;
 
 use server::fatal;
+pub use faults::Faults;
 pub use server::{AuthenticatedPeers, LeaderContact, RaftGrpcService};
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::pin::Pin;
@@ -51,131 +53,6 @@ type RpcErr = RPCError<TypeConfig>;
 /// The (prev, last] log-id range of a request in flight on a replication stream.
 type InFlight = (Option<LogId>, Option<LogId>);
 
-/// Fault injection for tests: links that are cut. A cut link (from, to) makes
-/// every RPC `from` sends to `to` fail as unreachable; cutting both directions
-/// partitions two nodes. A link can also lose one direction only, as a
-/// network that drops packets one way does: its answers held back (the
-/// requests arrive and are answered, the answers wait, in order, and pass
-/// as released) or its requests stalled (nothing new is sent). Production
-/// nodes never install one.
-#[derive(Debug, Default)]
-pub struct Faults {
-    cut: Mutex<HashSet<(NodeId, NodeId)>>,
-    /// (answering node, asking node) → answers still allowed through.
-    held: Mutex<HashMap<(NodeId, NodeId), usize>>,
-    /// (sender, receiver): the sender sends nothing new.
-    stalled: Mutex<HashSet<(NodeId, NodeId)>>,
-}
-
-impl Faults {
-    /// Cuts every link between `node` and `others`, both ways.
-    pub fn isolate(&self, node: NodeId, others: &[NodeId]) {
-        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-        for o in others.iter().filter(|o| **o != node) {
-            cut.insert((node, *o));
-            cut.insert((*o, node));
-        }
-    }
-
-    /// Cuts the link from `from` to `to` (one direction).
-    pub fn cut(&self, from: NodeId, to: NodeId) {
-        self.cut
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((from, to));
-    }
-
-    /// Restores every link (answers held back are then delivered).
-    pub fn heal(&self) {
-        self.cut.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.stalled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    /// Holds back `from`'s answers to `to`'s replication stream (single
-    /// RPCs lose theirs) until released.
-    pub fn hold_answers(&self, from: NodeId, to: NodeId) {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((from, to), 0);
-    }
-
-    /// Lets `n` more held answers from `from` to `to` through, in order.
-    pub fn release_answers(&self, from: NodeId, to: NodeId, n: usize) {
-        if let Some(left) = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&(from, to))
-        {
-            *left = left.saturating_add(n);
-        }
-    }
-
-    /// Whether an answer from `from` to `to` may pass now.
-    fn answer_may_pass(&self, from: NodeId, to: NodeId) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(from, to))
-            .is_none_or(|left| *left > 0)
-    }
-
-    /// An answer from `from` to `to` passed: one fewer released.
-    fn answer_passed(&self, from: NodeId, to: NodeId) {
-        if let Some(left) = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&(from, to))
-        {
-            *left = left.saturating_sub(1);
-        }
-    }
-
-    fn answers_held(&self, from: NodeId, to: NodeId) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&(from, to))
-    }
-
-    /// `from` sends nothing new to `to`: its replication streams pull no
-    /// request and its single RPCs fail as unreachable.
-    pub fn stall(&self, from: NodeId, to: NodeId) {
-        self.stalled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((from, to));
-    }
-
-    /// Ends `stall`.
-    pub fn unstall(&self, from: NodeId, to: NodeId) {
-        self.stalled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(from, to));
-    }
-
-    fn is_stalled(&self, from: NodeId, to: NodeId) -> bool {
-        self.stalled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&(from, to))
-    }
-
-    pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
-        self.cut
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&(from, to))
-    }
-}
-
 /// One peer's channel and reachability, shared by every client to it.
 #[derive(Clone)]
 struct PeerLink {
@@ -191,11 +68,19 @@ pub struct NetworkFactory {
     me: NodeId,
     faults: Option<Arc<Faults>>,
     tls: Option<Arc<om_tls::ClientTls>>,
-    cluster_id: Option<ClusterIdSource>,
+    identity: Option<Arc<dyn PeerIdentity>>,
 }
 
-/// Where a node's cluster id comes from (none until it holds one).
-pub type ClusterIdSource = Arc<dyn Fn() -> Option<Arc<str>> + Send + Sync>;
+/// Who a node says it is in every Raft RPC, and what it does when a peer
+/// refuses it: om's cluster id and incarnation (see om's `incarnation`).
+pub trait PeerIdentity: Send + Sync {
+    /// Headers every RPC carries (name, value), as they are now.
+    fn headers(&self) -> Arc<Vec<(&'static str, tonic::metadata::AsciiMetadataValue)>>;
+    /// Why this node sends nothing at all, if it must not.
+    fn silenced(&self) -> Option<String>;
+    /// A peer answered an RPC with this error status.
+    fn refused(&self, status: &Status);
+}
 
 /// The header every Raft RPC carries its sender's cluster id in, once the
 /// sender holds one; the receiving member refuses another cluster's.
@@ -209,13 +94,13 @@ impl NetworkFactory {
             me,
             faults,
             tls: None,
-            cluster_id: None,
+            identity: None,
         }
     }
 
-    /// Sends the cluster id `source` gives with every RPC.
-    pub fn with_cluster_id(mut self, source: ClusterIdSource) -> Self {
-        self.cluster_id = Some(source);
+    /// Sends `identity`'s headers with every RPC and tells it of refusals.
+    pub fn with_identity(mut self, identity: Arc<dyn PeerIdentity>) -> Self {
+        self.identity = Some(identity);
         self
     }
 
@@ -260,7 +145,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             link: self.link(target, &node.raft_addr).ok(),
             me: self.me,
             faults: self.faults.clone(),
-            cluster_id: self.cluster_id.clone(),
+            identity: self.identity.clone(),
         }
     }
 }
@@ -272,7 +157,7 @@ pub struct PeerClient {
     link: Option<PeerLink>,
     me: NodeId,
     faults: Option<Arc<Faults>>,
-    cluster_id: Option<ClusterIdSource>,
+    identity: Option<Arc<dyn PeerIdentity>>,
 }
 
 fn status_to_rpc(s: Status) -> RpcErr {
@@ -318,15 +203,26 @@ fn cut_error(me: NodeId, target: NodeId) -> RpcErr {
 }
 
 impl PeerClient {
-    /// A request carrying this node's cluster id, once it holds one.
+    /// A request carrying this node's identity headers.
     fn request<T>(&self, msg: T) -> Request<T> {
         let mut req = Request::new(msg);
-        if let Some(id) = self.cluster_id.as_ref().and_then(|f| f())
-            && let Ok(v) = id.parse()
-        {
-            req.metadata_mut().insert(CLUSTER_ID_HEADER, v);
+        if let Some(i) = &self.identity {
+            for (name, v) in i.headers().iter() {
+                req.metadata_mut().insert(*name, v.clone());
+            }
         }
         req
+    }
+
+    /// `observe` for this peer: also tells the identity of a refusal, and
+    /// records the round trip of an answered RPC sent at `sent`.
+    fn observe<T>(
+        &self,
+        health: &PeerHealth,
+        sent: Option<std::time::Instant>,
+        r: Result<T, Status>,
+    ) -> Result<T, RpcErr> {
+        observe_with(health, self.identity.as_deref(), self.target, sent, r)
     }
 
     /// The client for one RPC, once the peer's backoff (see `Gate`) allows it.
@@ -340,6 +236,9 @@ impl PeerClient {
                 self.addr, self.target
             ))));
         };
+        if let Some(why) = self.identity.as_ref().and_then(|i| i.silenced()) {
+            return Err(RPCError::Unreachable(Unreachable::from_string(why)));
+        }
         if gate != Gate::Always {
             loop {
                 match link.health.admit() {
@@ -389,6 +288,7 @@ impl PeerClient {
         });
         req.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::Always).await?;
+        let sent = std::time::Instant::now();
         let r = if pre {
             match client.pre_vote(req).await {
                 // A peer that predates PreVote: count it as granting, as
@@ -403,7 +303,7 @@ impl PeerClient {
         } else {
             client.vote(req).await
         };
-        let r = self.answer(observe(&health, r))?.into_inner();
+        let r = self.answer(self.observe(&health, Some(sent), r))?.into_inner();
         Ok(VoteResponse {
             vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
             vote_granted: r.vote_granted,
@@ -429,19 +329,37 @@ enum Gate {
 
 /// Records the outcome of one exchange in the peer's health and converts
 /// the error for openraft.
-fn observe<T>(health: &PeerHealth, r: Result<T, Status>) -> Result<T, RpcErr> {
+fn observe_with<T>(
+    health: &PeerHealth,
+    identity: Option<&dyn PeerIdentity>,
+    target: NodeId,
+    sent: Option<std::time::Instant>,
+    r: Result<T, Status>,
+) -> Result<T, RpcErr> {
     match r {
         Ok(v) => {
             health.succeeded();
+            if let Some(t) = sent {
+                round_trip(target, t.elapsed());
+            }
             Ok(v)
         }
         Err(s) => {
             if unreachable_code(s.code()) {
                 health.failed(&s.message());
+            } else if let Some(i) = identity {
+                i.refused(&s);
             }
             Err(status_to_rpc(s))
         }
     }
+}
+
+/// Records one answered RPC's round trip to `peer`
+/// (`om_raft_peer_round_trip_seconds`).
+pub(crate) fn round_trip(peer: NodeId, d: Duration) {
+    metrics::histogram!("om_raft_peer_round_trip_seconds", "peer" => peer.to_string())
+        .record(d.as_secs_f64());
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
@@ -455,7 +373,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let mut req = self.request(append_to_pb(&rpc));
         req.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::FailFast).await?;
-        let resp = self.answer(observe(&health, client.append_entries(req).await))?;
+        let sent = std::time::Instant::now();
+        let r = client.append_entries(req).await;
+        let resp = self.answer(self.observe(&health, Some(sent), r))?;
         append_resp_from_pb(&resp.into_inner())
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))
     }
@@ -516,8 +436,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 .map(|r| r.map(|req| append_to_pb(&req)))
             });
             let mut responses =
-                observe(&health, client.stream_append(self.request(outbound)).await)?.into_inner();
+                self.observe(&health, None, client.stream_append(self.request(outbound)).await)?
+                    .into_inner();
             let (me, target) = (self.me, self.target);
+            let identity = self.identity.clone();
             let mut ended = false;
             let mut held_recheck: Option<Pin<Box<tokio::time::Sleep>>> = None;
             let results = futures::stream::poll_fn(move |cx| {
@@ -551,8 +473,15 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                             health.failed(&"link is cut");
                             return Err(cut_error(me, target));
                         }
-                        let r = observe(&health, r)?;
-                        let (prev, last) = pipeline.answered().ok_or_else(|| {
+                        let sent = pipeline.answered_sent();
+                        let r = observe_with(
+                            &health,
+                            identity.as_deref(),
+                            target,
+                            sent.map(|(_, at)| at),
+                            r,
+                        )?;
+                        let ((prev, last), _) = sent.ok_or_else(|| {
                             RPCError::Network(NetworkError::from_string(
                                 "response without a request",
                             ))
@@ -690,7 +619,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                         "the peer refused a snapshot; it will be sent again"
                     );
                 }
-                let resp = observe(&health, r).map_err(StreamingError::from)?.into_inner();
+                let resp = self
+                    .observe(&health, None, r)
+                    .map_err(StreamingError::from)?
+                    .into_inner();
                 match reader.await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(StreamingError::Network(NetworkError::new(&e))),
@@ -713,7 +645,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         });
         r.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::Always).await?;
-        observe(&health, client.transfer_leader(r).await)?;
+        let r = client.transfer_leader(r).await;
+        self.observe(&health, None, r)?;
         Ok(Ok(()))
     }
 

@@ -502,6 +502,191 @@ async fn force_new_cluster_recovers_from_a_lost_majority() {
     );
 }
 
+/// The drill that split the brain: two of three members are killed with
+/// their data, the survivor forces a new cluster, and the two come back
+/// with their old data (as a StatefulSet brings pods back with their
+/// volumes). They are a majority of the old membership, but they learn
+/// that a forced cluster replaced their incarnation and serve nothing: no
+/// write through them is acknowledged, `/readyz` and the metric say why,
+/// and clients go to the survivor. Wiped and added back, one serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let (members, dirs, mut procs, c) = cluster_with_bucket(root.path(), 3, &[]).await;
+    for i in 0..20 {
+        c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+    }
+    for p in procs.iter_mut().skip(1) {
+        p.kill9();
+    }
+    assert!(procs[0].terminate(Duration::from_secs(30)));
+    procs[0].extra.push("--force-new-cluster".to_string());
+    procs[0].restart();
+    let only = client(vec![members[0].grpc.clone()]);
+    wait_for(Duration::from_secs(30), "the survivor to lead", || async {
+        only.cluster_status()
+            .await
+            .ok()
+            .filter(|s| s.role == "leader")
+    })
+    .await;
+    only.put_key(VOL, BKT, "after-force", 1).await.unwrap();
+    let survivor_label = only.cluster_label().expect("the survivor names its cluster");
+
+    // The old members come back with their data.
+    for p in procs.iter_mut().skip(1) {
+        p.restart();
+    }
+    for (i, m) in members.iter().enumerate().skip(1) {
+        let http: std::net::SocketAddr = m.http.parse().unwrap();
+        let ready = wait_for(
+            Duration::from_secs(30),
+            "the old member to say it is fenced",
+            || async move {
+                let r = om_tests::http_get(http, "/readyz").await;
+                r.contains("fenced").then_some(r)
+            },
+        )
+        .await;
+        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+        let metrics = om_tests::http_get(http, "/metrics").await;
+        assert!(
+            metrics.contains("om_cluster_superseded 1"),
+            "member {}: {metrics}",
+            i + 1
+        );
+        assert!(dirs[i].join(om::incarnation::FENCE_FILE).exists());
+    }
+    // Give the old majority every chance to elect a leader.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for m in &members[1..] {
+        let old = OmClient::new(
+            &[m.grpc.clone()],
+            ClientOptions {
+                deadline: Duration::from_secs(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for i in 0..5 {
+            let r = old.put_key(VOL, BKT, &format!("old-{i}"), 1).await;
+            assert!(r.is_err(), "a write through an old member was acknowledged");
+        }
+        assert!(old.cluster_status().await.is_err());
+    }
+    // A client of all three endpoints reaches the survivor only.
+    let all = client(endpoints(&members));
+    all.put_key(VOL, BKT, "through-all", 1).await.unwrap();
+    assert_eq!(all.cluster_label(), Some(survivor_label.clone()));
+    let names = key_names(&only).await;
+    assert!(!names.iter().any(|n| n.starts_with("old-")), "{names:?}");
+    assert!(names.contains(&"through-all".to_string()));
+    // Still fenced after a restart.
+    assert!(procs[1].terminate(Duration::from_secs(30)));
+    procs[1].restart();
+    let http: std::net::SocketAddr = members[1].http.parse().unwrap();
+    wait_for(Duration::from_secs(30), "the fence to hold", || async move {
+        om_tests::http_get(http, "/readyz")
+            .await
+            .contains("fenced")
+            .then_some(())
+    })
+    .await;
+    // Adding it back unwiped is refused; wiped, it joins the new incarnation.
+    let refused = only
+        .add_node(2, &members[1].raft, &members[1].grpc, false)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("incarnation"),
+        "{refused}"
+    );
+    procs[1].kill9();
+    std::fs::remove_dir_all(&dirs[1]).unwrap();
+    let rejoined = OmProcess::spawn_member_args(&dirs[1], &members[1], &members[..1], &["--join"]);
+    only.add_node(2, &members[1].raft, &members[1].grpc, false)
+        .await
+        .unwrap();
+    let two = client(vec![members[1].grpc.clone()]);
+    wait_for(Duration::from_secs(30), "the wiped member to serve", || async {
+        two.cluster_status()
+            .await
+            .ok()
+            .filter(|s| s.has_leader && s.members.len() == 2)
+    })
+    .await;
+    assert_eq!(two.cluster_label(), Some(survivor_label));
+    only.put_key(VOL, BKT, "after-rejoin", 1).await.unwrap();
+    drop(rejoined);
+}
+
+/// A member whose disk was replaced comes back through `om restore` while
+/// the cluster keeps running (a StatefulSet's `restore_from` left set): its
+/// store starts another cluster from the backup, which would fork the
+/// running one. It learns from the others that they run a history not
+/// restored from that backup, serves nothing and says so; the cluster keeps
+/// serving. Emptied, it catches up from the leader like any member that
+/// lost its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_restored_while_the_cluster_runs_refuses_to_fork_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dest = root.path().join("backups");
+    let (members, dirs, mut procs, c) = cluster_with_bucket(root.path(), 3, &[]).await;
+    for i in 0..10 {
+        c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+    }
+    let m = take_backup(&members[0].grpc, &dest);
+    for i in 10..20 {
+        c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+    }
+    procs[2].kill9();
+    std::fs::remove_dir_all(&dirs[2]).unwrap();
+    ok(
+        om_restore(&dest.join(&m.id), &dirs[2], &members[2], &members),
+        "om restore",
+    );
+    assert!(dirs[2].join(om::incarnation::RESTORED_FILE).exists());
+    procs[2].restart();
+    let http: std::net::SocketAddr = members[2].http.parse().unwrap();
+    let ready = wait_for(
+        Duration::from_secs(30),
+        "the restored member to refuse",
+        || async move {
+            let r = om_tests::http_get(http, "/readyz").await;
+            r.contains("restored from backup").then_some(r)
+        },
+    )
+    .await;
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    // The cluster serves on, and no write reaches the restored member.
+    for i in 20..30 {
+        c.put_key(VOL, BKT, &format!("k-{i:06}"), 1).await.unwrap();
+    }
+    let alone = OmClient::new(
+        &[members[2].grpc.clone()],
+        ClientOptions {
+            deadline: Duration::from_secs(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(alone.put_key(VOL, BKT, "through-restored", 1).await.is_err());
+    // Emptied, it catches up and the three agree.
+    procs[2].kill9();
+    std::fs::remove_dir_all(&dirs[2]).unwrap();
+    procs[2].restart();
+    wait_for(Duration::from_secs(60), "the emptied member to catch up", || async move {
+        om_tests::http_get(http, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(key_names(&c).await.len(), 30);
+    replicas::wait_settled(&c, &procs).await;
+    replicas::assert_identical(&c, &mut procs, &dirs, "restored member emptied").await;
+}
+
 /// With `--archive-log`, a restore replays past its backup to exactly the
 /// index or time asked for: the keys written at or before it, none after;
 /// an archive that does not reach the target is refused, nothing written.
@@ -557,13 +742,39 @@ async fn point_in_time_restore_lands_on_the_chosen_index() {
     let (at, _) = written[17];
     let (o, one, d) = restore_to("to-index", &["--to-index", &at.to_string()]);
     ok(o, "om restore --to-index");
+    {
+        // The restored cluster archives into the same directory, as the old
+        // one did: its history forks from the old one's at the restore, so
+        // it goes into a directory of its own.
+        let mut p = start(&one, &[d], &["--archive-log", archive_flag]).await;
+        let rc = client(endpoints(&one));
+        let names = key_names(&rc).await;
+        assert_eq!(
+            names.len(),
+            20 + 18,
+            "exactly the writes through index {at}"
+        );
+        assert_eq!(names.last().unwrap(), &format!("k-{:06}", 37));
+        for i in 0..10 {
+            rc.put_key(VOL, BKT, &format!("r-{i:06}"), 1).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(p[0].terminate(Duration::from_secs(30)));
+    }
+    let lineages: Vec<String> = std::fs::read_dir(&archive)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(lineages.len(), 1, "{lineages:?}");
+    assert!(lineages[0].starts_with("restored-at-"), "{lineages:?}");
+    // The old history replays as it was, whatever the restored one wrote.
+    let (o, one, d) = restore_to("to-index-again", &["--to-index", &at.to_string()]);
+    ok(o, "om restore --to-index, with a restored cluster's archive beside");
     let _p = start(&one, &[d], &[]).await;
     let names = key_names(&client(endpoints(&one))).await;
-    assert_eq!(
-        names.len(),
-        20 + 18,
-        "exactly the writes through index {at}"
-    );
+    assert_eq!(names.len(), 20 + 18, "{names:?}");
     assert_eq!(names.last().unwrap(), &format!("k-{:06}", 37));
 
     // To a time: the writes stamped at or before it.

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "limits",
         "memory",
     ],
-    &["authz", "listing", "lifecycle", "divergence"],
+    &["authz", "listing", "lifecycle", "divergence", "incarnation"],
     &["apply", "verify"],
     &["service"],
     &["tasks"],

@@ -98,6 +98,21 @@ impl RaftPeer for PeerGrpc {
                 .get()
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
+            incarnation: self.service.incarnation().map_or(0, |i| i.id()),
+            superseded: self
+                .service
+                .incarnation()
+                .map(|i| i.superseded())
+                .unwrap_or_default(),
+            fenced: self
+                .service
+                .incarnation()
+                .is_some_and(|i| i.fenced().is_some()),
+            restored_from: self
+                .service
+                .incarnation()
+                .map(|i| i.restored_from().to_string())
+                .unwrap_or_default(),
         }))
     }
 
@@ -298,6 +313,7 @@ pub struct MemberCheck {
     initial: Vec<(u64, String)>,
     tls: bool,
     cluster_id: Arc<crate::cluster_id::ClusterId>,
+    incarnation: Arc<crate::incarnation::Incarnation>,
     refused: std::sync::atomic::AtomicU64,
 }
 
@@ -307,14 +323,45 @@ impl MemberCheck {
         initial: Vec<(u64, String)>,
         tls: bool,
         cluster_id: Arc<crate::cluster_id::ClusterId>,
+        incarnation: Arc<crate::incarnation::Incarnation>,
     ) -> Arc<Self> {
         Arc::new(MemberCheck {
             raft,
             initial,
             tls,
             cluster_id,
+            incarnation,
             refused: Default::default(),
         })
+    }
+
+    /// Judges the sender's incarnation (see `incarnation`). `PeerState`
+    /// is answered whatever it is: that is how members learn it.
+    fn judge_incarnation<B>(&self, req: &http::Request<B>, theirs: Option<&str>) -> Result<(), Status> {
+        if super::guard::method(req) == "PeerState" {
+            return Ok(());
+        }
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let Some(sender) = crate::incarnation::Theirs::parse(
+            header(crate::incarnation::HEADER),
+            header(crate::incarnation::SUPERSEDED_HEADER),
+        ) else {
+            return Err(super::refusal(
+                tonic::Code::InvalidArgument,
+                "INVALID_INCARNATION",
+                crate::incarnation::HEADER,
+                "the sender's incarnation headers are malformed",
+            ));
+        };
+        match self.incarnation.judge(theirs, &sender) {
+            crate::incarnation::Judgement::Admit => Ok(()),
+            crate::incarnation::Judgement::Refuse { reason, message } => Err(super::refusal(
+                tonic::Code::FailedPrecondition,
+                reason,
+                "",
+                &message,
+            )),
+        }
     }
 
     /// The members a request is admitted as (`None`: TLS off, no identity
@@ -340,12 +387,18 @@ impl MemberCheck {
                 ),
             ));
         }
-        if !self.tls {
-            return Ok(None);
-        }
-        let info = req.extensions().get::<crate::net::ConnInfo>();
-        let ids = self.members_named(info)?;
-        Ok(Some(om_raft_store::network::AuthenticatedPeers(ids)))
+        // Judged only once the sender proved it is a member: the judgement
+        // may record an incarnation or fence this member.
+        let peers = if self.tls {
+            let info = req.extensions().get::<crate::net::ConnInfo>();
+            Some(om_raft_store::network::AuthenticatedPeers(
+                self.members_named(info)?,
+            ))
+        } else {
+            None
+        };
+        self.judge_incarnation(req, theirs)?;
+        Ok(peers)
     }
 
     /// Whether a connection that finished its handshake may stay: it

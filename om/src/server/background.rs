@@ -66,7 +66,7 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
         stop.clone(),
     ));
     tasks.spawn(crate::tasks::health::publish_raft_metrics(
-        i.raft.clone(),
+        svc.clone(),
         stop.clone(),
     ));
     tasks.spawn(crate::tasks::expiry::expire_retry_cache(

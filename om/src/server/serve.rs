@@ -29,6 +29,7 @@ pub(super) struct RaftPort<'a> {
     pub raft: &'a Raft,
     pub members: &'a [InitialMember],
     pub cluster_id: &'a Arc<ClusterId>,
+    pub incarnation: &'a Arc<crate::incarnation::Incarnation>,
     pub leader_contact: Arc<LeaderContact>,
     pub admission: &'a Admission,
     pub divergence: &'a Arc<Divergence>,
@@ -53,6 +54,7 @@ pub(super) fn raft_port(
             .collect(),
         security.tls.is_some(),
         p.cluster_id.clone(),
+        p.incarnation.clone(),
     ));
     // Under TLS a Raft-port connection whose certificate names no member
     // is closed right after its handshake.
@@ -108,6 +110,7 @@ pub(super) fn grpc_port(
     service: &Arc<OmService>,
     security: &Security,
     health: (Admission, CatchUp),
+    incarnation: &Arc<crate::incarnation::Incarnation>,
     tasks: &mut Tasks,
 ) -> Result<(), BoxError> {
     let (admission, catch_up) = health;
@@ -137,6 +140,7 @@ pub(super) fn grpc_port(
     } else {
         ProveBy::Handshake
     };
+    let incarnated = crate::grpc::incarnated::Incarnated(incarnation.clone());
     let tls = security.tls.as_ref().map(|t| t.grpc.clone());
     let stopped = tasks.stopped();
     tasks.spawn(async move {
@@ -146,13 +150,13 @@ pub(super) fn grpc_port(
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_alpha)
-            .add_service(Authenticate::new(
-                MalformedAsInvalid(om),
-                authenticator.clone(),
+            .add_service(Guarded::new(
+                Authenticate::new(MalformedAsInvalid(om), authenticator.clone()),
+                incarnated.clone(),
             ))
-            .add_service(Authenticate::new(
-                MalformedAsInvalid(cluster),
-                authenticator,
+            .add_service(Guarded::new(
+                Authenticate::new(MalformedAsInvalid(cluster), authenticator),
+                incarnated,
             ))
             .serve_with_incoming_shutdown(port.listener.into_incoming(tls, proof), stopped)
             .await;

@@ -13,6 +13,7 @@ use crate::apply::OmApplier;
 use crate::audit::AuditLog;
 use crate::backup::Backups;
 use crate::cluster_id::ClusterId;
+use crate::incarnation::Incarnation;
 use crate::config::Config;
 use crate::divergence::Divergence;
 use crate::store::keys;
@@ -25,6 +26,8 @@ pub(super) struct Storage {
     pub state_machine: StateMachine,
     pub backups: Arc<Backups>,
     pub cluster_id: Arc<ClusterId>,
+    /// This member's cluster incarnation and fence (see `incarnation`).
+    pub incarnation: Arc<Incarnation>,
     /// When this follower last heard its leader (stale-read bounds).
     pub leader_contact: Arc<LeaderContact>,
     /// Whether the data directory held nothing (a new or wiped member).
@@ -45,20 +48,40 @@ impl Storage {
             memtable_per_table = memory.write_buffer_size(),
             "RocksDB memory budget: one block cache, memtables charged to it"
         );
+        // Archive segments name the member's cluster and incarnation, known
+        // once the store is open.
+        let label_of: Arc<std::sync::OnceLock<Arc<Incarnation>>> = Arc::default();
+        let label = om_raft_store::archive::LabelSource({
+            let label_of = label_of.clone();
+            Arc::new(move || {
+                let i = label_of.get();
+                om_raft_store::archive::Label {
+                    cluster_id: i
+                        .and_then(|i| i.cluster_id())
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
+                    incarnation: i.map_or(0, |i| i.id()),
+                }
+            })
+        });
         let store = open_store(
             &cfg.data_dir,
             max_open_files,
             memory,
-            cfg.archive_log.as_deref(),
+            cfg.archive_log.as_deref().map(|a| (a, label)),
         )
         .await?;
         if let Some(a) = &cfg.archive_log {
             tracing::info!(dir = %a.display(), "archiving every applied entry");
         }
         let db = store.db.clone();
+        let cluster_id = ClusterId::new(db.clone());
+        let incarnation = Incarnation::open(&cfg.data_dir, cluster_id.clone())?;
+        let _ = label_of.set(incarnation.clone());
         if cfg.force_new_cluster {
             let forced = crate::restore::force_new_cluster(
                 &db,
+                &incarnation,
                 cfg,
                 &cfg.raft_addr.to_string(),
                 &cfg.grpc_addr.to_string(),
@@ -72,8 +95,9 @@ impl Storage {
                     resource: "/".into(),
                     result: "OK".into(),
                     detail: format!(
-                        "node {} is the only voter from log index {index}",
-                        cfg.node_id
+                        "node {} is the only voter from log index {index}, incarnation {}",
+                        cfg.node_id,
+                        incarnation.id()
                     ),
                     ..Default::default()
                 });
@@ -87,7 +111,8 @@ impl Storage {
         crate::store::tune_tables(&db)?;
         Ok(Storage {
             empty_store: store.holds_nothing()?,
-            cluster_id: ClusterId::new(db.clone()),
+            cluster_id,
+            incarnation,
             db,
             db_options: store.options.clone(),
             log_store: store.log_store,
@@ -119,16 +144,22 @@ impl Storage {
             Arc::new(raft_config(cfg)?),
             NetworkFactory::new(cfg.node_id, opts.faults.clone())
                 .with_tls(peer_tls)
-                .with_cluster_id({
-                    let id = self.cluster_id.clone();
-                    Arc::new(move || id.get())
-                }),
+                .with_identity(self.incarnation.clone()),
             self.log_store.clone(),
             self.state_machine.clone(),
         )
         .await;
         state_machine.set_starting(false);
-        Ok((raft?, divergence))
+        let raft = raft?;
+        self.incarnation.set_history_probe({
+            let raft = raft.clone();
+            Arc::new(move || {
+                use openraft::async_runtime::WatchReceiver;
+                let m = raft.metrics().borrow_watched().clone();
+                m.last_log_index.is_some() || m.snapshot.is_some()
+            })
+        });
+        Ok((raft, divergence))
     }
 }
 
@@ -139,7 +170,7 @@ async fn open_store(
     dir: &std::path::Path,
     max_open_files: u64,
     memory: om_raft_store::memory::MemoryBudget,
-    archive_log: Option<&std::path::Path>,
+    archive_log: Option<(&std::path::Path, om_raft_store::archive::LabelSource)>,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
     // The store is the cluster's metadata and ACLs: readable by om's user
     // only, whatever the umask (files inside inherit the protection).
@@ -156,7 +187,8 @@ async fn open_store(
         // appends are held in memory, unflushed and unacknowledged.
         hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
         memory: Some(memory),
-        archive_log: archive_log.map(Into::into),
+        archive_log: archive_log.as_ref().map(|(a, _)| a.to_path_buf()),
+        archive_label: archive_log.map(|(_, l)| l),
     };
     loop {
         let tables = crate::store::table_descriptors_with(opts.memory.as_ref());

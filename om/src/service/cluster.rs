@@ -124,6 +124,20 @@ impl OmService {
                 ),
             ));
         }
+        let incarnation = self.incarnation().map_or(0, |i| i.id());
+        if view.fenced || (view.has_history && view.incarnation != incarnation) {
+            return Err(OmError::precondition(
+                "NODE_OF_ANOTHER_INCARNATION",
+                "node_id",
+                format!(
+                    "node {id} holds the history of incarnation {} of this cluster{}, not of \
+                     the current incarnation {incarnation}: wipe its data directory, start it \
+                     empty with --join, and add it again",
+                    view.incarnation,
+                    if view.fenced { " and serves nothing" } else { "" }
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -72,6 +72,12 @@ impl CatchUp {
 pub fn readiness(svc: &OmService, admission: &Admission, catch_up: &CatchUp) -> Result<(), String> {
     let m = svc.raft().metrics().borrow_watched().clone();
     let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
+    if let Some(why) = svc.incarnation().and_then(|i| i.fenced()) {
+        return Err(format!(
+            "fenced: {why}. {}",
+            crate::incarnation::fence_advice()
+        ));
+    }
     if admission.phase() != Phase::Open {
         return Err(format!("not admitted: {}", admission.message()));
     }
@@ -81,8 +87,19 @@ pub fn readiness(svc: &OmService, admission: &Admission, catch_up: &CatchUp) -> 
     if m.running_state.is_err() {
         return Err("raft stopped".to_string());
     }
-    let Some(leader) = m.current_leader else {
-        return Err("no leader".to_string());
+    let Some(leader) = svc.heard_leader(&m) else {
+        return Err(match m.current_leader {
+            Some(l) if l == m.id => format!(
+                "no leader: this node leads term {} but no quorum acknowledged it within an \
+                 election timeout",
+                m.current_term
+            ),
+            Some(l) => format!(
+                "no leader: nothing heard from leader {l} within an election timeout (a \
+                 majority of the members may be down)"
+            ),
+            None => "no leader".to_string(),
+        });
     };
     if leader == m.id {
         return Ok(());

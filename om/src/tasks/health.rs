@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use om_raft_store::Raft;
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
 
@@ -90,16 +89,37 @@ pub async fn report_startup(
     }
 }
 
-/// Publishes Raft's metrics as gauges on every change, until `stop`.
-pub async fn publish_raft_metrics(raft: Raft, mut stop: watch::Receiver<bool>) {
-    let mut rx = raft.metrics();
+/// Publishes Raft's metrics as gauges on every change, and at least every
+/// `LEADER_RECHECK` (a leader that falls silent changes no metric), until
+/// `stop`.
+pub async fn publish_raft_metrics(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
+    const LEADER_RECHECK: Duration = Duration::from_millis(250);
+    let mut rx = svc.raft().metrics();
     let mut gauges = crate::metrics::RaftGauges::new();
+    let mut silent_since: Option<(u64, std::time::Instant)> = None;
     loop {
         // Read in place: cloning the metrics (membership maps, replication
         // progress) on every commit showed in the leader's profile.
-        gauges.publish(&rx.borrow_watched());
+        {
+            let m = rx.borrow_watched();
+            let heard = svc.heard_leader(&m);
+            gauges.publish(&m, heard);
+            match (m.current_leader, heard) {
+                (Some(l), None) if silent_since.is_none_or(|(s, _)| s != l) => {
+                    tracing::warn!(
+                        leader = l,
+                        term = m.current_term,
+                        "no word from leader {l} within an election timeout: reporting no leader"
+                    );
+                    silent_since = Some((l, std::time::Instant::now()));
+                }
+                (_, Some(_)) => silent_since = None,
+                _ => {}
+            }
+        }
         tokio::select! {
             r = rx.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(LEADER_RECHECK) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }

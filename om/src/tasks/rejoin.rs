@@ -58,6 +58,9 @@ pub enum Phase {
     CatchingUp,
     /// A full member.
     Open,
+    /// Restarted with its data; does not vote until a majority of its
+    /// membership confirmed its incarnation (see `incarnation`).
+    Verifying,
 }
 
 /// How this node was admitted, for logs and tests.
@@ -74,7 +77,12 @@ pub enum Outcome {
     Rejoined { target: u64, reset: bool },
 }
 
-const PHASES: [Phase; 3] = [Phase::Sealed, Phase::CatchingUp, Phase::Open];
+const PHASES: [Phase; 4] = [
+    Phase::Sealed,
+    Phase::CatchingUp,
+    Phase::Open,
+    Phase::Verifying,
+];
 
 /// Shared admission state: read by the Raft port's gate and by `/readyz`.
 #[derive(Clone)]
@@ -101,7 +109,7 @@ impl Admission {
     }
 
     pub fn phase(&self) -> Phase {
-        PHASES[usize::from(self.phase.load(Ordering::Acquire)).min(2)]
+        PHASES[usize::from(self.phase.load(Ordering::Acquire)).min(PHASES.len() - 1)]
     }
 
     /// Why the node is not a full member yet (empty once it is).
@@ -133,10 +141,18 @@ impl Admission {
     /// Why an incoming Raft RPC `method` is refused in the current phase:
     /// until admitted, a node neither votes nor takes leadership.
     pub fn refuses(&self, method: &str) -> Option<String> {
-        if self.phase() == Phase::Open || !matches!(method, "Vote" | "TransferLeader") {
-            return None;
+        match self.phase() {
+            Phase::Open => None,
+            // Restarted with its data: nothing until it knows its history is
+            // the cluster's (one round of questions), so a leader of another
+            // history never sees its vote, and it never takes another's log.
+            Phase::Verifying => Some(format!(
+                "not taking part in Raft until admitted: {}",
+                self.message()
+            )),
+            _ if !matches!(method, "Vote" | "TransferLeader") => None,
+            _ => Some(format!("not voting until admitted: {}", self.message())),
         }
-        Some(format!("not voting until admitted: {}", self.message()))
     }
 }
 
@@ -323,6 +339,8 @@ pub struct Member {
     pub tls: Option<std::sync::Arc<om_tls::ClientTls>>,
     /// The store held nothing when opened (`OpenedStore::holds_nothing`).
     pub empty_store: bool,
+    /// This member's incarnation: a restart with data checks it first.
+    pub incarnation: std::sync::Arc<crate::incarnation::Incarnation>,
     /// Started with `--join`: it never initializes a cluster, and the members
     /// it asks are `members` (possibly none) and those of the membership it
     /// received. An empty joiner may be a voter that lost its data (a
@@ -347,7 +365,33 @@ pub async fn initial(m: &Member) -> std::io::Result<Admission> {
         })
     })
     .await?;
+    let others = {
+        let metrics = m.raft.metrics().borrow_watched().clone();
+        metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .any(|(id, _)| *id != m.node_id)
+    };
     match marker {
+        None if m.incarnation.fenced().is_some() => {
+            m.raft.runtime_config().elect(false);
+            Ok(Admission::new(
+                Phase::Verifying,
+                &format!(
+                    "superseded: {}",
+                    m.incarnation.fenced().unwrap_or_default()
+                ),
+            ))
+        }
+        None if others => {
+            m.raft.runtime_config().elect(false);
+            Ok(Admission::new(
+                Phase::Verifying,
+                "restarted with its data; asking the other members which incarnation of the \
+                 cluster is current before voting",
+            ))
+        }
         None => Ok(Admission::open()),
         Some(target) => {
             m.raft.runtime_config().elect(false);
@@ -393,6 +437,15 @@ pub async fn run(m: Member, admission: Admission, mut stop: watch::Receiver<bool
             return;
         }
         match admission.phase() {
+            Phase::Verifying => {
+                if m.incarnation.fenced().is_some() {
+                    // Serves nothing until wiped: nothing more to ask.
+                    return;
+                }
+                if verify::step(&m, &admission).await {
+                    return;
+                }
+            }
             Phase::Sealed => match step_sealed(&m, &admission, &mut empty_rounds).await {
                 Some(Step::Opened) => return,
                 Some(Step::CatchUp {
@@ -661,3 +714,4 @@ pub fn runbook(m: &Member) -> String {
 
 #[cfg(test)]
 mod tests;
+mod verify;

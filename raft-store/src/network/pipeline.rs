@@ -40,6 +40,8 @@ pub(super) struct Pipeline {
 struct State {
     /// The (prev, last] ranges of the requests sent and not yet answered.
     in_flight: VecDeque<InFlight>,
+    /// When each of them was sent (round trips).
+    sent: VecDeque<std::time::Instant>,
     /// An `Ok` was handed to openraft, which has not polled for the next
     /// answer yet.
     handed_over: bool,
@@ -74,6 +76,7 @@ impl Pipeline {
         match input.poll_next_unpin(cx) {
             Poll::Ready(Some(req)) => {
                 s.in_flight.push_back(range(&req));
+                s.sent.push_back(std::time::Instant::now());
                 Poll::Ready(Some(req))
             }
             other => other,
@@ -93,8 +96,17 @@ impl Pipeline {
 
     /// The range of the oldest request in flight, which the answer just
     /// received is for (answers come in request order).
+    #[cfg(test)]
     pub(super) fn answered(&self) -> Option<InFlight> {
-        self.state().in_flight.pop_front()
+        self.answered_sent().map(|(r, _)| r)
+    }
+
+    /// `answered`, with when that request was sent.
+    pub(super) fn answered_sent(&self) -> Option<(InFlight, std::time::Instant)> {
+        let mut s = self.state();
+        let r = s.in_flight.pop_front()?;
+        let at = s.sent.pop_front().unwrap_or_else(std::time::Instant::now);
+        Some((r, at))
     }
 
     /// Whether `Ok(matching)` may be handed to openraft now: no request in

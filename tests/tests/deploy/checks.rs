@@ -12,20 +12,25 @@ use om_tests::certs::TestCa;
 
 use super::render::*;
 
-/// One rendering's objects fit together: every object in the namespace;
-/// Services, PodDisruptionBudget, NetworkPolicy, anti-affinity and zone
-/// spread select the members (and not the backup job); the initial
-/// cluster members.sh computes names every member through the peer
-/// Service, the namespace and the cluster domain, with the container's
-/// ports; om loads its settings; each pod's certificate names its own
-/// address and the client Service; the backup job reaches the client
-/// Service as an admin and writes the volume the restore init container
-/// reads; one image everywhere; /metrics only on the monitored Service.
+/// One rendering's objects fit together: every object in the namespace,
+/// which the instance does not own, nor the backups' claim; Services,
+/// PodDisruptionBudget, NetworkPolicy, anti-affinity and zone spread
+/// select the members (and not the backup job nor backup-tools) by their
+/// name and instance label (the StatefulSet's name); the initial cluster
+/// members.sh computes names every member through the peer Service, the
+/// namespace and the cluster domain, with the container's ports; om loads
+/// its settings; each pod's certificate names its own address and the
+/// client Service; the backup job reaches member 0 by the name its
+/// certificate carries, as an admin, and writes the backups' claim, which
+/// the members mount only for a restore (components/restore), read-only in
+/// the restore init container; backup-tools mounts it read-only and reaches
+/// the client Service as om-admin; one image everywhere; /metrics only on
+/// the monitored Service.
 pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
     let what = m.what.as_str();
     let ns = m.ns();
     for (kind, name, namespace) in &m.objects {
-        if kind != "Namespace" {
+        if !CLUSTER_SCOPED.contains(&kind.as_str()) {
             assert_eq!(
                 namespace.as_deref(),
                 Some(ns.as_str()),
@@ -33,6 +38,19 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
             );
         }
     }
+    // Deleting the instance (kubectl delete -k) deletes what it renders:
+    // never the namespace nor the backups.
+    assert!(
+        m.namespace.is_none(),
+        "{what}: the Namespace is applied on its own (deploy/kubernetes/namespace)"
+    );
+    let backups = m.backups_claim();
+    assert!(
+        m.claims
+            .iter()
+            .all(|c| c.metadata.name.as_deref() != Some(backups.as_str())),
+        "{what}: the claim {backups} is applied on its own (deploy/kubernetes/backup-volume)"
+    );
 
     // The StatefulSet, its peer Service and the selectors.
     let sts = m.sts();
@@ -50,6 +68,11 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
             .is_some_and(|v| !v.is_empty())
     );
     let selector = m.selector();
+    assert_eq!(
+        selector.get(INSTANCE),
+        Some(&name),
+        "{what}: the instance label is the StatefulSet's name (wiring/names)"
+    );
     let peer_svc = m.peer_service();
     let ps = m.service(&peer_svc).spec.as_ref().unwrap();
     assert_eq!(ps.cluster_ip.as_deref(), Some("None"));
@@ -59,6 +82,12 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
             s.spec.as_ref().unwrap().selector.as_ref(),
             Some(&selector),
             "{what}: Service {:?} selects the members",
+            s.metadata.name
+        );
+        assert_eq!(
+            s.metadata.labels.as_ref().and_then(|l| l.get(INSTANCE)),
+            Some(&name),
+            "{what}: Service {:?} carries the instance label",
             s.metadata.name
         );
     }
@@ -242,10 +271,17 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
                     "OM_TLS_CERT",
                     "OM_TLS_KEY",
                     "OM_TLS_CA",
-                    "OM_INSECURE"
+                    "OM_INSECURE",
+                    "OM_ARCHIVE_LOG",
                 ]
                 .contains(&k.as_str()),
             "{what}: {k} is not checked here"
+        );
+    }
+    if let Some(archive) = env_value(&env, "OM_ARCHIVE_LOG") {
+        assert!(
+            mounted(c, &archive).is_some_and(|mt| mt.name != "data"),
+            "{what}: the log archive {archive} is on a volume of its own"
         );
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -260,14 +296,15 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         tls_ca: env_value(&env, "OM_TLS_CA").map(PathBuf::from),
         insecure: env_value(&env, "OM_INSECURE").as_deref() == Some("true"),
         log_format: env_value(&env, "OM_LOG_FORMAT"),
+        archive_log: env_value(&env, "OM_ARCHIVE_LOG").map(PathBuf::from),
         ..Default::default()
     })
     .unwrap_or_else(|err| panic!("{what}: om does not load its settings: {err}"));
     assert_eq!(loaded.initial_cluster, members);
 
-    // The restore init container: same data and config mounts as om, the
-    // backup volume read-only, restore_from from the ConfigMap (empty: no
-    // restore), om restore with the node id and the initial cluster into
+    // The restore init container: same data and config mounts as om,
+    // restore_from and the point-in-time target from the ConfigMap (empty:
+    // no restore), om restore with the node id and the initial cluster into
     // om's data directory.
     let restore = script_of(init);
     for needle in [
@@ -277,6 +314,9 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         "--node-id",
         "--initial-cluster",
         "$OM_INITIAL_CLUSTER",
+        "--archive-log",
+        "--to-index",
+        "--to-time",
     ] {
         assert!(
             restore.contains(needle),
@@ -295,23 +335,37 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
             "{what}: {v}"
         );
     }
-    let restore_from = init
-        .env
-        .iter()
-        .flatten()
-        .find_map(|v| {
-            v.value_from
-                .as_ref()
-                .and_then(|f| f.config_map_key_ref.as_ref())
-                .filter(|k| k.key == "restore_from")
-                .map(|_| v.name.clone())
-        })
-        .expect("restore_from from the ConfigMap");
-    assert!(restore.contains(&format!("${restore_from}")), "{restore}");
-    assert_eq!(data["restore_from"], "", "{what}: no restore by default");
+    // Each ConfigMap key the init container reads, by its variable; all
+    // empty by default: no restore.
+    let from_config = |key: &str| {
+        init.env
+            .iter()
+            .flatten()
+            .find_map(|v| {
+                v.value_from
+                    .as_ref()
+                    .and_then(|f| f.config_map_key_ref.as_ref())
+                    .filter(|k| k.key == key)
+                    .map(|_| v.name.clone())
+            })
+            .unwrap_or_else(|| panic!("{what}: {key} from the ConfigMap"))
+    };
+    for key in [
+        "restore_from",
+        "restore_to_index",
+        "restore_to_time",
+        "restore_archive_log",
+    ] {
+        let var = from_config(key);
+        assert!(restore.contains(&format!("${var}")), "{what}: {key}: {restore}");
+        assert_eq!(data[key], "", "{what}: {key} is empty by default");
+    }
+    let restore_from = from_config("restore_from");
+    assert_eq!(data["force_new_cluster"], "", "{what}: no forced start");
 
-    // The backup volume: one claim, written by the job and read-only in
-    // the restore container (not mounted in om's).
+    // The backup volume: the claim the job writes, which no member mounts
+    // unless for a restore (components/restore), and then only the restore
+    // container, read-only, where restore_from is read.
     let claim_of = |pod: &PodSpec, name: &str| {
         volume(pod, name)
             .persistent_volume_claim
@@ -324,45 +378,59 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         .to_string();
     let job_mount = mounted(b, &dest).expect("the backup destination is mounted");
     let claim = claim_of(job, &job_mount.name);
-    assert!(
-        m.claims
-            .iter()
-            .any(|pvc| pvc.metadata.name.as_ref() == Some(&claim.claim_name)),
-        "{what}: no claim {}",
-        claim.claim_name
-    );
+    assert_eq!(claim.claim_name, backups);
     assert_ne!(job_mount.read_only, Some(true));
-    let init_mount = init
-        .volume_mounts
+    let members_backups = pod
+        .volumes
         .iter()
         .flatten()
         .find(|v| {
-            // Mounts of the claim templates (data) are no pod volumes.
-            pod.volumes
-                .iter()
-                .flatten()
-                .find(|x| x.name == v.name)
-                .and_then(|x| x.persistent_volume_claim.as_ref())
+            v.persistent_volume_claim
+                .as_ref()
                 .is_some_and(|p| p.claim_name == claim.claim_name)
         })
-        .expect("the restore container mounts the backups");
-    assert_eq!(init_mount.read_only, Some(true));
-    assert_eq!(claim_of(pod, &init_mount.name).read_only, Some(true));
+        .map(|v| v.name.clone());
     assert!(
         c.volume_mounts
             .iter()
             .flatten()
-            .all(|v| v.name != init_mount.name),
-        "om itself does not mount the backups"
+            .all(|v| Some(&v.name) != members_backups.as_ref()),
+        "{what}: om itself does not mount the backups"
     );
-    assert!(
-        restore.contains(&format!("from={}/$", init_mount.mount_path)),
-        "{what}: restore_from is a path on the backup volume"
-    );
+    match &members_backups {
+        None => assert!(
+            init.volume_mounts.iter().flatten().all(|v| {
+                pod.volumes
+                    .iter()
+                    .flatten()
+                    .find(|x| x.name == v.name)
+                    .is_none_or(|x| x.persistent_volume_claim.is_none())
+            }),
+            "{what}: the members mount no claim but their own"
+        ),
+        Some(vol) => {
+            let init_mount = init
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|v| v.name == *vol)
+                .expect("the restore container mounts the backups");
+            assert_eq!(init_mount.read_only, Some(true));
+            assert_eq!(claim_of(pod, vol).read_only, Some(true));
+            assert!(
+                restore.contains(&format!("from={}/${restore_from}", init_mount.mount_path)),
+                "{what}: restore_from is a path on the backup volume"
+            );
+            assert!(
+                restore.contains(&format!("[ ! -d {} ]", init_mount.mount_path)),
+                "{what}: the restore script says when the backups are not mounted"
+            );
+        }
+    }
 
     // The backup job: one at a time, create then prune with a retention,
-    // through the client Service by its certificate name, as non-root;
-    // its pods are no members.
+    // from member 0 by the name its certificate carries (backups of one
+    // member share their files), as non-root; its pods are no members.
     let cj = m.cronjob.as_ref().unwrap().spec.as_ref().unwrap();
     assert_eq!(cj.concurrency_policy.as_deref(), Some("Forbid"));
     for needle in ["omctl", "backup create", "backup prune", "--keep"] {
@@ -395,32 +463,20 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         .port;
     assert_eq!(
         env_value(&job_env, "OM_ENDPOINT"),
-        Some(format!("{}:{client_grpc}", m.client_names()[0])),
-        "{what}: the backup job's endpoint"
+        Some(format!("{}:{}", m.peer_host(0), port(c, "grpc"))),
+        "{what}: the backup job's endpoint is member 0"
     );
     let jsc = job.security_context.as_ref().unwrap();
     assert_eq!(jsc.run_as_non_root, Some(true));
     assert_eq!(jsc.fs_group, psc.fs_group, "the backups are om's group's");
-    let job_labels = m
-        .cronjob
-        .as_ref()
-        .unwrap()
-        .spec
-        .as_ref()
-        .unwrap()
-        .job_template
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|md| md.labels.clone())
-        .unwrap_or_default();
+    let job_labels = m.job_labels();
     assert!(
         !selects(&selector, &job_labels),
         "{what}: the backup job's pods would be taken for members"
     );
+    assert_eq!(job_labels.get(INSTANCE), Some(&name), "{what}");
+
+    check_tools(m, e, &backups, client_grpc);
 
     // Ports: /metrics is not on the client Service; the monitored Service
     // has it.
@@ -590,6 +646,170 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         for k in ["OM_CACERT", "OM_CERT", "OM_KEY"] {
             assert_eq!(env_value(&job_env, k), None, "{what}: {k}");
         }
+    }
+}
+
+/// What outlives the instance `m`, rendered from `dirs` (applied on their
+/// own: deploy/kubernetes/namespace and backup-volume, or a site's
+/// persistent/): nothing but a Namespace and claims, in the instance's
+/// namespace; the claim the backup job writes (by the name kustomize gave
+/// the instance's references to it), with access mode `access`; the
+/// Namespace, if there, the instance's.
+pub(crate) fn check_persistent(m: &Manifests, dirs: &[PathBuf], access: &str) {
+    let what = m.what.as_str();
+    let ns = m.ns();
+    let mut claims = Vec::new();
+    let mut namespaces = Vec::new();
+    for d in dirs {
+        let p = render(d);
+        for (kind, name, namespace) in &p.objects {
+            assert!(
+                kind == "Namespace" || kind == "PersistentVolumeClaim",
+                "{}: {kind} {name} belongs to the instance",
+                p.what
+            );
+            if kind != "Namespace" {
+                assert_eq!(namespace.as_deref(), Some(ns.as_str()), "{}: {name}", p.what);
+            }
+        }
+        claims.extend(p.claims);
+        namespaces.extend(p.namespace);
+    }
+    let backups = m.backups_claim();
+    let claim = claims
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(backups.as_str()))
+        .unwrap_or_else(|| panic!("{what}: {dirs:?} hold no claim {backups}"));
+    assert_eq!(
+        claim.spec.as_ref().and_then(|s| s.access_modes.clone()),
+        Some(vec![access.to_string()]),
+        "{what}: {backups}"
+    );
+    for n in &namespaces {
+        assert_eq!(n.metadata.name.as_deref(), Some(ns.as_str()), "{what}");
+        assert_eq!(
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("pod-security.kubernetes.io/enforce"))
+                .map(String::as_str),
+            Some("restricted"),
+            "{what}: the namespace enforces the restricted Pod Security level"
+        );
+    }
+}
+
+/// backup-tools.yaml: no replica until asked for; the members' image; its
+/// pods taken for no member, nor a member for one of them; the backups'
+/// claim mounted read-only; omctl pointed at the client Service by its
+/// certificate name, as om-admin (that Certificate's Secret) with TLS, in
+/// plaintext without.
+pub(crate) fn check_tools(m: &Manifests, e: &Expect, backups: &str, client_grpc: i32) {
+    let what = m.what.as_str();
+    let tools = m.tools();
+    let spec = tools.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(0), "{what}: backup-tools starts at 0");
+    let pod = m.tools_pod();
+    let t = container(&pod.containers, "tools");
+    assert_eq!(t.image, m.om().image, "{what}: one image");
+    let csc = t.security_context.as_ref().unwrap();
+    assert_eq!(csc.read_only_root_filesystem, Some(true));
+    assert_eq!(csc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        pod.security_context.as_ref().and_then(|p| p.run_as_non_root),
+        Some(true)
+    );
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|md| md.labels.clone())
+        .unwrap_or_default();
+    let own = spec.selector.match_labels.clone().unwrap_or_default();
+    assert!(selects(&own, &labels), "{what}: backup-tools selects its pods");
+    assert!(
+        !selects(&m.selector(), &labels),
+        "{what}: backup-tools' pods would be taken for members"
+    );
+    let member_labels = m
+        .sts()
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|md| md.labels.clone())
+        .unwrap_or_default();
+    assert!(!selects(&own, &member_labels), "{what}");
+    assert_eq!(own.get(INSTANCE), Some(&m.sts_name()), "{what}");
+    // The backups, read-only.
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|p| p.claim_name == backups)
+        })
+        .unwrap_or_else(|| panic!("{what}: backup-tools mounts no {backups}"));
+    let mount = t
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| v.name == vol.name)
+        .unwrap_or_else(|| panic!("{what}: backup-tools mounts no {backups}"));
+    assert_eq!(mount.read_only, Some(true), "{what}");
+    assert_eq!(
+        vol.persistent_volume_claim.as_ref().unwrap().read_only,
+        Some(true)
+    );
+    // omctl: the client Service, as the admin.
+    let env = container_env(t, "om-backup-tools-0", &m.ns(), m.config());
+    assert_eq!(
+        env_value(&env, "OM_ENDPOINT"),
+        Some(format!("{}:{client_grpc}", m.client_names()[0])),
+        "{what}: backup-tools' endpoint"
+    );
+    if e.tls {
+        let cert = env_value(&env, "OM_CERT").expect("OM_CERT");
+        let mount = t
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|v| cert.starts_with(&format!("{}/", v.mount_path)))
+            .expect("backup-tools' certificate volume");
+        let secret = volume(pod, &mount.name)
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.clone())
+            .expect("backup-tools' certificate is a Secret");
+        let (_, admin) = m
+            .certificates
+            .iter()
+            .find(|(_, c)| c.secret_name == secret)
+            .unwrap_or_else(|| panic!("{what}: no Certificate writes the Secret {secret}"));
+        assert_eq!(admin.common_name.as_deref(), Some("om-admin"), "{what}");
+        for (var, file) in [
+            ("OM_CACERT", "ca.crt"),
+            ("OM_CERT", "tls.crt"),
+            ("OM_KEY", "tls.key"),
+        ] {
+            assert_eq!(
+                env_value(&env, var),
+                Some(format!("{}/{file}", mount.mount_path)),
+                "{what}: {var}"
+            );
+        }
+    } else {
+        for k in ["OM_CACERT", "OM_CERT", "OM_KEY"] {
+            assert_eq!(env_value(&env, k), None, "{what}: {k}");
+        }
+        assert!(
+            pod.volumes.iter().flatten().all(|v| v.secret.is_none()),
+            "{what}: no certificate Secret without TLS"
+        );
     }
 }
 

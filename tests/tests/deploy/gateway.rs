@@ -1,9 +1,10 @@
-//! `deploy/components/s3-gateway` rendered on top of the base: the gateway
-//! runs the members' image, reaches the client Service by the name the
-//! members' certificates carry, authenticates with its own client
-//! certificate from the members' issuer, keeps blocks on a shared claim,
-//! listens and reports where its Service and probes look, and no selector
-//! of the members takes in its pods (nor its selector the members).
+//! `deploy/components/s3-gateway` rendered on top of the base, and under a
+//! name prefix: the gateway runs the members' image, reaches its
+//! instance's client Service by the name the members' certificates carry,
+//! authenticates with its own client certificate from its instance's
+//! issuer, keeps blocks on a shared claim, listens and reports where its
+//! Service and probes look, and no selector of the members takes in its
+//! pods (nor its selector the members).
 
 use std::collections::BTreeMap;
 
@@ -13,35 +14,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::render::*;
-
-/// The base plus the component, rendered from a temporary overlay (kustomize
-/// takes only relative paths).
-fn render_with_gateway() -> (Manifests, Vec<serde_norway::Value>) {
-    let dir = tempfile::Builder::new()
-        .prefix(".render-gateway-")
-        .tempdir_in(deploy_dir().join("overlays"))
-        .unwrap();
-    // A site's overlay names its namespace (the base's `namespace:` covers
-    // only the base's own objects).
-    let base = render(&kube_dir());
-    std::fs::write(
-        dir.path().join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             namespace: {}\nresources:\n  - ../../kubernetes\n\
-             components:\n  - ../../components/s3-gateway\n",
-            base.ns()
-        ),
-    )
-    .unwrap();
-    let docs = kustomize(dir.path());
-    let gateway: Vec<serde_norway::Value> = docs
-        .iter()
-        .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/name"].as_str() == Some("om-s3"))
-        .cloned()
-        .collect();
-    (base, gateway)
-}
 
 fn one<T: serde::de::DeserializeOwned>(docs: &[serde_norway::Value], kind: &str) -> T {
     let found: Vec<&serde_norway::Value> = docs
@@ -59,17 +31,66 @@ fn env_port(env: &[(String, String)], name: &str) -> i32 {
 
 #[test]
 fn the_s3_gateway_component_fits_the_base() {
-    let (base, docs) = render_with_gateway();
+    check_gateway(&render_with_components("om", &["s3-gateway"]));
+}
+
+/// The component in the instances a- and b- of
+/// tests/fixtures/two-instances (one namespace): each gateway reaches its
+/// own instance's client Service and has its own instance's Issuer sign,
+/// both renamed by the prefix (not the base's om and om-ca), and reads its
+/// own instance's ConfigMap.
+#[test]
+fn the_s3_gateway_follows_a_name_prefix() {
+    let base = render_with_components("om", &["s3-gateway"]);
+    let base_client = base.client_service().metadata.name.clone().unwrap();
+    let mut clients = Vec::new();
+    for name in ["two-instances/a", "two-instances/b"] {
+        let m = render(&fixture_dir(name));
+        check_gateway(&m);
+        let prefix = m
+            .sts_name()
+            .strip_suffix(&base.sts_name())
+            .unwrap_or_else(|| panic!("{name}: a name prefix"))
+            .to_string();
+        assert!(!prefix.is_empty(), "{name}: a name prefix");
+        let deployment: Deployment = one(&m.gateway, "Deployment");
+        let pod = deployment.spec.unwrap().template.spec.unwrap();
+        let c = container(&pod.containers, "om-s3");
+        let env = container_env(c, "om-s3-0", &m.ns(), m.config());
+        let client = env_value(&env, "CLIENT_SERVICE").unwrap();
+        assert_eq!(client, format!("{prefix}{base_client}"), "{name}");
+        assert_eq!(
+            Some(client.clone()),
+            m.client_service().metadata.name.clone()
+        );
+        let tls = volume(&pod, "tls").csi.as_ref().unwrap();
+        let issuer = csi_attribute(tls, "issuer-name");
+        let (ca, _) = m
+            .issuers
+            .iter()
+            .find(|(_, spec)| spec.ca.is_some())
+            .expect("a CA Issuer");
+        assert_eq!(issuer, ca.as_str(), "{name}: the members' Issuer");
+        assert!(issuer.starts_with(&prefix), "{name}: {issuer}");
+        clients.push(client);
+    }
+    assert_ne!(clients[0], clients[1]);
+}
+
+/// One rendering's gateway (`m.gateway`) against the rest of it.
+fn check_gateway(m: &Manifests) {
+    let base = m;
+    let docs = &m.gateway;
     assert_eq!(
         docs.len(),
         4,
         "a claim, a Deployment, a Service, a NetworkPolicy"
     );
-    let deployment: Deployment = one(&docs, "Deployment");
-    let service: Service = one(&docs, "Service");
-    let claim: PersistentVolumeClaim = one(&docs, "PersistentVolumeClaim");
-    let policy: NetworkPolicy = one(&docs, "NetworkPolicy");
-    for d in &docs {
+    let deployment: Deployment = one(docs, "Deployment");
+    let service: Service = one(docs, "Service");
+    let claim: PersistentVolumeClaim = one(docs, "PersistentVolumeClaim");
+    let policy: NetworkPolicy = one(docs, "NetworkPolicy");
+    for d in docs {
         assert_eq!(
             d["metadata"]["namespace"].as_str(),
             Some(base.ns().as_str()),
@@ -168,11 +189,18 @@ fn the_s3_gateway_component_fits_the_base() {
         Some(IntOrString::String("s3".into()))
     );
     // Selectors: the gateway's take in its pods only; the members' none of them.
-    let selects = |sel: &BTreeMap<String, String>, labels: &BTreeMap<String, String>| {
-        sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-    };
     let sel = ss.selector.clone().unwrap();
     assert!(selects(&sel, &labels));
+    assert_eq!(
+        sel.get(INSTANCE),
+        Some(&base.sts_name()),
+        "the gateway's instance label is its instance's"
+    );
+    assert_eq!(
+        spec.selector.match_labels.as_ref(),
+        Some(&sel),
+        "the Deployment and its Service select alike"
+    );
     let member_labels = base
         .sts()
         .spec

@@ -1,18 +1,19 @@
-//! The base and both overlays rendered and checked; the optional approver
-//! policy against the manifests.
+//! The base and both overlays rendered and checked, with what outlives
+//! them; the optional components restore, log-archive and approver-policy
+//! against the manifests.
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
-};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
 
 use super::checks::*;
 use super::render::*;
 
 /// The base: every file of its folder is used, every object parses
 /// strictly against Kubernetes' (or the CRD's) types and the pieces fit
-/// (`check_rendering`); the image is the placeholder an overlay replaces;
+/// (`check_rendering`); the namespace and the backups' claim are applied
+/// on their own (namespace/, backup-volume/) and fit it; the members do not
+/// mount the backups; the image is the placeholder an overlay replaces;
 /// metric names in alerts and the dashboard exist, and every dashboard
 /// query is scoped by the cluster and namespace variables.
 #[test]
@@ -46,6 +47,23 @@ pub(crate) fn manifests_are_strict_kubernetes_objects_that_fit_together() {
         },
     );
     assert_eq!(m.om().image.as_deref(), Some("REGISTRY/om:TAG"));
+    check_persistent(
+        &m,
+        &[dir.join("namespace"), dir.join("backup-volume")],
+        "ReadWriteMany",
+    );
+    // Without components/restore no member mounts a claim but its own (a
+    // volume claim template): the backups' storage cannot keep one from
+    // starting.
+    assert!(
+        m.pod()
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.persistent_volume_claim.is_none()),
+        "the base's members mount {}",
+        m.backups_claim()
+    );
 
     // Metrics in alerts and the dashboard exist; the dashboard's queries
     // are scoped by its cluster and namespace variables; it shows the
@@ -111,11 +129,13 @@ pub(crate) fn manifests_are_strict_kubernetes_objects_that_fit_together() {
     }
 }
 
-/// deploy/overlays/example changes the namespace, adds a name prefix and an
-/// instance label, runs five members in another cluster domain and sets the
-/// image: its rendering fits together as the base's does (peers, Services,
-/// serviceName, pod DNS names, certificate names, selectors), with every
-/// one of those changes in it, and the same objects.
+/// deploy/overlays/example changes the namespace, adds a name prefix (and
+/// with it, through wiring, another instance label), runs five members in
+/// another cluster domain and sets the image: its rendering fits together
+/// as the base's does (peers, Services, serviceName, pod DNS names,
+/// certificate names, selectors, the backup job's member), with every one
+/// of those changes in it, and the same objects; its persistent/ holds its
+/// namespace and backups' claim under the names it uses.
 #[test]
 pub(crate) fn overlays_keep_every_name_in_step() {
     let base = render(&kube_dir());
@@ -127,6 +147,11 @@ pub(crate) fn overlays_keep_every_name_in_step() {
     };
     check_rendering(&base, &tls);
     check_rendering(&example, &tls);
+    check_persistent(
+        &example,
+        &[overlay_dir("example").join("persistent")],
+        "ReadWriteMany",
+    );
     // The overlay exercises every parameter.
     assert_ne!(example.ns(), base.ns());
     let (name, base_name) = (example.sts_name(), base.sts_name());
@@ -193,6 +218,12 @@ pub(crate) fn the_development_overlay_is_plaintext_and_fits_one_node() {
         "{} members",
         dev.replicas()
     );
+    // One node: the backups need not be shared between nodes.
+    check_persistent(
+        &dev,
+        &[overlay_dir("dev").join("persistent")],
+        "ReadWriteOnce",
+    );
     let anti = dev
         .pod()
         .affinity
@@ -208,56 +239,399 @@ pub(crate) fn the_development_overlay_is_plaintext_and_fits_one_node() {
     assert!(!image.contains("REGISTRY"), "{image}");
 }
 
-/// `approver-policy.yaml`, optional (it needs cert-manager's
-/// approver-policy): strict CertificateRequestPolicy and RBAC objects. The
-/// member policy allows what every pod's CSI volume asks om-ca for, and only
-/// the CSI driver may use it; the backup job's CSI volume is allowed by a
+/// The components restore and log-archive on the base: the init container
+/// mounts the backups read-only (and nothing else does), and each member's
+/// own archive claim; om archives there; the ConfigMap keys the runbooks
+/// set reach the init container. The rest fits as without them.
+#[test]
+pub(crate) fn the_restore_and_log_archive_components_fit_the_base() {
+    let m = render_with_components("om", &["restore", "log-archive"]);
+    check_rendering(
+        &m,
+        &Expect {
+            tls: true,
+            strict_zones: true,
+            monitoring: true,
+        },
+    );
+    let pod = m.pod();
+    let init = m.restore();
+    let backups = m.backups_claim();
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|p| p.claim_name == backups)
+        })
+        .expect("components/restore adds the backups' volume");
+    assert!(
+        init.volume_mounts
+            .iter()
+            .flatten()
+            .any(|v| v.name == vol.name && v.read_only == Some(true)),
+        "the init container reads the backups"
+    );
+    // The archive: a claim template of its own, om's --archive-log on it,
+    // the same directory the init container replays by default.
+    let templates = m
+        .sts()
+        .spec
+        .as_ref()
+        .unwrap()
+        .volume_claim_templates
+        .clone()
+        .unwrap_or_default();
+    let names: Vec<String> = templates
+        .iter()
+        .map(|t| t.metadata.name.clone().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"data".to_string()) && names.len() == 2,
+        "{names:?}"
+    );
+    let archive = names.iter().find(|n| *n != "data").unwrap();
+    let env = container_env(m.om(), &format!("{}-0", m.sts_name()), &m.ns(), m.config());
+    let dir = env_value(&env, "OM_ARCHIVE_LOG").expect("om archives its log");
+    let om_mount = m
+        .om()
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| v.name == *archive)
+        .expect("om mounts the archive");
+    assert_eq!(dir, om_mount.mount_path);
+    let init_env = container_env(init, &format!("{}-0", m.sts_name()), &m.ns(), m.config());
+    assert_eq!(env_value(&init_env, "ARCHIVE_LOG"), Some(dir.clone()));
+    assert!(
+        init.volume_mounts
+            .iter()
+            .flatten()
+            .any(|v| v.name == *archive && v.mount_path == dir && v.read_only == Some(true)),
+        "the init container reads its member's archive"
+    );
+}
+
+/// The restore init container's script, run with a stand-in `om` that
+/// prints its arguments: the ConfigMap's keys become `om restore`'s flags
+/// (a point in time with the member's own archive or restore_archive_log),
+/// and wrong settings stop it with a message, before anything is written.
+#[test]
+pub(crate) fn the_restore_script_turns_the_configmap_into_om_restore_flags() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = render_with_components("om", &["restore", "log-archive"]);
+    let init = m.restore();
+    let pod = format!("{}-1", m.sts_name());
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Host directories for the container's paths.
+    let data = root.join("lib");
+    let backups = root.join("backups");
+    let archive = root.join("archive");
+    let config = root.join("config");
+    let bin = root.join("bin");
+    for d in [&data, &backups, &archive, &config, &bin] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::create_dir_all(backups.join("B1")).unwrap();
+    std::fs::write(backups.join("B1/manifest.json"), "{}").unwrap();
+    std::fs::write(config.join("members.sh"), &m.config().1["members.sh"]).unwrap();
+    // om restore --data-dir D ...: records its arguments, makes D.
+    let om = bin.join("om");
+    std::fs::write(
+        &om,
+        "#!/bin/sh\nprintf '%s\\n' \"$*\" > \"$OM_ARGS\"\n\
+         while [ $# -gt 0 ]; do [ \"$1\" = --data-dir ] && mkdir -p \"$2\"; shift; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&om, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mounts = |path: &str| -> String {
+        let mut out = path.to_string();
+        for (from, to) in [
+            ("/var/lib/om-archive", &archive),
+            ("/var/lib/om", &data),
+            ("/etc/om/config", &config),
+            ("/backups", &backups),
+        ] {
+            out = out.replace(from, to.to_str().unwrap());
+        }
+        out
+    };
+    let script = mounts(&script_of(init));
+    // The pod's volume, empty.
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+    };
+    let run = |settings: &[(&str, &str)]| {
+        let mut data_map = m.config().1.clone();
+        for (k, v) in settings {
+            data_map.insert(k.to_string(), v.to_string());
+        }
+        let args = root.join("om-args");
+        let _ = std::fs::remove_file(&args);
+        let env = container_env(init, &pod, &m.ns(), (m.config().0, &data_map));
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&script)
+            .env_clear()
+            .envs(env.into_iter().map(|(k, v)| (k, mounts(&v))))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("OM_ARGS", &args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let argv = std::fs::read_to_string(&args).unwrap_or_default();
+        (out.status.success(), argv, stderr)
+    };
+
+    // Nothing to restore.
+    fresh();
+    let (ok, argv, _) = run(&[]);
+    assert!(ok && argv.is_empty());
+    // A backup.
+    fresh();
+    let (ok, argv, err) = run(&[("restore_from", "B1")]);
+    assert!(ok, "{err}");
+    assert!(argv.starts_with("restore --from "), "{argv}");
+    assert!(argv.contains("/backups/B1") && argv.contains("--node-id 2"), "{argv}");
+    assert!(!argv.contains("--archive-log"), "{argv}");
+    assert!(data.join("data").is_dir(), "the store is renamed into place");
+    // To an index, from the member's own archive.
+    fresh();
+    let (ok, argv, err) = run(&[("restore_from", "B1"), ("restore_to_index", "1234")]);
+    assert!(ok, "{err}");
+    assert!(
+        argv.contains(&format!("--archive-log {} --to-index 1234", archive.display())),
+        "{argv}"
+    );
+    // To a time, from an archive copied onto the backups.
+    std::fs::create_dir_all(backups.join("archive-om-0")).unwrap();
+    fresh();
+    let (ok, argv, err) = run(&[
+        ("restore_from", "B1"),
+        ("restore_to_time", "2026-12-02T10:00:00Z"),
+        ("restore_archive_log", "/backups/archive-om-0"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        argv.contains(&format!(
+            "--archive-log {} --to-time 2026-12-02T10:00:00Z",
+            backups.join("archive-om-0").display()
+        )),
+        "{argv}"
+    );
+    // Refused: both targets; an archive that is not there; not one backup.
+    for (settings, says) in [
+        (
+            vec![
+                ("restore_from", "B1"),
+                ("restore_to_index", "1"),
+                ("restore_to_time", "1"),
+            ],
+            "both set",
+        ),
+        (
+            vec![
+                ("restore_from", "B1"),
+                ("restore_to_index", "1"),
+                ("restore_archive_log", "/backups/none"),
+            ],
+            "need a log archive",
+        ),
+        (vec![("restore_from", "B2")], "is not one backup"),
+    ] {
+        fresh();
+        let (ok, argv, err) = run(&settings);
+        assert!(!ok && argv.is_empty(), "{settings:?}: {argv}");
+        assert!(err.contains(says), "{settings:?}: {err}");
+    }
+    // A member whose data directory holds a store is left alone.
+    fresh();
+    std::fs::create_dir_all(data.join("data")).unwrap();
+    std::fs::write(data.join("data/CURRENT"), "MANIFEST-000001\n").unwrap();
+    let (ok, argv, err) = run(&[("restore_from", "B1"), ("restore_to_index", "1234")]);
+    assert!(ok && argv.is_empty(), "{argv}{err}");
+    assert!(data.join("data/CURRENT").is_file());
+}
+
+/// The restore init container without components/restore: a restore_from
+/// it cannot read stops it with the component to add.
+#[test]
+pub(crate) fn a_restore_without_the_restore_component_says_what_is_missing() {
+    let m = render(&kube_dir());
+    let script = script_of(m.restore());
+    assert!(
+        script.contains("deploy/components/restore"),
+        "the message names the component"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let script = script
+        .replace("/var/lib/om", tmp.path().to_str().unwrap())
+        .replace("/backups", &tmp.path().join("no-backups").display().to_string());
+    let mut config = m.config().1.clone();
+    config.insert("restore_from".into(), "B1".into());
+    let env = container_env(m.restore(), &format!("{}-0", m.sts_name()), &m.ns(), (m.config().0, &config));
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&script)
+        .env_clear()
+        .envs(env)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deploy/components/restore"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!data.exists(), "nothing written");
+}
+
+/// components/approver-policy, optional (it needs cert-manager's
+/// approver-policy), on the base in two namespaces: strict
+/// CertificateRequestPolicy and RBAC objects that fit the manifests
+/// (`check_approver_policy`), whose cluster-scoped names differ from one
+/// namespace to the other; the base alone has none of them.
+#[test]
+pub(crate) fn the_optional_approver_policy_fits_the_manifests() {
+    let tls = Expect {
+        tls: true,
+        strict_zones: true,
+        monitoring: true,
+    };
+    let m = render_with_components("om", &["approver-policy"]);
+    check_rendering(&m, &tls);
+    check_approver_policy(&m);
+    let other = render_with_components("om-other", &["approver-policy"]);
+    check_rendering(&other, &tls);
+    check_approver_policy(&other);
+    let cluster_scoped = |m: &Manifests| -> BTreeSet<String> {
+        m.objects
+            .iter()
+            .filter(|(kind, _, _)| CLUSTER_SCOPED.contains(&kind.as_str()))
+            .map(|(kind, name, _)| format!("{kind} {name}"))
+            .collect()
+    };
+    assert!(!cluster_scoped(&m).is_empty());
+    assert!(
+        cluster_scoped(&m).is_disjoint(&cluster_scoped(&other)),
+        "{:?} and {:?}",
+        cluster_scoped(&m),
+        cluster_scoped(&other)
+    );
+    let base = render(&kube_dir());
+    assert!(base.policies.is_empty() && base.cluster_roles.is_empty());
+}
+
+/// The approver policies of a rendering: the member policy allows what
+/// every pod's CSI volume asks om-ca for, its CEL rule names this
+/// instance's StatefulSet, Services, namespace and domain, and only the
+/// CSI driver may use it; the backup job's CSI volume is allowed by a
 /// policy of its own admitting no member marker, also for the CSI driver
 /// only; every Certificate of certificates.yaml is allowed by a policy of
 /// its own that admits no member marker, used only by cert-manager's
-/// controller. It names the base's namespace and names.
-#[test]
-pub(crate) fn the_optional_approver_policy_fits_the_manifests() {
-    let m = render(&kube_dir());
+/// controller. Every policy selects this namespace and an Issuer of it;
+/// approver-policy may approve for exactly its Issuers; the cluster-scoped
+/// names end in the namespace.
+pub(crate) fn check_approver_policy(m: &Manifests) {
+    let what = m.what.as_str();
     let ns = m.ns();
     let sts_name = m.sts_name();
     let replicas = m.replicas();
-    let mut policies: Vec<(String, PolicySpec)> = Vec::new();
+    let policies: Vec<(String, &PolicySpec)> = m
+        .policies
+        .iter()
+        .map(|(md, p)| (md.name.clone().unwrap(), p))
+        .collect();
+    assert_eq!(policies.len(), 4, "{what}: four policies");
     // Roles and ClusterRoles by name; bindings as (role name, subjects).
     let mut roles: Vec<(String, Vec<PolicyRule>)> = Vec::new();
     let mut bindings: Vec<(String, Vec<Subject>)> = Vec::new();
-    for (i, doc) in documents(&kube_dir().join("approver-policy.yaml"))
-        .iter()
-        .enumerate()
-    {
-        let what = format!("approver-policy.yaml #{i}");
-        match doc["kind"].as_str().unwrap_or_default() {
-            "CertificateRequestPolicy" => {
-                let c: Custom<PolicySpec> = strict(doc, &what);
-                assert_eq!(c.api_version, "policy.cert-manager.io/v1alpha1");
-                policies.push((c.metadata.name.unwrap(), c.spec));
-            }
-            "Role" => {
-                let r: Role = strict(doc, &what);
-                assert_eq!(r.metadata.namespace.as_deref(), Some(ns.as_str()));
-                roles.push((r.metadata.name.unwrap(), r.rules.unwrap_or_default()));
-            }
-            "ClusterRole" => {
-                let r: ClusterRole = strict(doc, &what);
-                roles.push((r.metadata.name.unwrap(), r.rules.unwrap_or_default()));
-            }
-            "RoleBinding" => {
-                let b: RoleBinding = strict(doc, &what);
-                assert_eq!(b.metadata.namespace.as_deref(), Some(ns.as_str()));
-                bindings.push((b.role_ref.name, b.subjects.unwrap_or_default()));
-            }
-            "ClusterRoleBinding" => {
-                let b: ClusterRoleBinding = strict(doc, &what);
-                bindings.push((b.role_ref.name, b.subjects.unwrap_or_default()));
-            }
-            other => panic!("{what}: unexpected kind {other:?}"),
-        }
+    for r in &m.roles {
+        assert_eq!(r.metadata.namespace.as_deref(), Some(ns.as_str()), "{what}");
+        roles.push((
+            r.metadata.name.clone().unwrap(),
+            r.rules.clone().unwrap_or_default(),
+        ));
     }
+    for r in &m.cluster_roles {
+        roles.push((
+            r.metadata.name.clone().unwrap(),
+            r.rules.clone().unwrap_or_default(),
+        ));
+    }
+    for b in &m.role_bindings {
+        assert_eq!(b.metadata.namespace.as_deref(), Some(ns.as_str()), "{what}");
+        assert!(
+            m.roles
+                .iter()
+                .any(|r| r.metadata.name.as_deref() == Some(b.role_ref.name.as_str())),
+            "{what}: no Role {}",
+            b.role_ref.name
+        );
+        bindings.push((b.role_ref.name.clone(), b.subjects.clone().unwrap_or_default()));
+    }
+    for b in &m.cluster_role_bindings {
+        assert!(
+            m.cluster_roles
+                .iter()
+                .any(|r| r.metadata.name.as_deref() == Some(b.role_ref.name.as_str())),
+            "{what}: no ClusterRole {}",
+            b.role_ref.name
+        );
+        bindings.push((b.role_ref.name.clone(), b.subjects.clone().unwrap_or_default()));
+    }
+    // Cluster-scoped names end in the namespace.
+    for n in policies
+        .iter()
+        .map(|(n, _)| n.clone())
+        .chain(m.cluster_roles.iter().map(|r| r.metadata.name.clone().unwrap()))
+        .chain(
+            m.cluster_role_bindings
+                .iter()
+                .map(|r| r.metadata.name.clone().unwrap()),
+        )
+    {
+        assert!(n.ends_with(&format!(".{ns}")), "{what}: {n} is cluster-scoped");
+    }
+    // Every policy: this namespace, an Issuer of this rendering.
+    for (n, p) in &policies {
+        let sel = &p.selector;
+        assert_eq!(
+            sel.namespace.as_ref().and_then(|x| x.match_names.clone()),
+            Some(vec![ns.clone()]),
+            "{what}: {n}"
+        );
+        let issuer = sel
+            .issuer_ref
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .unwrap_or_default();
+        assert!(
+            m.issuers.iter().any(|(i, _)| *i == issuer),
+            "{what}: {n} selects no Issuer of the instance ({issuer})"
+        );
+    }
+    // approver-policy may approve for the instance's Issuers.
+    let signers: BTreeSet<String> = m
+        .cluster_roles
+        .iter()
+        .flat_map(|r| r.rules.clone().unwrap_or_default())
+        .filter(|r| r.verbs.iter().any(|v| v == "approve"))
+        .flat_map(|r| r.resource_names.clone().unwrap_or_default())
+        .collect();
+    let issuers: BTreeSet<String> = m
+        .issuers
+        .iter()
+        .map(|(i, _)| format!("issuers.cert-manager.io/{ns}.{i}"))
+        .collect();
+    assert_eq!(signers, issuers, "{what}");
+
     // Who may use policy `name`: the subjects bound to a role granting
     // `use` on it.
     let users = |name: &str| -> Vec<String> {
@@ -314,10 +688,27 @@ pub(crate) fn the_optional_approver_policy_fits_the_manifests() {
         for n in csi_dns_names(tls, &format!("{sts_name}-{i}"), &ns) {
             assert!(
                 dns.iter().any(|p| wildcard(p, &n)),
-                "{member_name} refuses {n}"
+                "{what}: {member_name} refuses {n}"
             );
         }
     }
+    // The wildcard stands for an ordinal: the rule names this instance.
+    let client = m.client_service().metadata.name.clone().unwrap();
+    let peers = m.peer_service();
+    let domain = m.domain();
+    let rule = format!(
+        "self.matches('^' + '{sts_name}' + '-[0-9]+[.]' + '{peers}' + '[.]' + '{ns}' + \
+         '[.]svc([.]' + '{domain}' + ')?$') || \
+         self == '{client}' + '.' + '{ns}' + '.svc.' + '{domain}' || \
+         self == '{client}' + '.' + '{ns}' + '.svc'"
+    );
+    let rules: Vec<String> = allowed
+        .dns_names
+        .as_ref()
+        .and_then(|d| d.validations.as_ref())
+        .map(|v| v.iter().map(|v| v.rule.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(rules, vec![rule], "{what}: {member_name}'s rule");
     let usages = allowed.usages.clone().unwrap_or_default();
     for u in split_list(csi_attribute(tls, "key-usages")) {
         assert!(usages.contains(&u), "{member_name} refuses usage {u}");

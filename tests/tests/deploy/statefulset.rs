@@ -176,7 +176,8 @@ pub(crate) fn write_csi_files(dir: &Path, csi: &CSIVolumeSource, ca: &TestCa, na
 }
 
 /// Host directories for a pod's volumes: the claim (the backup volume,
-/// the only claim a pod mounts) is `claim`, shared; every other volume,
+/// the only claim a pod mounts, with components/restore) is `claim`,
+/// shared; every other volume,
 /// and each volume claim template of the StatefulSet, a directory of
 /// `pod_dir` of its own.
 pub(crate) fn volume_dirs(
@@ -359,14 +360,19 @@ impl Sts {
 
     /// `start` with the backup volume at `backups` (a fresh directory
     /// without) and the ConfigMap's restore_from; a cluster restored from a
-    /// backup already holds vol1/bkt1.
+    /// backup (the base with components/restore, which mounts the backups
+    /// in the init container) already holds vol1/bkt1.
     pub(crate) async fn start_with(
         net: u8,
         replicas: usize,
         backups: Option<&Path>,
         restore_from: &str,
     ) -> Sts {
-        let mut m = render(&kube_dir());
+        let mut m = if restore_from.is_empty() {
+            render(&kube_dir())
+        } else {
+            render_with_components("om", &["restore"])
+        };
         let config_name = m.config().0.to_string();
         m.config_maps
             .iter_mut()
@@ -685,12 +691,13 @@ pub(crate) async fn scaling_out_and_in_follows_the_runbook() {
 
 /// Disaster recovery as the manifests do it: a 3-member cluster takes
 /// writes; the backup CronJob's command (omctl backup create, verify,
-/// prune) runs against it and writes one backup to the backup volume; the
-/// cluster is gone. A new cluster, its data directories empty, starts with
-/// the ConfigMap's restore_from naming that backup: each pod's init
-/// container restores its member before om starts, and the cluster serves
-/// every key written before the backup and takes writes. A member that
-/// restarts keeps its store: the init container leaves it alone.
+/// prune) runs against member 0 and writes one backup to the backup
+/// volume; the cluster is gone. A new cluster, its data directories empty,
+/// starts with components/restore and the ConfigMap's restore_from naming
+/// that backup: each pod's init container restores its member before om
+/// starts, and the cluster serves every key written before the backup and
+/// takes writes. A member that restarts keeps its store: the init
+/// container leaves it alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 pub(crate) async fn restore_from_a_backup_through_the_init_container() {
     let backups = tempfile::tempdir().unwrap();
@@ -705,6 +712,11 @@ pub(crate) async fn restore_from_a_backup_through_the_init_container() {
     let ids = backup_ids(backups.path());
     assert_eq!(ids.len(), 1, "one backup, not {ids:?}:\n{printed}");
     assert!(printed.contains(&ids[0]), "{printed}");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(backups.path().join(&ids[0]).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["node_id"], 1, "the backup job backs up member 0");
     for p in &mut old.pods[..3] {
         p.signal(libc::SIGTERM);
     }

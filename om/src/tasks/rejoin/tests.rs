@@ -14,6 +14,7 @@ fn peer(id: u64, state: bool, history: bool, leader: u64) -> PeerView {
             format!("h:{leader}")
         },
         cluster_id: String::new(),
+        ..Default::default()
     }
 }
 
@@ -119,6 +120,17 @@ fn a_node_not_admitted_refuses_votes_only() {
     let a = Admission::new(Phase::Sealed, "x");
     a.set(Phase::Open, String::new());
     assert!(a.refuses("Vote").is_none());
+}
+
+#[test]
+fn a_member_verifying_its_incarnation_takes_no_part_in_raft() {
+    let a = Admission::new(Phase::Verifying, "asking");
+    for m in ["AppendEntries", "StreamAppend", "InstallSnapshot", "Vote", "TransferLeader"] {
+        assert!(a.refuses(m).is_some(), "{m}");
+    }
+    assert_eq!(a.phase(), Phase::Verifying);
+    a.set(Phase::Open, String::new());
+    assert!(a.refuses("AppendEntries").is_none());
 }
 
 #[test]
