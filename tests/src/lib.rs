@@ -743,6 +743,19 @@ pub async fn deleted_block_ids(c: &OmClient) -> Vec<u64> {
     }
 }
 
+/// `http_get`, or `None` while nothing listens at `addr` (a process still
+/// starting).
+pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
 /// The body-and-headers text of an HTTP/1.1 GET to `addr` (for /metrics,
 /// /healthz, /readyz).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {

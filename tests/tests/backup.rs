@@ -543,7 +543,7 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
             Duration::from_secs(30),
             "the old member to say it is fenced",
             || async move {
-                let r = om_tests::http_get(http, "/readyz").await;
+                let r = om_tests::try_http_get(http, "/readyz").await?;
                 r.contains("fenced").then_some(r)
             },
         )
@@ -586,8 +586,8 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     procs[1].restart();
     let http: std::net::SocketAddr = members[1].http.parse().unwrap();
     wait_for(Duration::from_secs(30), "the fence to hold", || async move {
-        om_tests::http_get(http, "/readyz")
-            .await
+        om_tests::try_http_get(http, "/readyz")
+            .await?
             .contains("fenced")
             .then_some(())
     })
@@ -652,7 +652,7 @@ async fn a_member_restored_while_the_cluster_runs_refuses_to_fork_it() {
         Duration::from_secs(30),
         "the restored member to refuse",
         || async move {
-            let r = om_tests::http_get(http, "/readyz").await;
+            let r = om_tests::try_http_get(http, "/readyz").await?;
             r.contains("restored from backup").then_some(r)
         },
     )
@@ -676,8 +676,8 @@ async fn a_member_restored_while_the_cluster_runs_refuses_to_fork_it() {
     std::fs::remove_dir_all(&dirs[2]).unwrap();
     procs[2].restart();
     wait_for(Duration::from_secs(60), "the emptied member to catch up", || async move {
-        om_tests::http_get(http, "/readyz")
-            .await
+        om_tests::try_http_get(http, "/readyz")
+            .await?
             .starts_with("HTTP/1.1 200")
             .then_some(())
     })

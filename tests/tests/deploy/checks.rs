@@ -357,7 +357,10 @@ pub(crate) fn check_rendering(m: &Manifests, e: &Expect) {
         "restore_archive_log",
     ] {
         let var = from_config(key);
-        assert!(restore.contains(&format!("${var}")), "{what}: {key}: {restore}");
+        assert!(
+            restore.contains(&format!("${var}")) || restore.contains(&format!("${{{var}")),
+            "{what}: {key}: {restore}"
+        );
         assert_eq!(data[key], "", "{what}: {key} is empty by default");
     }
     let restore_from = from_config("restore_from");
