@@ -620,6 +620,52 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     drop(rejoined);
 }
 
+/// The survivor of a lost majority says so within an election timeout or
+/// two: it reports no leader (`om_raft_leader_id` 0, `om_raft_has_leader`
+/// 0), and `/readyz` answers 503 naming the silent leader, so OmNoLeader
+/// fires and the pod leaves the client Service. Back to a majority, it is
+/// ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_survivor_of_a_lost_majority_reports_no_leader() {
+    let root = tempfile::tempdir().unwrap();
+    let (members, _, mut procs, c) = cluster_with_bucket(root.path(), 3, &[]).await;
+    c.put_key(VOL, BKT, "k", 1).await.unwrap();
+    let leader = c.cluster_status().await.unwrap().leader_id;
+    // Keep a follower; lose the leader and the other follower.
+    let survivor = (0..3).find(|i| members[*i].id != leader).unwrap();
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i != survivor {
+            p.kill9();
+        }
+    }
+    let http: std::net::SocketAddr = members[survivor].http.parse().unwrap();
+    let started = std::time::Instant::now();
+    let ready = wait_for(Duration::from_secs(20), "the survivor to report no leader", || async move {
+        let r = om_tests::try_http_get(http, "/readyz").await?;
+        r.contains("no leader").then_some(r)
+    })
+    .await;
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    // Within a few election timeouts, not the minute it took before.
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let metrics = wait_for(Duration::from_secs(5), "the leader gauges", || async move {
+        let m = om_tests::try_http_get(http, "/metrics").await?;
+        (m.contains("om_raft_leader_id 0") && m.contains("om_raft_has_leader 0")).then_some(m)
+    })
+    .await;
+    assert!(metrics.contains("om_raft_has_leader 0"));
+    // One member back: a majority again, a leader, ready.
+    let back = (0..3).find(|i| *i != survivor).unwrap();
+    procs[back].restart();
+    wait_for(Duration::from_secs(30), "the survivor to be ready again", || async move {
+        om_tests::try_http_get(http, "/readyz")
+            .await?
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    })
+    .await;
+}
+
 /// A member whose disk was replaced comes back through `om restore` while
 /// the cluster keeps running (a StatefulSet's `restore_from` left set): its
 /// store starts another cluster from the backup, which would fork the
