@@ -522,7 +522,10 @@ impl OmClient {
                         "{} answered for cluster {:?}, not {:?}, the one this client follows",
                         self.addr_of(i),
                         r.metadata().get(CLUSTER_HEADER),
-                        self.cluster.lock().unwrap_or_else(|p| p.into_inner()).as_deref()
+                        self.cluster
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .as_deref()
                     );
                     tracing::warn!("{last_err}");
                     self.rotate(i);

@@ -82,8 +82,7 @@ impl RaftGauges {
         let index = |l: Option<u64>| l.unwrap_or(0) as f64;
         self.term.set(m.current_term as f64);
         self.leader_id.set(index(heard));
-        self.has_leader
-            .set(if heard.is_some() { 1.0 } else { 0.0 });
+        self.has_leader.set(if heard.is_some() { 1.0 } else { 0.0 });
         self.is_leader
             .set(if m.state == openraft::ServerState::Leader {
                 1.0

@@ -115,18 +115,18 @@ impl Node {
         // lost its data, and must not vote before it has caught up.
         // And so is a member restarting with its data, which first checks
         // that no forced new cluster replaced its incarnation.
-        let member = (cfg.join || !cfg.initial_cluster.is_empty() || !storage.empty_store)
-            .then(|| Member {
-            raft: raft.clone(),
-            node_id: cfg.node_id,
-            data_dir: cfg.data_dir.clone(),
-            members: cfg.initial_cluster.clone(),
-            grpc_addr: ports.grpc.addr.to_string(),
-            tls: security.peer_tls(),
-            empty_store: storage.empty_store,
-            incarnation: storage.incarnation.clone(),
-            join: cfg.join,
-        });
+        let member =
+            (cfg.join || !cfg.initial_cluster.is_empty() || !storage.empty_store).then(|| Member {
+                raft: raft.clone(),
+                node_id: cfg.node_id,
+                data_dir: cfg.data_dir.clone(),
+                members: cfg.initial_cluster.clone(),
+                grpc_addr: ports.grpc.addr.to_string(),
+                tls: security.peer_tls(),
+                empty_store: storage.empty_store,
+                incarnation: storage.incarnation.clone(),
+                join: cfg.join,
+            });
         let admission = match &member {
             Some(m) => crate::tasks::rejoin::initial(m).await?,
             None => Admission::open(),

@@ -214,7 +214,10 @@ impl OmService {
     /// quorum's acknowledgement (or it is the only voter). openraft keeps
     /// naming a leader that stopped answering until an election succeeds,
     /// which a member cut off from the majority never sees.
-    pub fn heard_leader(&self, m: &openraft::RaftMetrics<om_raft_store::TypeConfig>) -> Option<u64> {
+    pub fn heard_leader(
+        &self,
+        m: &openraft::RaftMetrics<om_raft_store::TypeConfig>,
+    ) -> Option<u64> {
         let leader = m.current_leader?;
         if leader == m.id {
             let voters = m.membership_config.membership().voter_ids().count();
@@ -222,8 +225,7 @@ impl OmService {
                 return Some(leader);
             }
             let acked = m.last_quorum_acked.as_ref()?;
-            return (openraft::Instant::elapsed(&**acked) <= self.leader_window)
-                .then_some(leader);
+            return (openraft::Instant::elapsed(&**acked) <= self.leader_window).then_some(leader);
         }
         let since = self.leader_contact.as_ref()?.since()?;
         (since <= self.leader_window).then_some(leader)

@@ -280,21 +280,14 @@ struct Segment {
 
 /// Reads a segment's header, if it has one (`None` for a segment written
 /// before headers existed).
-fn read_header(
-    path: &Path,
-) -> std::io::Result<Option<(pb::ArchiveSegmentHeader, u64)>> {
+fn read_header(path: &Path) -> std::io::Result<Option<(pb::ArchiveSegmentHeader, u64)>> {
     let mut f = File::open(path)?;
     let mut magic = [0u8; 8];
     if read_exact_or_end(&mut f, &mut magic)?.is_none() || magic != MAGIC {
         return Ok(None);
     }
     let mut lc = [0u8; 8];
-    let bad = || {
-        io_err(format!(
-            "{}: the segment header is damaged",
-            path.display()
-        ))
-    };
+    let bad = || io_err(format!("{}: the segment header is damaged", path.display()));
     read_exact_or_end(&mut f, &mut lc)?.ok_or_else(bad)?;
     let len = u32::from_be_bytes([lc[0], lc[1], lc[2], lc[3]]);
     let crc = u32::from_be_bytes([lc[4], lc[5], lc[6], lc[7]]);
@@ -535,11 +528,10 @@ pub fn replay(
             unknown
         };
         let entry = chosen[0].next.clone().ok_or_else(|| io_err("no entry"))?;
-        if let Some(other) = chosen.iter().find(|c| {
-            c.next
-                .as_ref()
-                .is_some_and(|e| e.log_id != entry.log_id)
-        }) {
+        if let Some(other) = chosen
+            .iter()
+            .find(|c| c.next.as_ref().is_some_and(|e| e.log_id != entry.log_id))
+        {
             return Err(fork(format!(
                 "the archive forks at index {next}: {} holds {} and {} holds {}, both following \
                  the history replayed so far; move the segments of the history not wanted out \
@@ -547,7 +539,10 @@ pub fn replay(
                 chosen[0].path.display(),
                 entry.log_id,
                 other.path.display(),
-                other.next.as_ref().map_or(String::new(), |e| e.log_id.to_string())
+                other
+                    .next
+                    .as_ref()
+                    .map_or(String::new(), |e| e.log_id.to_string())
             )));
         }
         if !visit(&entry)? {
@@ -625,7 +620,12 @@ mod tests {
         }
     }
 
-    fn run(dir: &Path, from: u64, to: Option<u64>, h: &History) -> std::io::Result<(Vec<LogId>, Replayed)> {
+    fn run(
+        dir: &Path,
+        from: u64,
+        to: Option<u64>,
+        h: &History,
+    ) -> std::io::Result<(Vec<LogId>, Replayed)> {
         let mut seen = Vec::new();
         let r = replay(dir, from, to, h, |e| {
             seen.push(e.log_id);
@@ -667,7 +667,10 @@ mod tests {
         let second = segments(d.path())
             .into_iter()
             .find(|p| {
-                p.file_name().unwrap().to_string_lossy().starts_with(&format!("{:020}", 8))
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{:020}", 8))
                     && std::fs::metadata(p).unwrap().len() > 200
             })
             .unwrap();
@@ -765,7 +768,13 @@ mod tests {
         write(d.path(), "c", "", None, &all[..5]);
         write(d.path(), "c", "", Some(id(1, 8)), &all[8..]);
         let (_, r) = run(d.path(), 1, Some(12), &history("c", None)).unwrap();
-        assert_eq!(r, Replayed::Gap { last: 5, missing: 6 });
+        assert_eq!(
+            r,
+            Replayed::Gap {
+                last: 5,
+                missing: 6
+            }
+        );
 
         let e = tempfile::tempdir().unwrap();
         write(e.path(), "c", "", None, &all[..5]);

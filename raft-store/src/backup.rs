@@ -184,7 +184,11 @@ pub fn start_new_cluster(
             b.delete_cf(meta, keys::PUBLISHED_SNAPSHOT_KEY);
             // A history of its own from here on: archived apart from the
             // one it forks from.
-            b.put_cf(meta, keys::ARCHIVE_LINEAGE_KEY, new_lineage(applied).as_bytes());
+            b.put_cf(
+                meta,
+                keys::ARCHIVE_LINEAGE_KEY,
+                new_lineage(applied).as_bytes(),
+            );
             applied
         }
     };

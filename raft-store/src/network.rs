@@ -13,8 +13,8 @@ mod pipeline;
 mod receive;
 mod server;
 
-use server::fatal;
 pub use faults::Faults;
+use server::fatal;
 pub use server::{AuthenticatedPeers, LeaderContact, RaftGrpcService};
 
 use std::collections::HashMap;
@@ -303,7 +303,9 @@ impl PeerClient {
         } else {
             client.vote(req).await
         };
-        let r = self.answer(self.observe(&health, Some(sent), r))?.into_inner();
+        let r = self
+            .answer(self.observe(&health, Some(sent), r))?
+            .into_inner();
         Ok(VoteResponse {
             vote: codec::vote_from_pb(&r.vote.unwrap_or_default()),
             vote_granted: r.vote_granted,
@@ -435,9 +437,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 )
                 .map(|r| r.map(|req| append_to_pb(&req)))
             });
-            let mut responses =
-                self.observe(&health, None, client.stream_append(self.request(outbound)).await)?
-                    .into_inner();
+            let mut responses = self
+                .observe(
+                    &health,
+                    None,
+                    client.stream_append(self.request(outbound)).await,
+                )?
+                .into_inner();
             let (me, target) = (self.me, self.target);
             let identity = self.identity.clone();
             let mut ended = false;

@@ -531,7 +531,9 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     })
     .await;
     only.put_key(VOL, BKT, "after-force", 1).await.unwrap();
-    let survivor_label = only.cluster_label().expect("the survivor names its cluster");
+    let survivor_label = only
+        .cluster_label()
+        .expect("the survivor names its cluster");
 
     // The old members come back with their data.
     for p in procs.iter_mut().skip(1) {
@@ -585,22 +587,23 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     assert!(procs[1].terminate(Duration::from_secs(30)));
     procs[1].restart();
     let http: std::net::SocketAddr = members[1].http.parse().unwrap();
-    wait_for(Duration::from_secs(30), "the fence to hold", || async move {
-        om_tests::try_http_get(http, "/readyz")
-            .await?
-            .contains("fenced")
-            .then_some(())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the fence to hold",
+        || async move {
+            om_tests::try_http_get(http, "/readyz")
+                .await?
+                .contains("fenced")
+                .then_some(())
+        },
+    )
     .await;
     // Adding it back unwiped is refused; wiped, it joins the new incarnation.
     let refused = only
         .add_node(2, &members[1].raft, &members[1].grpc, false)
         .await
         .unwrap_err();
-    assert!(
-        refused.to_string().contains("incarnation"),
-        "{refused}"
-    );
+    assert!(refused.to_string().contains("incarnation"), "{refused}");
     procs[1].kill9();
     std::fs::remove_dir_all(&dirs[1]).unwrap();
     let rejoined = OmProcess::spawn_member_args(&dirs[1], &members[1], &members[..1], &["--join"]);
@@ -608,12 +611,16 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
         .await
         .unwrap();
     let two = client(vec![members[1].grpc.clone()]);
-    wait_for(Duration::from_secs(30), "the wiped member to serve", || async {
-        two.cluster_status()
-            .await
-            .ok()
-            .filter(|s| s.has_leader && s.members.len() == 2)
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the wiped member to serve",
+        || async {
+            two.cluster_status()
+                .await
+                .ok()
+                .filter(|s| s.has_leader && s.members.len() == 2)
+        },
+    )
     .await;
     assert_eq!(two.cluster_label(), Some(survivor_label));
     only.put_key(VOL, BKT, "after-rejoin", 1).await.unwrap();
@@ -640,10 +647,14 @@ async fn a_survivor_of_a_lost_majority_reports_no_leader() {
     }
     let http: std::net::SocketAddr = members[survivor].http.parse().unwrap();
     let started = std::time::Instant::now();
-    let ready = wait_for(Duration::from_secs(20), "the survivor to report no leader", || async move {
-        let r = om_tests::try_http_get(http, "/readyz").await?;
-        r.contains("no leader").then_some(r)
-    })
+    let ready = wait_for(
+        Duration::from_secs(20),
+        "the survivor to report no leader",
+        || async move {
+            let r = om_tests::try_http_get(http, "/readyz").await?;
+            r.contains("no leader").then_some(r)
+        },
+    )
     .await;
     assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
     // Within a few election timeouts, not the minute it took before.
@@ -657,12 +668,16 @@ async fn a_survivor_of_a_lost_majority_reports_no_leader() {
     // One member back: a majority again, a leader, ready.
     let back = (0..3).find(|i| *i != survivor).unwrap();
     procs[back].restart();
-    wait_for(Duration::from_secs(30), "the survivor to be ready again", || async move {
-        om_tests::try_http_get(http, "/readyz")
-            .await?
-            .starts_with("HTTP/1.1 200")
-            .then_some(())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the survivor to be ready again",
+        || async move {
+            om_tests::try_http_get(http, "/readyz")
+                .await?
+                .starts_with("HTTP/1.1 200")
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -716,17 +731,26 @@ async fn a_member_restored_while_the_cluster_runs_refuses_to_fork_it() {
         },
     )
     .unwrap();
-    assert!(alone.put_key(VOL, BKT, "through-restored", 1).await.is_err());
+    assert!(
+        alone
+            .put_key(VOL, BKT, "through-restored", 1)
+            .await
+            .is_err()
+    );
     // Emptied, it catches up and the three agree.
     procs[2].kill9();
     std::fs::remove_dir_all(&dirs[2]).unwrap();
     procs[2].restart();
-    wait_for(Duration::from_secs(60), "the emptied member to catch up", || async move {
-        om_tests::try_http_get(http, "/readyz")
-            .await?
-            .starts_with("HTTP/1.1 200")
-            .then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the emptied member to catch up",
+        || async move {
+            om_tests::try_http_get(http, "/readyz")
+                .await?
+                .starts_with("HTTP/1.1 200")
+                .then_some(())
+        },
+    )
     .await;
     assert_eq!(key_names(&c).await.len(), 30);
     replicas::wait_settled(&c, &procs).await;
@@ -817,7 +841,10 @@ async fn point_in_time_restore_lands_on_the_chosen_index() {
     assert!(lineages[0].starts_with("restored-at-"), "{lineages:?}");
     // The old history replays as it was, whatever the restored one wrote.
     let (o, one, d) = restore_to("to-index-again", &["--to-index", &at.to_string()]);
-    ok(o, "om restore --to-index, with a restored cluster's archive beside");
+    ok(
+        o,
+        "om restore --to-index, with a restored cluster's archive beside",
+    );
     let _p = start(&one, &[d], &[]).await;
     let names = key_names(&client(endpoints(&one))).await;
     assert_eq!(names.len(), 20 + 18, "{names:?}");

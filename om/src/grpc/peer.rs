@@ -337,7 +337,11 @@ impl MemberCheck {
 
     /// Judges the sender's incarnation (see `incarnation`). `PeerState`
     /// is answered whatever it is: that is how members learn it.
-    fn judge_incarnation<B>(&self, req: &http::Request<B>, theirs: Option<&str>) -> Result<(), Status> {
+    fn judge_incarnation<B>(
+        &self,
+        req: &http::Request<B>,
+        theirs: Option<&str>,
+    ) -> Result<(), Status> {
         if super::guard::method(req) == "PeerState" {
             return Ok(());
         }

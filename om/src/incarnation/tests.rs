@@ -34,14 +34,23 @@ fn refused(j: Judgement) -> &'static str {
 #[test]
 fn headers_parse_and_default_to_the_first_incarnation() {
     assert_eq!(Theirs::parse(None, None), Some(theirs(0, &[])));
-    assert_eq!(Theirs::parse(Some("7"), Some("0,3")), Some(theirs(7, &[0, 3])));
+    assert_eq!(
+        Theirs::parse(Some("7"), Some("0,3")),
+        Some(theirs(7, &[0, 3]))
+    );
     assert_eq!(Theirs::parse(Some("7"), Some("")), Some(theirs(7, &[])));
     assert_eq!(Theirs::parse(Some("x"), None), None);
     assert_eq!(Theirs::parse(Some("7"), Some("1,,2")), None);
     // At most MAX_SUPERSEDED are read.
-    let long = (0..100).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let long = (0..100)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     assert_eq!(
-        Theirs::parse(Some("1"), Some(&long)).unwrap().superseded.len(),
+        Theirs::parse(Some("1"), Some(&long))
+            .unwrap()
+            .superseded
+            .len(),
         MAX_SUPERSEDED
     );
 }

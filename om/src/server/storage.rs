@@ -13,9 +13,9 @@ use crate::apply::OmApplier;
 use crate::audit::AuditLog;
 use crate::backup::Backups;
 use crate::cluster_id::ClusterId;
-use crate::incarnation::Incarnation;
 use crate::config::Config;
 use crate::divergence::Divergence;
+use crate::incarnation::Incarnation;
 use crate::store::keys;
 
 /// What a node's store holds open, before Raft starts over it.

@@ -134,7 +134,11 @@ impl OmService {
                      the current incarnation {incarnation}: wipe its data directory, start it \
                      empty with --join, and add it again",
                     view.incarnation,
-                    if view.fenced { " and serves nothing" } else { "" }
+                    if view.fenced {
+                        " and serves nothing"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

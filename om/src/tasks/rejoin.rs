@@ -378,10 +378,7 @@ pub async fn initial(m: &Member) -> std::io::Result<Admission> {
             m.raft.runtime_config().elect(false);
             Ok(Admission::new(
                 Phase::Verifying,
-                &format!(
-                    "superseded: {}",
-                    m.incarnation.fenced().unwrap_or_default()
-                ),
+                &format!("superseded: {}", m.incarnation.fenced().unwrap_or_default()),
             ))
         }
         None if others => {

@@ -130,4 +130,3 @@ impl Faults {
             .contains(&(from, to))
     }
 }
-

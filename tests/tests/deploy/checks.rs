@@ -672,7 +672,12 @@ pub(crate) fn check_persistent(m: &Manifests, dirs: &[PathBuf], access: &str) {
                 p.what
             );
             if kind != "Namespace" {
-                assert_eq!(namespace.as_deref(), Some(ns.as_str()), "{}: {name}", p.what);
+                assert_eq!(
+                    namespace.as_deref(),
+                    Some(ns.as_str()),
+                    "{}: {name}",
+                    p.what
+                );
             }
         }
         claims.extend(p.claims);
@@ -719,7 +724,9 @@ pub(crate) fn check_tools(m: &Manifests, e: &Expect, backups: &str, client_grpc:
     assert_eq!(csc.read_only_root_filesystem, Some(true));
     assert_eq!(csc.allow_privilege_escalation, Some(false));
     assert_eq!(
-        pod.security_context.as_ref().and_then(|p| p.run_as_non_root),
+        pod.security_context
+            .as_ref()
+            .and_then(|p| p.run_as_non_root),
         Some(true)
     );
     let labels = spec
@@ -729,7 +736,10 @@ pub(crate) fn check_tools(m: &Manifests, e: &Expect, backups: &str, client_grpc:
         .and_then(|md| md.labels.clone())
         .unwrap_or_default();
     let own = spec.selector.match_labels.clone().unwrap_or_default();
-    assert!(selects(&own, &labels), "{what}: backup-tools selects its pods");
+    assert!(
+        selects(&own, &labels),
+        "{what}: backup-tools selects its pods"
+    );
     assert!(
         !selects(&m.selector(), &labels),
         "{what}: backup-tools' pods would be taken for members"

@@ -123,7 +123,10 @@ fn the_lost_members_claims_go_before_the_survivor_starts_forced() {
     for c in &calls {
         assert!(c.starts_with(&format!("-n {ns} ")), "{c}: not in {ns}");
     }
-    let suspend = position(&calls, &["patch cronjob example-om-backup", r#""suspend":true"#]);
+    let suspend = position(
+        &calls,
+        &["patch cronjob example-om-backup", r#""suspend":true"#],
+    );
     let down = position(&calls, &["scale statefulset example-om", "--replicas=0"]);
     let gone = down
         + 1
@@ -153,7 +156,10 @@ fn the_lost_members_claims_go_before_the_survivor_starts_forced() {
     assert!(suspend < down && down < gone, "{calls:#?}");
     assert!(gone < delete0 && gone < delete2, "{calls:#?}");
     assert!(delete0 < flag && delete2 < flag, "{calls:#?}");
-    assert!(flag < up && up < ready && ready < unflag && unflag < back, "{calls:#?}");
+    assert!(
+        flag < up && up < ready && ready < unflag && unflag < back,
+        "{calls:#?}"
+    );
     // Deleted: the lost members' data claims, nothing else.
     let deleted: Vec<&String> = calls.iter().filter(|c| c.contains(" delete ")).collect();
     assert_eq!(deleted.len(), 2, "{deleted:#?}");
@@ -178,11 +184,15 @@ fn the_lost_members_claims_go_before_the_survivor_starts_forced() {
     let printed = text(&out);
     for (id, ordinal) in [(1, 0), (3, 2)] {
         let host = format!("example-om-{ordinal}.example-om-peers.{ns}.svc.k8s.example.internal");
-        let add = format!("omctl cluster add-node {id} --raft-addr {host}:9872 --grpc-addr {host}:9862");
+        let add =
+            format!("omctl cluster add-node {id} --raft-addr {host}:9872 --grpc-addr {host}:9862");
         assert!(printed.contains(&add), "{printed}");
     }
     assert!(!printed.contains("add-node 2 "), "{printed}");
-    assert!(printed.contains(r#""suspend":false"#), "how to resume: {printed}");
+    assert!(
+        printed.contains(r#""suspend":false"#),
+        "how to resume: {printed}"
+    );
 }
 
 /// Survivor 0: the StatefulSet runs it alone (1 replica), then 3.

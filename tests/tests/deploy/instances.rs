@@ -137,7 +137,10 @@ fn two_prefixed_instances_in_one_namespace_use_no_name_twice() {
                     .as_str()
                     .unwrap_or_default()
                     .to_string(),
-                d["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect();

@@ -624,10 +624,17 @@ impl Manifests {
                 labels_of(&d.spec.as_ref().unwrap().template),
             ));
         }
-        for d in self.gateway.iter().filter(|d| d["kind"].as_str() == Some("Deployment")) {
+        for d in self
+            .gateway
+            .iter()
+            .filter(|d| d["kind"].as_str() == Some("Deployment"))
+        {
             let dep: Deployment = strict(d, "the gateway's Deployment");
             out.push((
-                format!("Deployment {}", dep.metadata.name.clone().unwrap_or_default()),
+                format!(
+                    "Deployment {}",
+                    dep.metadata.name.clone().unwrap_or_default()
+                ),
                 labels_of(&dep.spec.as_ref().unwrap().template),
             ));
         }
@@ -646,9 +653,16 @@ impl Manifests {
             }
         };
         let spec = self.sts().spec.as_ref().unwrap();
-        add(format!("StatefulSet {}", self.sts_name()), Some(&spec.selector));
+        add(
+            format!("StatefulSet {}", self.sts_name()),
+            Some(&spec.selector),
+        );
         let pod = self.pod();
-        if let Some(a) = pod.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref()) {
+        if let Some(a) = pod
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+        {
             for t in a
                 .required_during_scheduling_ignored_during_execution
                 .iter()
@@ -744,7 +758,10 @@ impl Manifests {
                 .and_then(|p| p.affinity.as_ref())
                 .and_then(|a| a.pod_anti_affinity.as_ref());
             for w in affinity
-                .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+                .and_then(|a| {
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
                 .into_iter()
                 .flatten()
             {

@@ -396,15 +396,24 @@ pub(crate) fn the_restore_script_turns_the_configmap_into_om_restore_flags() {
     let (ok, argv, err) = run(&[("restore_from", "B1")]);
     assert!(ok, "{err}");
     assert!(argv.starts_with("restore --from "), "{argv}");
-    assert!(argv.contains("/backups/B1") && argv.contains("--node-id 2"), "{argv}");
+    assert!(
+        argv.contains("/backups/B1") && argv.contains("--node-id 2"),
+        "{argv}"
+    );
     assert!(!argv.contains("--archive-log"), "{argv}");
-    assert!(data.join("data").is_dir(), "the store is renamed into place");
+    assert!(
+        data.join("data").is_dir(),
+        "the store is renamed into place"
+    );
     // To an index, from the member's own archive.
     fresh();
     let (ok, argv, err) = run(&[("restore_from", "B1"), ("restore_to_index", "1234")]);
     assert!(ok, "{err}");
     assert!(
-        argv.contains(&format!("--archive-log {} --to-index 1234", archive.display())),
+        argv.contains(&format!(
+            "--archive-log {} --to-index 1234",
+            archive.display()
+        )),
         "{argv}"
     );
     // To a time, from an archive copied onto the backups.
@@ -471,10 +480,18 @@ pub(crate) fn a_restore_without_the_restore_component_says_what_is_missing() {
     let data = tmp.path().join("data");
     let script = script
         .replace("/var/lib/om", tmp.path().to_str().unwrap())
-        .replace("/backups", &tmp.path().join("no-backups").display().to_string());
+        .replace(
+            "/backups",
+            &tmp.path().join("no-backups").display().to_string(),
+        );
     let mut config = m.config().1.clone();
     config.insert("restore_from".into(), "B1".into());
-    let env = container_env(m.restore(), &format!("{}-0", m.sts_name()), &m.ns(), (m.config().0, &config));
+    let env = container_env(
+        m.restore(),
+        &format!("{}-0", m.sts_name()),
+        &m.ns(),
+        (m.config().0, &config),
+    );
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(&script)
@@ -574,7 +591,10 @@ pub(crate) fn check_approver_policy(m: &Manifests) {
             "{what}: no Role {}",
             b.role_ref.name
         );
-        bindings.push((b.role_ref.name.clone(), b.subjects.clone().unwrap_or_default()));
+        bindings.push((
+            b.role_ref.name.clone(),
+            b.subjects.clone().unwrap_or_default(),
+        ));
     }
     for b in &m.cluster_role_bindings {
         assert!(
@@ -584,20 +604,30 @@ pub(crate) fn check_approver_policy(m: &Manifests) {
             "{what}: no ClusterRole {}",
             b.role_ref.name
         );
-        bindings.push((b.role_ref.name.clone(), b.subjects.clone().unwrap_or_default()));
+        bindings.push((
+            b.role_ref.name.clone(),
+            b.subjects.clone().unwrap_or_default(),
+        ));
     }
     // Cluster-scoped names end in the namespace.
     for n in policies
         .iter()
         .map(|(n, _)| n.clone())
-        .chain(m.cluster_roles.iter().map(|r| r.metadata.name.clone().unwrap()))
+        .chain(
+            m.cluster_roles
+                .iter()
+                .map(|r| r.metadata.name.clone().unwrap()),
+        )
         .chain(
             m.cluster_role_bindings
                 .iter()
                 .map(|r| r.metadata.name.clone().unwrap()),
         )
     {
-        assert!(n.ends_with(&format!(".{ns}")), "{what}: {n} is cluster-scoped");
+        assert!(
+            n.ends_with(&format!(".{ns}")),
+            "{what}: {n} is cluster-scoped"
+        );
     }
     // Every policy: this namespace, an Issuer of this rendering.
     for (n, p) in &policies {

@@ -125,7 +125,13 @@ fn a_node_not_admitted_refuses_votes_only() {
 #[test]
 fn a_member_verifying_its_incarnation_takes_no_part_in_raft() {
     let a = Admission::new(Phase::Verifying, "asking");
-    for m in ["AppendEntries", "StreamAppend", "InstallSnapshot", "Vote", "TransferLeader"] {
+    for m in [
+        "AppendEntries",
+        "StreamAppend",
+        "InstallSnapshot",
+        "Vote",
+        "TransferLeader",
+    ] {
         assert!(a.refuses(m).is_some(), "{m}");
     }
     assert_eq!(a.phase(), Phase::Verifying);

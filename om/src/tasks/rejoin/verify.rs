@@ -86,4 +86,3 @@ pub(super) async fn step(m: &Member, admission: &Admission) -> bool {
     ));
     false
 }
-
