@@ -40,6 +40,16 @@ pub enum BackupCmd {
         #[arg(long)]
         keep: usize,
     },
+    /// Copies the backups in DEST that are not there yet to an object store
+    /// (s3://BUCKET/PREFIX, gs://, az://; credentials and endpoint from the
+    /// environment, as om-s3's --blocks), objects first, each once, the
+    /// manifest last; with --keep, then keeps the newest N backups there.
+    Copy {
+        dest: PathBuf,
+        url: String,
+        #[arg(long)]
+        keep: Option<usize>,
+    },
 }
 
 fn summary(m: &Manifest) -> serde_json::Value {
@@ -178,6 +188,32 @@ pub async fn run(c: &OmClient, out: Output, cmd: BackupCmd) -> Result<()> {
             }
         }
         BackupCmd::Verify { backup: path } => verify(&path, out)?,
+        BackupCmd::Copy { dest, url, keep } => {
+            let r = crate::backup_copy::copy(&dest, &url, keep).await?;
+            match out {
+                Output::Json => println!(
+                    "{}",
+                    json!({
+                        "copied": r.backups,
+                        "objects": r.objects,
+                        "bytes": r.bytes,
+                        "reused": r.reused,
+                        "removed": r.removed,
+                        "removed_objects": r.removed_objects,
+                    })
+                ),
+                Output::Table => println!(
+                    "copied {} backups: {} files sent ({:.1} MiB), {} already there; removed {} \
+                     backups and {} files there",
+                    r.backups.len(),
+                    r.objects,
+                    mib(r.bytes),
+                    r.reused,
+                    r.removed.len(),
+                    r.removed_objects
+                ),
+            }
+        }
         BackupCmd::Prune { dest, keep } => {
             let p = backup::prune(&dest, keep)?;
             match out {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 mod acl;
 mod backup_cmd;
+mod backup_copy;
 mod bench;
 mod bench_mix;
 mod cluster;

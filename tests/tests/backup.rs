@@ -563,7 +563,7 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     for m in &members[1..] {
         let old = OmClient::new(
-            &[m.grpc.clone()],
+            std::slice::from_ref(&m.grpc),
             ClientOptions {
                 deadline: Duration::from_secs(2),
                 ..Default::default()

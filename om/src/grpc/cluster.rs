@@ -11,6 +11,9 @@ use crate::validate;
 
 pub fn cluster_status(svc: &OmService) -> ClusterStatusResponse {
     let m = svc.raft().metrics().borrow_watched().clone();
+    // The leader this node heard from within an election timeout: a member
+    // cut off from the majority says it knows none.
+    let heard = svc.heard_leader(&m);
     let role = match m.state {
         openraft::ServerState::Leader => "leader",
         openraft::ServerState::Follower => "follower",
@@ -42,8 +45,8 @@ pub fn cluster_status(svc: &OmService) -> ClusterStatusResponse {
         node_id: svc.node_id(),
         role: role.to_string(),
         term: m.current_term,
-        leader_id: m.current_leader.unwrap_or(0),
-        has_leader: m.current_leader.is_some(),
+        leader_id: heard.unwrap_or(0),
+        has_leader: heard.is_some(),
         last_log_index: m.last_log_index.unwrap_or(0),
         committed_index: m.local_committed.as_ref().map_or(0, |l| l.index),
         applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
