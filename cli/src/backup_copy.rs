@@ -53,12 +53,16 @@ fn open(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let parsed = url::Url::parse(url).with_context(|| format!("{url}: not a URL"))?;
     let store: Arc<dyn ObjectStore> = match parsed.scheme() {
         "s3" => Arc::new(AmazonS3Builder::from_env().with_url(url).build()?),
-        "gs" => Arc::new(GoogleCloudStorageBuilder::from_env().with_url(url).build()?),
+        "gs" => Arc::new(
+            GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .build()?,
+        ),
         "az" => Arc::new(MicrosoftAzureBuilder::from_env().with_url(url).build()?),
         other => bail!("{url}: no object store for scheme {other:?} (s3://, gs:// or az://)"),
     };
-    let prefix = ObjectPath::from_url_path(parsed.path())
-        .with_context(|| format!("{url}: a bad prefix"))?;
+    let prefix =
+        ObjectPath::from_url_path(parsed.path()).with_context(|| format!("{url}: a bad prefix"))?;
     Ok((store, prefix))
 }
 

@@ -275,9 +275,16 @@ async fn backups_are_copied_off_site_with_retention() {
         String::from_utf8(out.stdout).unwrap()
     };
     let d = dest.to_str().unwrap();
-    let first = omctl(&["backup", "create", "--quiet", d]).trim().to_string();
+    let first = omctl(&["backup", "create", "--quiet", d])
+        .trim()
+        .to_string();
     let copied: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output", "json", "backup", "copy", d, "s3://offsite/om",
+        "--output",
+        "json",
+        "backup",
+        "copy",
+        d,
+        "s3://offsite/om",
     ]))
     .unwrap();
     assert_eq!(copied["copied"], serde_json::json!([first]));
@@ -288,7 +295,9 @@ async fn backups_are_copied_off_site_with_retention() {
     for f in &local.files {
         let name = format!("om/objects/{}", f.sha256);
         assert!(
-            listed.iter().any(|(k, n)| *k == name && *n as u64 == f.bytes),
+            listed
+                .iter()
+                .any(|(k, n)| *k == name && *n as u64 == f.bytes),
             "{name} missing or of another size: {listed:?}"
         );
     }
@@ -311,7 +320,12 @@ async fn backups_are_copied_off_site_with_retention() {
 
     // Again, with nothing new: nothing sent.
     let again: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output", "json", "backup", "copy", d, "s3://offsite/om",
+        "--output",
+        "json",
+        "backup",
+        "copy",
+        d,
+        "s3://offsite/om",
     ]))
     .unwrap();
     assert_eq!(again["copied"], serde_json::json!([]));
@@ -320,11 +334,22 @@ async fn backups_are_copied_off_site_with_retention() {
     // A second backup after more writes, copied with --keep 1: only its
     // own new files are sent, and the first backup goes.
     for i in 0..50 {
-        ops.put_key("bvol", "bbkt", &format!("k{i}"), 1).await.unwrap();
+        ops.put_key("bvol", "bbkt", &format!("k{i}"), 1)
+            .await
+            .unwrap();
     }
-    let second = omctl(&["backup", "create", "--quiet", d]).trim().to_string();
+    let second = omctl(&["backup", "create", "--quiet", d])
+        .trim()
+        .to_string();
     let kept: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output", "json", "backup", "copy", d, "s3://offsite/om", "--keep", "1",
+        "--output",
+        "json",
+        "backup",
+        "copy",
+        d,
+        "s3://offsite/om",
+        "--keep",
+        "1",
     ]))
     .unwrap();
     assert_eq!(kept["copied"], serde_json::json!([second]));
@@ -338,7 +363,6 @@ async fn backups_are_copied_off_site_with_retention() {
         .map(|f| format!("om/objects/{}", f.sha256))
         .chain([format!("om/{second}/manifest.json")])
         .collect();
-    let there: std::collections::BTreeSet<String> =
-        listed.iter().map(|(k, _)| k.clone()).collect();
+    let there: std::collections::BTreeSet<String> = listed.iter().map(|(k, _)| k.clone()).collect();
     assert_eq!(there, names, "only the kept backup's files stay");
 }
