@@ -360,11 +360,7 @@ impl Incarnation {
                     },
                 };
             }
-            let why = format!(
-                "this member holds the history of incarnation {ours}, which a forced new \
-                 cluster (incarnation {}) replaced",
-                theirs.id
-            );
+            let why = replaced(ours, theirs.id);
             self.fence(theirs.id, why.clone());
             return Judgement::Refuse {
                 reason: "MEMBER_SUPERSEDED",
@@ -381,8 +377,8 @@ impl Incarnation {
         }
     }
 
-    /// What a peer's answer to this member's probe says: `Some` (fenced)
-    /// when the peer's incarnation replaced this member's.
+    /// Fences this member when a peer's answer to its probe comes from an
+    /// incarnation that replaced its own; true when it did.
     pub fn check_peer(&self, their_cluster: &str, their_id: u64, superseded: &[u64]) -> bool {
         let ours = self.id();
         let same_cluster = self
@@ -390,17 +386,19 @@ impl Incarnation {
             .get()
             .is_none_or(|c| their_cluster.is_empty() || *c == *their_cluster);
         if same_cluster && their_id != ours && superseded.contains(&ours) {
-            self.fence(
-                their_id,
-                format!(
-                    "this member holds the history of incarnation {ours}, which a forced new \
-                     cluster (incarnation {their_id}) replaced"
-                ),
-            );
+            self.fence(their_id, replaced(ours, their_id));
             return true;
         }
         false
     }
+}
+
+/// Why a member of incarnation `ours` that `by` replaced is fenced.
+fn replaced(ours: u64, by: u64) -> String {
+    format!(
+        "this member holds the history of incarnation {ours}, which a forced new cluster \
+         (incarnation {by}) replaced"
+    )
 }
 
 /// What an operator does with a fenced member.

@@ -466,13 +466,12 @@ impl OmService {
         let outcome = match tokio::time::timeout(self.request_timeout, write).await {
             Ok(Ok(resp)) => into_outcome(resp.data),
             Ok(Err(e)) => {
-                let e = write_err(e);
                 crate::metrics::proposal_failed(match &e {
-                    OmError::NotLeader { .. } => "not_leader",
-                    OmError::Unavailable(m) if m.starts_with("raft stopped") => "shutdown",
+                    RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => "not_leader",
+                    RaftError::Fatal(_) => "shutdown",
                     _ => "other",
                 });
-                Err(e)
+                Err(write_err(e))
             }
             Err(_) => {
                 crate::metrics::proposal_failed("timeout");

@@ -228,12 +228,10 @@ pub fn start_new_cluster(
 /// A new archive lineage for a history that forks after `at`: readable
 /// (where it forks) and unique (64 random bits).
 fn new_lineage(at: Option<LogId>) -> String {
-    let mut nonce = [0u8; 8];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce);
     format!(
         "restored-at-{}-{:016x}",
         at.map_or(0, |a| a.index),
-        u64::from_be_bytes(nonce)
+        crate::nonce()
     )
 }
 

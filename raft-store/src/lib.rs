@@ -187,6 +187,19 @@ pub struct StoreOptions {
 /// oldest WAL file (restart replays at most about this much).
 pub const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
 
+/// 64 bits no other name drawn here shares: from the OS's random source,
+/// else the clock and the process id.
+pub(crate) fn nonce() -> u64 {
+    let mut b = [0u8; 8];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).is_ok() {
+        return u64::from_be_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ u64::from(std::process::id()).rotate_left(32)
+}
+
 /// The store's log-archive lineage (`archive`; empty: the cluster's
 /// original history).
 pub fn archive_lineage(db: &DB) -> std::io::Result<String> {

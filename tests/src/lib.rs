@@ -759,14 +759,9 @@ pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<Stri
 /// The body-and-headers text of an HTTP/1.1 GET to `addr` (for /metrics,
 /// /healthz, /readyz).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+    try_http_get(addr, path)
         .await
-        .expect("request");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("response");
-    out
+        .unwrap_or_else(|| panic!("GET {path} from {addr} failed"))
 }
 
 /// Every entry of every replicated table of a stopped node's data directory

@@ -10,7 +10,9 @@
 //! answers to its retried writes beside it. `write_rules10_fixture` below made
 //! it; to make it again, build that om and run
 //! `OM_BIN=<that om> OM_FIXTURE_OUT=<file.tar.gz> cargo test --release -p om-tests
-//! --test upgrade -- --ignored write_rules10_fixture`.
+//! --test upgrade -- write_rules10_fixture`. Without `OM_FIXTURE_OUT` it
+//! writes a fixture of this build into a temporary file, so the writer is
+//! kept working.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -84,12 +86,15 @@ fn retry_keys(node: &TestNode) -> (usize, usize, usize) {
     )
 }
 
-/// Writes the fixture with the `om` named by `OM_BIN` (an older build).
+/// Writes the fixture with the `om` named by `OM_BIN` (an older build) into
+/// `OM_FIXTURE_OUT`; without it, with this build into a temporary file,
+/// and checks what the archive holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "writes tests/fixtures/rules10-store.tar.gz with an older om (OM_BIN)"]
 async fn write_rules10_fixture() {
-    let out = PathBuf::from(std::env::var("OM_FIXTURE_OUT").expect("OM_FIXTURE_OUT"));
     let work = tempfile::tempdir().unwrap();
+    let out = std::env::var_os("OM_FIXTURE_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| work.path().join("fixture.tar.gz"));
     let data = work.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let mut om = OmProcess::spawn(&data);
@@ -133,6 +138,15 @@ async fn write_rules10_fixture() {
         ],
         work.path(),
     );
+    let listed = std::process::Command::new("tar")
+        .arg("-tzf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for want in ["answers.bin", "data/db/CURRENT"] {
+        assert!(listed.lines().any(|l| l == want), "{want} in {listed}");
+    }
 }
 
 /// The fixture's store under this build: tables, retries, refusals, expiry.

@@ -78,6 +78,7 @@ impl RaftPeer for PeerGrpc {
         _req: Request<PeerStateRequest>,
     ) -> Result<Response<PeerStateResponse>, Status> {
         let m = self.raft.metrics().borrow_watched().clone();
+        let incarnation = self.service.incarnation();
         let leader = m.current_leader.unwrap_or(0);
         let leader_raft_addr = m
             .current_leader
@@ -98,19 +99,10 @@ impl RaftPeer for PeerGrpc {
                 .get()
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
-            incarnation: self.service.incarnation().map_or(0, |i| i.id()),
-            superseded: self
-                .service
-                .incarnation()
-                .map(|i| i.superseded())
-                .unwrap_or_default(),
-            fenced: self
-                .service
-                .incarnation()
-                .is_some_and(|i| i.fenced().is_some()),
-            restored_from: self
-                .service
-                .incarnation()
+            incarnation: incarnation.map_or(0, |i| i.id()),
+            superseded: incarnation.map(|i| i.superseded()).unwrap_or_default(),
+            fenced: incarnation.is_some_and(|i| i.fenced().is_some()),
+            restored_from: incarnation
                 .map(|i| i.restored_from().to_string())
                 .unwrap_or_default(),
         }))

@@ -278,15 +278,13 @@ async fn backups_are_copied_off_site_with_retention() {
     let first = omctl(&["backup", "create", "--quiet", d])
         .trim()
         .to_string();
-    let copied: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output",
-        "json",
-        "backup",
-        "copy",
-        d,
-        "s3://offsite/om",
-    ]))
-    .unwrap();
+    // `omctl backup copy` to the bucket, with `more` flags, as JSON.
+    let copy = |more: &[&str]| -> serde_json::Value {
+        let mut args = vec!["--output", "json", "backup", "copy", d, "s3://offsite/om"];
+        args.extend_from_slice(more);
+        serde_json::from_str(&omctl(&args)).unwrap()
+    };
+    let copied = copy(&[]);
     assert_eq!(copied["copied"], serde_json::json!([first]));
     let sent = copied["objects"].as_u64().unwrap();
     assert!(sent > 0);
@@ -319,15 +317,7 @@ async fn backups_are_copied_off_site_with_retention() {
     );
 
     // Again, with nothing new: nothing sent.
-    let again: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output",
-        "json",
-        "backup",
-        "copy",
-        d,
-        "s3://offsite/om",
-    ]))
-    .unwrap();
+    let again = copy(&[]);
     assert_eq!(again["copied"], serde_json::json!([]));
     assert_eq!(again["objects"], 0);
 
@@ -341,17 +331,7 @@ async fn backups_are_copied_off_site_with_retention() {
     let second = omctl(&["backup", "create", "--quiet", d])
         .trim()
         .to_string();
-    let kept: serde_json::Value = serde_json::from_str(&omctl(&[
-        "--output",
-        "json",
-        "backup",
-        "copy",
-        d,
-        "s3://offsite/om",
-        "--keep",
-        "1",
-    ]))
-    .unwrap();
+    let kept = copy(&["--keep", "1"]);
     assert_eq!(kept["copied"], serde_json::json!([second]));
     assert_eq!(kept["removed"], serde_json::json!([first]));
     assert!(kept["reused"].as_u64().unwrap() > 0, "{kept}");
