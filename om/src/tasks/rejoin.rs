@@ -34,7 +34,7 @@
 //! The marker records the catch-up target; a restart before admission finds
 //! it and waits again, whatever entries arrived in between. If catching up
 //! stalls, `/readyz` and the log say so and give the manual steps (remove
-//! the member, add it back), which the README runbook lists.
+//! the member, add it back), which docs/operations.md lists ("A member lost its data directory").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -326,6 +326,32 @@ fn remove_marker(data_dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The members (id, node) and voters of the membership this node's Raft
+/// holds, asked of the Raft core itself: its metrics show an empty
+/// membership until the core has loaded the store, and a restarted member
+/// that read them then would take itself for a lone node and skip its
+/// checks.
+async fn membership_of(m: &Member) -> std::io::Result<(Vec<(u64, OmNode)>, Vec<u64>)> {
+    m.raft
+        .with_raft_state(|st| {
+            let effective = st.membership_state.effective();
+            let membership = effective.membership();
+            (
+                membership
+                    .nodes()
+                    .map(|(id, n)| (*id, n.clone()))
+                    .collect(),
+                membership.voter_ids().collect(),
+            )
+        })
+        .await
+        .map_err(std::io::Error::other)
+}
+
+async fn members_of(m: &Member) -> std::io::Result<Vec<(u64, OmNode)>> {
+    Ok(membership_of(m).await?.0)
+}
+
 /// Everything the admission task needs about this node.
 pub struct Member {
     pub raft: Raft,
@@ -365,14 +391,10 @@ pub async fn initial(m: &Member) -> std::io::Result<Admission> {
         })
     })
     .await?;
-    let others = {
-        let metrics = m.raft.metrics().borrow_watched().clone();
-        metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .any(|(id, _)| *id != m.node_id)
-    };
+    let others = members_of(m)
+        .await?
+        .iter()
+        .any(|(id, _)| *id != m.node_id);
     match marker {
         None if m.incarnation.fenced().is_some() => {
             m.raft.runtime_config().elect(false);
@@ -537,11 +559,10 @@ async fn step_sealed(m: &Member, admission: &Admission, empty_rounds: &mut u32) 
         .collect();
     if m.join {
         // A joiner also asks the members of the configuration it received.
-        let metrics = m.raft.metrics().borrow_watched().clone();
-        for (id, node) in metrics.membership_config.membership().nodes() {
-            if *id != m.node_id && !peers.iter().any(|p| p.id == *id) {
+        for (id, node) in members_of(m).await.unwrap_or_default() {
+            if id != m.node_id && !peers.iter().any(|p| p.id == id) {
                 peers.push(InitialMember {
-                    id: *id,
+                    id,
                     raft_addr: node.raft_addr.clone(),
                     grpc_addr: node.grpc_addr.clone(),
                 });

@@ -19,15 +19,22 @@ fn alone(grpc: &str) -> OmClient {
 /// text containing `want` (a status line, or a reason), and returns it.
 async fn readyz_says_within(secs: u64, http: &str, want: &str) -> String {
     let http: std::net::SocketAddr = http.parse().unwrap();
-    wait_for(
-        Duration::from_secs(secs),
-        &format!("/readyz to say {want:?}"),
-        || async move {
-            let r = om_tests::try_http_get(http, "/readyz").await?;
-            r.contains(want).then_some(r)
-        },
-    )
-    .await
+    let mut last = None::<String>;
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(r) = om_tests::try_http_get(http, "/readyz").await {
+            if r.contains(want) {
+                return r;
+            }
+            last = Some(r);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for /readyz to say {want:?}; last answer: {:?}",
+            last
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The drill that split the brain: two of three members are killed with

@@ -2,9 +2,7 @@
 //! in Raft only once it knows its history is the cluster's (see
 //! `incarnation`).
 
-use openraft::async_runtime::WatchReceiver;
-
-use super::{Admission, Member, Outcome, open};
+use super::{Admission, Member, Outcome, membership_of, open};
 
 /// One round of a member that restarted with its data: asks the other
 /// members of its membership which incarnation of the cluster they belong
@@ -13,17 +11,14 @@ use super::{Admission, Member, Outcome, open};
 /// the voters (this one included) confirmed its incarnation. True once the
 /// round decided (admitted or fenced).
 pub(super) async fn step(m: &Member, admission: &Admission) -> bool {
-    let (voters, peers) = {
-        let metrics = m.raft.metrics().borrow_watched().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: Vec<u64> = membership.voter_ids().collect();
-        let peers: Vec<(u64, String)> = membership
-            .nodes()
-            .filter(|(id, _)| **id != m.node_id)
-            .map(|(id, n)| (*id, n.raft_addr.clone()))
-            .collect();
-        (voters, peers)
+    let Ok((nodes, voters)) = membership_of(m).await else {
+        return false;
     };
+    let peers: Vec<(u64, String)> = nodes
+        .into_iter()
+        .filter(|(id, _)| *id != m.node_id)
+        .map(|(id, n)| (id, n.raft_addr))
+        .collect();
     let asked = futures::future::join_all(
         peers
             .iter()
