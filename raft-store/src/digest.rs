@@ -130,7 +130,7 @@ impl Digests {
 
     /// The applied index and digest, as stored.
     pub fn applied(&self) -> std::io::Result<Option<(u64, Digest)>> {
-        let a = crate::snapshot_store::read_applied_record(&self.db, None)?;
+        let a = crate::applied::read_record(&self.db, None)?;
         let Some(last) = a.last_applied else {
             return Ok(None);
         };

@@ -13,6 +13,7 @@
 //! verified, or turn a transient storage shortage in the snapshot paths into
 //! an error (openraft ends its core on any storage error).
 
+mod applied;
 pub mod archive;
 pub mod backup;
 pub mod codec;

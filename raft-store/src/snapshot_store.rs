@@ -692,41 +692,19 @@ pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily
         .ok_or_else(|| SnapshotError::Io(io_err(format!("column family {name} missing"))))
 }
 
-/// The stored `AppliedState` record (empty before the first entry), as of
-/// `snapshot` when given.
-pub(crate) fn read_applied_record(
-    db: &DB,
-    snapshot: Option<&rocksdb::Snapshot<'_>>,
-) -> std::io::Result<pb::AppliedState> {
-    let c = cf(db, keys::SM_META_CF)?;
-    let bytes = match snapshot {
-        Some(s) => {
-            let mut ro = ReadOptions::default();
-            ro.set_snapshot(s);
-            db.get_pinned_cf_opt(c, keys::APPLIED_KEY, &ro)
-                .map_err(io_err)?
-        }
-        None => db.get_pinned_cf(c, keys::APPLIED_KEY).map_err(io_err)?,
-    };
-    match bytes {
-        Some(b) => pb::AppliedState::decode(b.as_ref()).map_err(io_err),
-        None => Ok(pb::AppliedState::default()),
-    }
-}
-
 /// The state digest of the applied state (zeroes before the first entry).
 pub(crate) fn read_digest(
     db: &DB,
     snapshot: Option<&rocksdb::Snapshot<'_>>,
 ) -> std::io::Result<crate::digest::Digest> {
-    crate::digest::from_bytes(&read_applied_record(db, snapshot)?.state_digest)
+    crate::digest::from_bytes(&crate::applied::read_record(db, snapshot)?.state_digest)
 }
 
 pub(crate) fn read_applied(
     db: &DB,
     snapshot: Option<&rocksdb::Snapshot<'_>>,
 ) -> std::io::Result<(Option<LogId>, crate::StoredMembership)> {
-    let a = read_applied_record(db, snapshot)?;
+    let a = crate::applied::read_record(db, snapshot)?;
     let m = match &a.membership {
         Some(m) => codec::stored_membership_from_pb(m)?,
         None => crate::StoredMembership::default(),

@@ -1,8 +1,9 @@
 //! Structure checks over the workspace's own sources (ARCHITECTURE.md,
 //! "Code map"): no Rust source file past `MAX_LINES` lines of code outside
-//! tests, and om's modules import only from the layers below their own, with
-//! no cycle among the submodules of any module, so the layering cannot erode
-//! one import at a time.
+//! tests, and in every crate the modules import only from the layers below
+//! their own, with no cycle among the modules of the crate root or among
+//! the submodules of any module, so the layering cannot erode one import at
+//! a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,38 +11,99 @@ use std::path::{Path, PathBuf};
 /// Longest a source file may be, test items not counted.
 const MAX_LINES: usize = 800;
 
-/// om's top-level modules by layer, lowest first. A module may import only
-/// from rows below its own; a new module must be placed here.
-const LAYERS: &[&[&str]] = &[
-    &["error"],
-    &["validate"],
-    &["store"],
-    &[
-        "fs",
-        "cluster_id",
-        "metrics",
-        "backup",
-        "audit",
-        "peers",
-        "net",
-        "limits",
-        "memory",
-    ],
-    &["authz", "listing", "lifecycle", "divergence", "incarnation"],
-    &["apply", "verify"],
-    &["service"],
-    &["tasks"],
-    &["grpc", "http"],
-    &["config"],
-    &["restore"],
-    &["server"],
+/// Each crate's top-level modules by layer, lowest first. A module may
+/// import only from rows below its own; a new module must be placed here.
+/// Every crate of `CRATES` has a table (a crate of one file has no rows).
+const LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "om",
+        &[
+            &["error", "rules"],
+            &["validate"],
+            &["store"],
+            &[
+                "fs",
+                "cluster_id",
+                "metrics",
+                "backup",
+                "audit",
+                "peers",
+                "net",
+                "limits",
+                "memory",
+            ],
+            &["authz", "listing", "lifecycle", "divergence", "incarnation"],
+            &["apply", "verify"],
+            &["service"],
+            &["tasks"],
+            &["grpc", "http"],
+            &["config"],
+            &["restore"],
+            &["server"],
+        ],
+    ),
+    (
+        "raft-store",
+        &[
+            &[
+                "keys", "codec", "metrics", "memory", "command", "overlay", "pins",
+            ],
+            &["applied", "transient", "archive"],
+            &["digest", "snapshot", "log_store"],
+            &["snapshot_store"],
+            &["state_machine", "backup", "network"],
+        ],
+    ),
+    (
+        "client",
+        &[&["backup", "cluster", "keys", "namespace", "versioning"]],
+    ),
+    (
+        "gateway",
+        &[
+            &["errors", "blocks", "front", "host"],
+            &["auth", "config", "reclaim"],
+            &["s3"],
+            &["http"],
+        ],
+    ),
+    (
+        "cli",
+        &[
+            &[
+                "versions",
+                "objects",
+                "backup_copy",
+                "tagging",
+                "lifecycle",
+                "quota",
+            ],
+            &[
+                "output",
+                "files",
+                "backup_cmd",
+                "acl",
+                "bench",
+                "bench_mix",
+                "cluster",
+                "keys",
+                "namespace",
+                "token",
+            ],
+            &["s3"],
+        ],
+    ),
+    ("proto", &[]),
+    ("tls", &[]),
+    ("backup-format", &[]),
 ];
 
-/// Crates whose sources the line limit covers (the `tests` crate is tests).
+/// Crates whose sources the checks cover (the `tests` crate is tests).
 const CRATES: &[&str] = &[
     "proto",
     "tls",
     "raft-store",
+    "backup-format",
     "om",
     "cli",
     "client",
@@ -143,10 +205,12 @@ fn no_source_file_is_longer_than_the_limit() {
     );
 }
 
-/// om's modules by path ("apply::versions"; "" is the crate root) and the
-/// code of each.
-fn om_modules() -> BTreeMap<String, String> {
-    let src = workspace().join("om").join("src");
+/// A crate's modules by path ("apply::versions"; "" is the crate root)
+/// and the code of each. A crate with a library has its `main.rs` left
+/// out; a binary-only crate has `main.rs` as its root.
+fn crate_modules(krate: &str) -> BTreeMap<String, String> {
+    let src = workspace().join(krate).join("src");
+    let has_lib = src.join("lib.rs").exists();
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut out = BTreeMap::new();
@@ -159,10 +223,13 @@ fn om_modules() -> BTreeMap<String, String> {
         if parts.last().is_some_and(|p| p == "mod") {
             parts.pop();
         }
-        if parts == ["main"] || is_test_file(&f) {
+        if (parts == ["main"] && has_lib) || parts.first().is_some_and(|p| p == "bin") {
             continue;
         }
-        let path = if parts == ["lib"] {
+        if is_test_file(&f) {
+            continue;
+        }
+        let path = if parts == ["lib"] || parts == ["main"] {
             String::new()
         } else {
             parts.join("::")
@@ -270,10 +337,10 @@ fn is_within(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
 }
 
-/// Edges between om's modules (a module and its ancestors or descendants
-/// do not count).
-fn om_edges() -> BTreeSet<(String, String)> {
-    let modules = om_modules();
+/// Edges between a crate's modules (a module and its ancestors or
+/// descendants do not count).
+fn crate_edges(krate: &str) -> BTreeSet<(String, String)> {
+    let modules = crate_modules(krate);
     let names: BTreeSet<String> = modules.keys().cloned().collect();
     let mut edges = BTreeSet::new();
     for (m, code) in &modules {
@@ -294,59 +361,101 @@ fn top(m: &str) -> &str {
 }
 
 #[test]
-fn om_modules_import_only_from_lower_layers() {
-    let rank: BTreeMap<&str, usize> = LAYERS
+fn modules_import_only_from_lower_layers() {
+    let mut wrong = Vec::new();
+    for krate in CRATES {
+        let Some((_, layers)) = LAYERS.iter().find(|(k, _)| k == krate) else {
+            wrong.push(format!("{krate} has no LAYERS table"));
+            continue;
+        };
+        wrong.extend(layering_errors(krate, layers, &crate_edges(krate)));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// What breaks `layers` in `krate`: modules in no layer, imports that are
+/// not strictly downward.
+fn layering_errors(
+    krate: &str,
+    layers: &[&[&str]],
+    edges: &BTreeSet<(String, String)>,
+) -> Vec<String> {
+    let rank: BTreeMap<&str, usize> = layers
         .iter()
         .enumerate()
         .flat_map(|(r, row)| row.iter().map(move |m| (*m, r)))
         .collect();
     let mut wrong = Vec::new();
-    for m in om_modules().keys().filter(|m| !m.is_empty()) {
-        if !rank.contains_key(top(m)) {
-            wrong.push(format!("{m} is in no layer: add it to LAYERS"));
+    let tops: BTreeSet<String> = crate_modules(krate)
+        .keys()
+        .filter(|m| !m.is_empty())
+        .map(|m| top(m).to_string())
+        .collect();
+    for m in &tops {
+        if !rank.contains_key(m.as_str()) {
+            wrong.push(format!("{krate}: {m} is in no layer: add it to LAYERS"));
         }
     }
-    for (from, to) in om_edges() {
-        let (a, b) = (top(&from), top(&to));
+    for (from, to) in edges {
+        let (a, b) = (top(from), top(to));
         if a == b {
             continue;
         }
         if let (Some(ra), Some(rb)) = (rank.get(a), rank.get(b))
             && ra <= rb
         {
-            wrong.push(format!("{from} imports {to}, which is not below it"));
+            wrong.push(format!(
+                "{krate}: {from} imports {to}, which is not below it"
+            ));
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    wrong
 }
 
 #[test]
-fn submodules_of_a_module_form_no_cycle() {
-    let edges = om_edges();
-    // Children of one parent, each edge between two of them (the module
-    // each endpoint belongs to one level below the parent).
+fn modules_form_no_cycle() {
+    let mut cycles = Vec::new();
+    for krate in CRATES {
+        cycles.extend(
+            cycles_in(&crate_edges(krate))
+                .into_iter()
+                .map(|c| format!("{krate}: {c}")),
+        );
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// The cycles among the children of each module, the crate root's
+/// (top-level modules) included: each edge counts between the two children
+/// of the deepest module both endpoints are within.
+fn cycles_in(edges: &BTreeSet<(String, String)>) -> Vec<String> {
     let mut by_parent: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (from, to) in &edges {
+    for (from, to) in edges {
         let (f, t): (Vec<&str>, Vec<&str>) = (from.split("::").collect(), to.split("::").collect());
         let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
-        if common == 0 || common >= f.len() || common >= t.len() {
+        if common >= f.len() || common >= t.len() {
             continue;
         }
         let parent = f[..common].join("::");
         by_parent
-            .entry(parent.clone())
+            .entry(parent)
             .or_default()
             .entry(f[common].to_string())
             .or_default()
             .insert(t[common].to_string());
     }
-    let mut cycles = Vec::new();
-    for (parent, graph) in &by_parent {
-        if let Some(cycle) = find_cycle(graph) {
-            cycles.push(format!("in {parent}: {}", cycle.join(" -> ")));
-        }
-    }
-    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+    by_parent
+        .iter()
+        .filter_map(|(parent, graph)| {
+            let cycle = find_cycle(graph)?;
+            let within = if parent.is_empty() {
+                "the crate root"
+            } else {
+                parent
+            };
+            Some(format!("in {within}: {}", cycle.join(" -> ")))
+        })
+        .collect()
 }
 
 /// A cycle of `graph`, if it has one.
@@ -403,6 +512,29 @@ fn the_checks_see_imports_and_cycles() {
     ]
     .into();
     assert!(find_cycle(&graph).is_some());
+    // Between top-level modules and between submodules of one module.
+    let edges: BTreeSet<(String, String)> = [
+        ("digest", "snapshot_store::read"),
+        ("snapshot_store::install", "digest"),
+        ("s3::copy", "s3::data"),
+        ("s3::data::x", "s3::copy"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    let found = cycles_in(&edges);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].starts_with("in the crate root: "), "{found:?}");
+    assert!(found[1].starts_with("in s3: "), "{found:?}");
+    let wrong = layering_errors(
+        "om",
+        &[&["error"], &["validate"]],
+        &BTreeSet::from([("error".to_string(), "validate".to_string())]),
+    );
+    assert!(
+        wrong.iter().any(|w| w.contains("error imports validate")),
+        "{wrong:?}"
+    );
     let code =
         code_lines("fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\nfn b() {} // c");
     assert_eq!(code, ["fn a() {}", "fn b() {} "]);
@@ -449,4 +581,86 @@ fn apply_reads_only_through_its_view() {
         "apply reads around its view:\n{}",
         wrong.join("\n")
     );
+}
+
+/// Every behaviour change of apply is a named rule (`om::rules`): no source
+/// outside it compares a rules version with a number, and every `Rule`
+/// constant it defines is in its `HISTORY`.
+#[test]
+fn rules_gates_are_named() {
+    let om = workspace().join("om/src");
+    let mut files = Vec::new();
+    rust_files(&om, &mut files);
+    let mut wrong = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| !is_test_file(f) && !f.ends_with("om/src/rules.rs"))
+    {
+        let src = std::fs::read_to_string(f).unwrap();
+        for line in code_lines(&src) {
+            if bare_rules_gate(&line) {
+                wrong.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    let rules = std::fs::read_to_string(om.join("rules.rs")).unwrap();
+    let code = code_lines(&rules).join("\n");
+    let history = &code[code.find("pub const HISTORY").expect("rules::HISTORY")..];
+    let mut named = 0;
+    for line in code.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub const ") else {
+            continue;
+        };
+        let Some((name, ty)) = rest.split_once(':') else {
+            continue;
+        };
+        if ty.trim_start().starts_with("Rule ") || ty.trim_start().starts_with("Rule=") {
+            named += 1;
+            if !history.contains(&format!("(\"{name}\", {name})")) {
+                wrong.push(format!("rules::{name} is missing from rules::HISTORY"));
+            }
+        }
+    }
+    assert!(named > 10, "no rules found in om/src/rules.rs");
+    assert!(
+        wrong.is_empty(),
+        "rules gates without a name (add a Rule to om/src/rules.rs):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A comparison of a rules version with a number: `rules >= 8`,
+/// `self.rules < 10`, `cmd.rules == 0`.
+fn bare_rules_gate(line: &str) -> bool {
+    let mut rest = line;
+    while let Some(i) = rest.find("rules") {
+        let after = rest[i + "rules".len()..].trim_start();
+        let before_ok = i == 0 || {
+            let c = rest.as_bytes()[i - 1];
+            !(c.is_ascii_alphanumeric() || c == b'_')
+        };
+        let op = ["<=", ">=", "==", "!=", "<", ">"]
+            .iter()
+            .find(|op| after.starts_with(**op));
+        if before_ok
+            && let Some(op) = op
+            && after[op.len()..]
+                .trim_start()
+                .starts_with(|c: char| c.is_ascii_digit())
+        {
+            return true;
+        }
+        rest = &rest[i + "rules".len()..];
+    }
+    false
+}
+
+#[test]
+fn the_rules_check_sees_bare_gates() {
+    assert!(bare_rules_gate("if self.rules >= 8 {"));
+    assert!(bare_rules_gate("let x = (rules < 10) && y;"));
+    assert!(bare_rules_gate("if cmd.rules == 0 {"));
+    assert!(!bare_rules_gate("if rules::X.holds(self.rules) {"));
+    assert!(!bare_rules_gate("if cmd.rules > RULES {"));
+    assert!(!bare_rules_gate("let max_rules = 3; if max_rules < 4 {}"));
 }
