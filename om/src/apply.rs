@@ -43,7 +43,7 @@ pub use limits::{
 };
 pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
-pub use retry::{GENERATION_RULES, current_generation};
+pub use retry::current_generation;
 pub use standalone::{apply_alone, stage_alone, state_tables};
 pub use write::{
     LEGACY_MAX_SESSION_BLOCKS, LEGACY_OPEN_KEY_EXPIRY_BATCH, MAX_OPEN_KEY_EXPIRY_BATCH,
@@ -58,10 +58,9 @@ use conditions::check_conditions;
 use quota::Usage;
 
 /// The version of apply's rules this binary proposes and the newest it
-/// applies (`Command.rules`; see ARCHITECTURE.md, "What apply may read").
-/// Raise it with every change to what an existing command does, and branch
-/// on `Ctx::rules` so older entries keep applying as they did.
-pub const RULES: u32 = 11;
+/// applies (`Command.rules`): `rules::CURRENT`, where every behaviour
+/// change is named.
+pub const RULES: u32 = crate::rules::CURRENT;
 
 /// The block size of commands that carry none (written before they did).
 /// Never change it: old log entries replay with it.
@@ -175,7 +174,7 @@ pub fn apply_command(
     let staged_before = batch.len();
     let outcome = limits::check(cmd)
         .and_then(|()| match &cmd.op {
-            Some(op) if cmd.rules >= 2 => {
+            Some(op) if crate::rules::ACL_AT_APPLY.holds(cmd.rules) => {
                 crate::authz::check_command(db, cmd.caller.as_ref(), op, cmd.rules)
                     .and_then(|()| s3::check_caller(db, cmd.caller.as_ref(), op))
             }
@@ -252,7 +251,7 @@ pub fn apply_command(
 /// the separator cannot be forged).
 fn retry_client(cmd: &Command) -> std::borrow::Cow<'_, str> {
     match &cmd.caller {
-        Some(c) if cmd.rules >= 8 => {
+        Some(c) if crate::rules::RETRY_BY_CALLER.holds(cmd.rules) => {
             std::borrow::Cow::Owned(format!("{}\u{1}{}\u{1}{}", cmd.client_id, c.user, c.by))
         }
         _ => std::borrow::Cow::Borrowed(&cmd.client_id),

@@ -232,7 +232,11 @@ pub fn required_at(op: &Op, rules: u32) -> Vec<(Resource<'_>, u32)> {
     // Configuring lifecycle deletes what its rules match, and versioning
     // decides whether overwrites destroy data (rules 8): both need DELETE
     // besides WRITE, as deleting does.
-    let configure = if rules >= 8 { WRITE | DELETE } else { WRITE };
+    let configure = if crate::rules::CONFIGURE_NEEDS_DELETE.holds(rules) {
+        WRITE | DELETE
+    } else {
+        WRITE
+    };
     match op {
         Op::CreateVolume(_)
         | Op::DeleteVolume(_)

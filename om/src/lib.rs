@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod net;
 pub mod peers;
 pub mod restore;
+pub mod rules;
 pub mod server;
 pub mod service;
 pub mod store;

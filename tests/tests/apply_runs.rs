@@ -87,7 +87,7 @@ fn command(index: u64, op: Op) -> st::Command {
         now_ms: 1_000_000 + index * 10,
         op: Some(op),
         rules: if index.is_multiple_of(5) {
-            om::apply::GENERATION_RULES - 1
+            om::rules::RETRY_GENERATIONS.since - 1
         } else {
             om::apply::RULES
         },

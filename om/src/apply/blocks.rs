@@ -53,7 +53,7 @@ impl Ctx<'_> {
         let mut counts = Vec::with_capacity(blocks.len());
         for blk in blocks {
             let n = self.block_holders(blk.block_id)?;
-            let more = if self.rules == 0 {
+            let more = if !crate::rules::COUNTER_OVERFLOW.holds(self.rules) {
                 n.wrapping_add(1)
             } else {
                 n.checked_add(1).ok_or_else(|| {

@@ -22,7 +22,7 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &st::PutKeys,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 6 {
+        if !crate::rules::PUT_KEYS.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",

@@ -16,7 +16,7 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &InitCluster,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 8 {
+        if !crate::rules::INIT_CLUSTER.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",

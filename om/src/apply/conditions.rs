@@ -14,7 +14,9 @@ pub(super) fn check_conditions(
     path: &str,
     rules: u32,
 ) -> Result<(), OmError> {
-    if rules < 10 && (cond.if_match_any || !cond.if_none_match.is_empty()) {
+    if !crate::rules::WRITE_CONDITIONS.holds(rules)
+        && (cond.if_match_any || !cond.if_none_match.is_empty())
+    {
         return Err(OmError::invalid(
             "UNSUPPORTED_COMMAND",
             "conditions",

@@ -84,7 +84,9 @@ impl Ctx<'_> {
                 creation_time_ms: self.now,
                 modification_time_ms: self.now,
                 update_id: self.index,
-                below: (self.rules >= 1).then(|| bounds_at(leaf, n + 1, &NOTHING_BELOW)),
+                below: crate::rules::SUBTREE_BOUNDS
+                    .holds(self.rules)
+                    .then(|| bounds_at(leaf, n + 1, &NOTHING_BELOW)),
             };
             table::put::<DirectoryTable>(self.db, b, &keys::fs_key(parent, name), &mut rec)?;
             parent = rec.object_id;
@@ -157,7 +159,7 @@ impl Ctx<'_> {
         let vol = self.charge(&mut bucket, Usage::dirs_added((comps.len() - from) as u64))?;
         // Checks are done; stage writes from here on.
         let rec = self.make_dirs(b, parent, &comps, from, &comps)?;
-        if self.rules >= 1 {
+        if crate::rules::SUBTREE_BOUNDS.holds(self.rules) {
             self.raise_bounds(b, chain, &comps, Some(NOTHING_BELOW))?;
         }
         bucket.update_id = self.index;
@@ -223,7 +225,7 @@ impl Ctx<'_> {
                 self.make_dirs(b, parent, parents, depth, &comps)?.object_id
             }
         };
-        if self.rules >= 1 {
+        if crate::rules::SUBTREE_BOUNDS.holds(self.rules) {
             self.raise_bounds(b, chain, &comps, Some(NOTHING_BELOW))?;
         }
         let session_id = object_id(self.index, SESSION_ID_SLOT);
@@ -474,7 +476,7 @@ impl Ctx<'_> {
                 }
             }
         };
-        if self.rules >= 1 {
+        if crate::rules::SUBTREE_BOUNDS.holds(self.rules) {
             self.raise_bounds(b, chain, &to, below)?;
         }
         bucket.update_id = self.index;

@@ -41,14 +41,16 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &SetBucketLifecycle,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 4 {
+        if !crate::rules::BUCKET_LIFECYCLE.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",
                 "lifecycle configurations need apply rules 4",
             ));
         }
-        if self.rules < 10 && c.rules.iter().any(|r| r.legacy_prefix) {
+        if !crate::rules::LEGACY_PREFIX_RULES.holds(self.rules)
+            && c.rules.iter().any(|r| r.legacy_prefix)
+        {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "rules.legacy_prefix",
@@ -66,7 +68,7 @@ impl Ctx<'_> {
                 rules: c.rules.clone(),
                 modification_time_ms: self.now,
                 update_id: self.index,
-                configured_by: if self.rules >= 8 {
+                configured_by: if crate::rules::CONFIGURED_BY.holds(self.rules) {
                     self.caller.cloned()
                 } else {
                     None
@@ -82,7 +84,7 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &LifecycleScan,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 5 {
+        if !crate::rules::LIFECYCLE_SCAN.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",
@@ -109,7 +111,7 @@ impl Ctx<'_> {
                 c.volume, c.bucket
             )));
         }
-        if self.rules >= 8
+        if crate::rules::CONFIGURED_BY.holds(self.rules)
             && let Some(by) = &config.configured_by
         {
             // The rules delete with the rights of whoever set them, as
@@ -191,7 +193,8 @@ impl Ctx<'_> {
         rec.cursor_newer_noncurrent = c.to_newer_noncurrent;
         if !c.phase_done {
             rec.cursor = c.to.clone();
-            rec.cursor_null_version = self.rules >= 7 && c.to_null_version;
+            rec.cursor_null_version =
+                crate::rules::SCAN_BY_MODIFICATION.holds(self.rules) && c.to_null_version;
         } else if scan::next_phase(c.phase) != PHASE_IDLE {
             rec.phase = scan::next_phase(c.phase);
             rec.cursor.clear();
@@ -369,7 +372,7 @@ impl Ctx<'_> {
     /// The instant an entry's `Days` count from: when it was written (rules
     /// 7), or its creation time, as rules 5 and 6 applied it.
     fn written_ms(&self, rec: &KeyRecord) -> u64 {
-        if self.rules >= 7 {
+        if crate::rules::SCAN_BY_MODIFICATION.holds(self.rules) {
             eval::written_ms(rec)
         } else {
             rec.creation_time_ms

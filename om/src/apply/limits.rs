@@ -108,7 +108,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
         Op::CreateVolume(c) => {
             name("name", &c.name)?;
             metadata(&c.metadata)?;
-            if cmd.rules >= 1 {
+            if crate::rules::OWNER_BOUND.holds(cmd.rules) {
                 validate::owner("owner", &c.owner)?;
             }
         }
@@ -257,7 +257,7 @@ pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
             metadata(&c.metadata)?;
             conditions(c.conditions.as_ref())?;
             version_id("src_version_id", &c.src_version_id)?;
-            if c.tagging_directive != 0 && cmd.rules < 5 {
+            if c.tagging_directive != 0 && !crate::rules::OBJECT_TAGS.holds(cmd.rules) {
                 return Err(unsupported_tags("tagging_directive"));
             }
             tags(cmd.rules, &c.tags)?;
@@ -420,7 +420,7 @@ fn tags(rules: u32, t: &BTreeMap<String, String>) -> Result<(), OmError> {
     if t.is_empty() {
         return Ok(());
     }
-    if rules < 5 {
+    if !crate::rules::OBJECT_TAGS.holds(rules) {
         return Err(unsupported_tags("tags"));
     }
     validate::tags("tags", t)

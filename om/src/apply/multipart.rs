@@ -133,7 +133,7 @@ impl Ctx<'_> {
         let replaced = table::get::<PartTable>(self.db, &pk)?;
         let blocks = if c.session_id != 0 {
             // The data is already in the session's blocks (rules 9).
-            if self.rules < 9 {
+            if !crate::rules::WRITE_SESSIONS.holds(self.rules) {
                 return Err(OmError::invalid(
                     "UNSUPPORTED_COMMAND",
                     "session_id",

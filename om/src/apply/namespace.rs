@@ -35,7 +35,7 @@ impl Ctx<'_> {
             update_id: self.index,
             metadata: c.metadata.clone(),
             bucket_count: 0,
-            used_bytes: (self.rules >= 1).then_some(0),
+            used_bytes: crate::rules::USAGE_COUNTERS.holds(self.rules).then_some(0),
             acl: Vec::new(),
         };
         table::put::<VolumeTable>(self.db, b, &key, &mut v)?;
@@ -115,7 +115,7 @@ impl Ctx<'_> {
             open_key_count: 0,
             quota_bytes: c.quota_bytes,
             quota_namespace: c.quota_namespace,
-            dir_count: (self.rules >= 1).then_some(0),
+            dir_count: crate::rules::USAGE_COUNTERS.holds(self.rules).then_some(0),
             acl: Vec::new(),
             owner: self.caller.map(|c| c.user.clone()).unwrap_or_default(),
             versioning: versions::UNVERSIONED,
@@ -185,23 +185,23 @@ impl Ctx<'_> {
         }
         let mut vol = self.volume(&c.volume, "volume")?;
         vol.bucket_count = vol.bucket_count.saturating_sub(1);
-        if self.rules >= 1 {
+        if crate::rules::USAGE_COUNTERS.holds(self.rules) {
             vol.used_bytes = vol.used_bytes.map(|u| u.saturating_sub(bucket.used_bytes));
         }
         vol.update_id = self.index;
         table::delete::<BucketTable>(self.db, b, &keys::bucket_key(&c.volume, &c.name))?;
         // Its lifecycle configuration goes with it (a bucket created again
         // under the name starts without one).
-        if self.rules >= 4 {
+        if crate::rules::BUCKET_LIFECYCLE.holds(self.rules) {
             table::delete::<table::LifecycleTable>(
                 self.db,
                 b,
                 &keys::bucket_key(&c.volume, &c.name),
             )?;
         }
-        // And where its scan stood (rules 5; a recreated bucket's object id
+        // And where its scan stood (LIFECYCLE_SCAN; a recreated bucket's object id
         // differs anyway, so older entries need not remove it).
-        if self.rules >= 5 {
+        if crate::rules::LIFECYCLE_SCAN.holds(self.rules) {
             table::delete::<table::LifecycleScanTable>(
                 self.db,
                 b,

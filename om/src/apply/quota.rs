@@ -121,7 +121,7 @@ impl Ctx<'_> {
     /// `COUNTER_OVERFLOW` on `field`); rules-0 commands wrap, as the release
     /// build they were applied with did.
     pub(super) fn grow(&self, n: u64, by: u64, field: &str, what: &str) -> Result<u64, OmError> {
-        if self.rules == 0 {
+        if !crate::rules::COUNTER_OVERFLOW.holds(self.rules) {
             return Ok(n.wrapping_add(by));
         }
         n.checked_add(by).ok_or_else(|| {
@@ -155,7 +155,7 @@ impl Ctx<'_> {
             "key",
             "the bucket's key count",
         )?;
-        if self.rules == 0 {
+        if !crate::rules::USAGE_COUNTERS.holds(self.rules) {
             bucket.used_bytes = used;
             bucket.key_count = keys;
             return Ok(None);

@@ -25,9 +25,6 @@ use crate::store::keys;
 use crate::store::table::{self, RetryCacheTable};
 use crate::store::view::StateRead;
 
-/// The first rules that store an entry under its generation.
-pub const GENERATION_RULES: u32 = 11;
-
 /// The retry cache's current generation.
 pub fn current_generation(db: &(impl StateRead + ?Sized)) -> Result<u64, OmError> {
     table::get_counter(db, keys::RETRY_GENERATION, 0)
@@ -36,7 +33,7 @@ pub fn current_generation(db: &(impl StateRead + ?Sized)) -> Result<u64, OmError
 /// Where `cmd` keeps its entry: the current generation from rules 11, the
 /// rules-10 place (`None`) before.
 pub(super) fn generation_for(db: &ApplyView<'_>, cmd: &Command) -> Result<Option<u64>, OmError> {
-    if cmd.rules < GENERATION_RULES {
+    if !crate::rules::RETRY_GENERATIONS.holds(cmd.rules) {
         return Ok(None);
     }
     current_generation(db).map(Some)
@@ -109,7 +106,7 @@ impl Ctx<'_> {
             n => n.min(MAX_RETRY_EXPIRY_BATCH),
         };
         let cf = table::cf(self.db.rocks(), keys::RETRY_CACHE_CF)?;
-        if self.rules >= GENERATION_RULES && c.advance_generation {
+        if crate::rules::RETRY_GENERATIONS.holds(self.rules) && c.advance_generation {
             let now = current_generation(self.db)?;
             // A stale proposal (another advance came first) does nothing, so
             // two proposals in a row cannot cut a generation short.

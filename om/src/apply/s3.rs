@@ -202,7 +202,7 @@ pub fn without_secret(mut r: S3SecretRecord) -> S3SecretRecord {
 
 impl Ctx<'_> {
     fn s3_rules(&self) -> Result<(), OmError> {
-        if self.rules < 9 {
+        if !crate::rules::S3_CREDENTIALS.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",

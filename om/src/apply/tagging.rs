@@ -55,7 +55,7 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &PutKeyTagging,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 5 {
+        if !crate::rules::OBJECT_TAGS.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",

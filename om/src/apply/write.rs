@@ -252,7 +252,7 @@ impl Ctx<'_> {
         b: &mut EntryWrites<'_>,
         c: &om_proto::store::AbortKey,
     ) -> Result<CommandResult, OmError> {
-        if self.rules < 9 {
+        if !crate::rules::WRITE_SESSIONS.holds(self.rules) {
             return Err(OmError::invalid(
                 "UNSUPPORTED_COMMAND",
                 "op",
