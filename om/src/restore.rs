@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use om_client::backup::{self, Manifest};
+use om_backup_format::{self as backup, Manifest};
 use om_raft_store::OmNode;
 use om_raft_store::backup::LogFate;
 use rocksdb::DB;
