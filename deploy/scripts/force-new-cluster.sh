@@ -1,5 +1,5 @@
 #!/bin/sh
-# Losing a majority on Kubernetes (README, "Losing a majority";
+# Losing a majority on Kubernetes (docs/operations.md, "Losing a majority";
 # docs/kubernetes-runbooks.md): go on from one surviving member, at the
 # cost of any write only the lost members held.
 #

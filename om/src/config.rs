@@ -150,7 +150,7 @@ pub struct Args {
     #[arg(long, env = "OM_MAX_RESPONSE_BYTES")]
     pub max_response_bytes: Option<usize>,
     /// Most concurrent connections to the public gRPC port; further ones are
-    /// reset at once [default: what the open-file limit leaves, see README].
+    /// reset at once [default: what the open-file limit leaves, see docs/configuration.md].
     #[arg(long, env = "OM_MAX_GRPC_CONNECTIONS")]
     pub max_grpc_connections: Option<usize>,
     /// Most concurrent connections to the Raft port [default: an eighth of the
@@ -191,17 +191,17 @@ pub struct Args {
     pub backup_rate_mib_s: Option<u64>,
     /// Memory RocksDB may use for memtables and its block cache, e.g.
     /// `2GiB` or `512MiB` [default: 40 % of the cgroup memory limit, or
-    /// 1 GiB without one; at least 64 MiB]. See README "Memory".
+    /// 1 GiB without one; at least 64 MiB]. See docs/configuration.md, "Memory".
     #[arg(long, env = "OM_MEMORY_BUDGET")]
     pub memory_budget: Option<String>,
     /// Disaster recovery after losing a majority for good: start as the only
-    /// voter of the cluster, keeping this node's data (README "Losing a
+    /// voter of the cluster, keeping this node's data (docs/operations.md, "Losing a
     /// majority"). Done once per data directory: a marker file keeps a
     /// restart with the flag still set from doing it again.
     #[arg(long, env = "OM_FORCE_NEW_CLUSTER")]
     pub force_new_cluster: bool,
     /// Archive every entry this node applies into this directory, so `om
-    /// restore --to-index/--to-time` can replay past a backup (README
+    /// restore --to-index/--to-time` can replay past a backup (docs/operations.md,
     /// "Backups and restore").
     #[arg(long, env = "OM_ARCHIVE_LOG")]
     pub archive_log: Option<PathBuf>,

@@ -17,7 +17,7 @@
 //! majority, writes the `DIVERGED` marker into its data directory (so a
 //! restart does not forget), and from then on serves no read or write,
 //! refuses votes and leadership, steps down if it leads, and reports
-//! not-ready, until an operator rebuilds it (README, "A replica diverged":
+//! not-ready, until an operator rebuilds it (docs/operations.md, "A replica diverged":
 //! an empty data directory, which the member's rejoin fills from a
 //! snapshot). A node that agrees with the majority logs which members differ.
 //! Without a majority (members lagging or unreachable, or a 2-2 split) it
@@ -105,7 +105,7 @@ impl Divergence {
                 marker = %marker.display(),
                 why = %w,
                 "this replica diverged before it stopped: it serves nothing until it is \
-                 rebuilt (README, \"A replica diverged\")"
+                 rebuilt (docs/operations.md, \"A replica diverged\")"
             );
         }
         crate::metrics::replica_diverged(why.is_some());
@@ -155,7 +155,7 @@ impl Divergence {
         tracing::error!(
             why = %why,
             "this replica's state differs from the majority's: it stops serving, refuses \
-             leadership and reports not-ready until it is rebuilt (README, \"A replica diverged\")"
+             leadership and reports not-ready until it is rebuilt (docs/operations.md, \"A replica diverged\")"
         );
         if let Err(e) = write_marker(&self.marker, &why) {
             tracing::error!(error = %e, "could not write the divergence marker");

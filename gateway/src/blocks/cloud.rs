@@ -12,7 +12,7 @@
 //! What a crashed gateway leaves are incomplete multipart uploads, which
 //! are invisible under any name; `object_store` cannot list them, so the
 //! bucket's own lifecycle rule removes them (S3
-//! `AbortIncompleteMultipartUpload`; README says so).
+//! `AbortIncompleteMultipartUpload`; docs/s3-gateway.md says so).
 
 use std::io;
 use std::sync::Arc;

@@ -93,7 +93,7 @@ impl Security {
                 grpc_addr = %cfg.grpc_addr,
                 raft_addr = %cfg.raft_addr,
                 "plaintext gRPC and Raft ports, without authentication: for development on \
-                 loopback, or behind --insecure; see README \"Securing a cluster\""
+                 loopback, or behind --insecure; see docs/security.md"
             ),
         }
         Ok(Security {
