@@ -29,7 +29,10 @@ run-s3: build
 	DATA_DIR=$(DATA_DIR) bash scripts/run-s3.sh
 
 # One cargo invocation compiles the binaries and every test target together (the
-# tests start the real `om` binary); the second only runs what the first built.
+# tests start the real `om` binary); the others only run what it built. Each names
+# the whole workspace (`--workspace`, filtered by `--test`): cargo resolves features
+# over the packages selected, and `-p om-tests` would resolve them anew and
+# compile om and its dependencies a second time.
 # rustc's incremental cache can go stale across toolchains and clones sharing a
 # target directory (a link then fails on an undefined hidden symbol): a failed
 # build is retried once without that cache; a real compile error fails twice.
@@ -39,7 +42,7 @@ test: setup-test
 	  rm -rf "$${CARGO_TARGET_DIR:-target}/release/incremental"; \
 	  $(CARGO) build --release --workspace --all-targets; }
 	$(CARGO) test --release --workspace
-	OM_TEST_MTLS=1 $(CARGO) test --release -p om-tests --test cluster --test linearizable
+	OM_TEST_MTLS=1 $(CARGO) test --release --workspace --test cluster --test linearizable
 
 fmt:
 	$(CARGO) fmt --all
@@ -62,16 +65,16 @@ bench-tls: build
 
 # Write/copy throughput and CopyKey vs MD5 on one node (see BENCHMARKS.md).
 bench-objects: build
-	$(CARGO) run --release -p om-tests --bin objects_bench
+	$(CARGO) run --release --bin objects_bench
 
 # Listing benchmarks: tombstone bands, delimiter roll-up, gRPC pages (see BENCHMARKS.md).
 bench-listing: build
-	$(CARGO) run --release -p om-tests --bin listing_bench
+	$(CARGO) run --release --bin listing_bench
 
 # Lifecycle scans: a pass over 1M keys, PutKey latency during passes, resume
 # cost, listings after expiry (see BENCHMARKS.md).
 bench-lifecycle: build
-	$(CARGO) run --release -p om-tests --bin lifecycle_bench
+	$(CARGO) run --release --bin lifecycle_bench
 
 # 1M-key state on 3 nodes: load, latency, obrwk mix, catch-up (SST vs one-batch
 # install), restart to ready (see BENCHMARKS.md, "Scale"). For 10M:

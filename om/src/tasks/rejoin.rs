@@ -337,10 +337,7 @@ async fn membership_of(m: &Member) -> std::io::Result<(Vec<(u64, OmNode)>, Vec<u
             let effective = st.membership_state.effective();
             let membership = effective.membership();
             (
-                membership
-                    .nodes()
-                    .map(|(id, n)| (*id, n.clone()))
-                    .collect(),
+                membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
                 membership.voter_ids().collect(),
             )
         })
@@ -391,10 +388,7 @@ pub async fn initial(m: &Member) -> std::io::Result<Admission> {
         })
     })
     .await?;
-    let others = members_of(m)
-        .await?
-        .iter()
-        .any(|(id, _)| *id != m.node_id);
+    let others = members_of(m).await?.iter().any(|(id, _)| *id != m.node_id);
     match marker {
         None if m.incarnation.fenced().is_some() => {
             m.raft.runtime_config().elect(false);

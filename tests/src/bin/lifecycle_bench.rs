@@ -17,7 +17,7 @@
 //! 4. After the pass expired 90% of a bucket: ListKeys first and
 //!    continuation pages (native seeks, tombstones skipped).
 //!
-//! `cargo run --release -p om-tests --bin lifecycle_bench [-- --keys N]`
+//! `cargo run --release --bin lifecycle_bench [-- --keys N]`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@
 //!    keys are behind delete markers; a ListObjectVersions continuation behind
 //!    a 100k-tombstone band.
 //!
-//! `cargo run --release -p om-tests --bin listing_bench [-- --quick] [--tombstones-only]`
+//! `cargo run --release --bin listing_bench [-- --quick] [--tombstones-only]`
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //!    its plain MD5 ETag reused, seed HDDS-16315) versus reading 5 GiB through
 //!    MD5 on this machine (what a copy that re-hashes the content pays).
 //!
-//! `cargo run --release -p om-tests --bin objects_bench [-- --quick]`
+//! `cargo run --release --bin objects_bench [-- --quick]`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
