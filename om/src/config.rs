@@ -330,9 +330,9 @@ pub struct Config {
     pub open_key_ttl: Duration,
     pub min_part_size: u64,
     pub max_response_bytes: usize,
-    /// Configured shares of the descriptor budget (`limits::budget` derives
+    /// Configured shares of the descriptor budget (`descriptors::budget` derives
     /// the rest from the open-file limit at start-up).
-    pub fd_overrides: crate::limits::Overrides,
+    pub fd_overrides: crate::descriptors::Overrides,
     pub idle_timeout: Duration,
     pub lifecycle: crate::tasks::lifecycle::Settings,
     /// Bytes per second backups may read.
@@ -561,7 +561,7 @@ impl Config {
                 .or(file.min_part_size)
                 .unwrap_or(crate::apply::DEFAULT_MIN_PART_SIZE),
             max_response_bytes,
-            fd_overrides: crate::limits::Overrides {
+            fd_overrides: crate::descriptors::Overrides {
                 db_max_open_files: args.db_max_open_files.or(file.db_max_open_files),
                 grpc_connections: args.max_grpc_connections.or(file.max_grpc_connections),
                 raft_connections: args.max_raft_connections.or(file.max_raft_connections),

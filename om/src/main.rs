@@ -36,9 +36,9 @@ fn main() -> std::process::ExitCode {
             .init(),
         _ => tracing_subscriber::fmt().with_env_filter(filter).init(),
     }
-    // Descriptors are budgeted from the limit (see `om::limits`): take all
+    // Descriptors are budgeted from the limit (see `om::descriptors`): take all
     // the process may have before anything is opened.
-    match om::limits::raise_nofile_limit() {
+    match om::descriptors::raise_nofile_limit() {
         Ok((before, after)) => tracing::info!(before, after, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }

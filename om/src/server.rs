@@ -61,7 +61,7 @@ pub struct Node {
     pub http_addr: std::net::SocketAddr,
     pub raft_addr: std::net::SocketAddr,
     /// How the descriptor limit was split between storage and the ports.
-    pub budget: crate::limits::Budget,
+    pub budget: crate::descriptors::Budget,
     /// Connection counters of the public gRPC, Raft and HTTP ports.
     pub port_stats: [Arc<PortStats>; 3],
     /// Whether this node takes full part in Raft yet (see `rejoin`).
@@ -312,9 +312,9 @@ impl Node {
 }
 
 /// How the descriptor limit is split between storage and the ports.
-fn descriptor_budget(cfg: &Config) -> Result<crate::limits::Budget, BoxError> {
-    let (limit, _) = crate::limits::nofile_limit()?;
-    let budget = crate::limits::budget(limit, &cfg.fd_overrides)?;
+fn descriptor_budget(cfg: &Config) -> Result<crate::descriptors::Budget, BoxError> {
+    let (limit, _) = crate::descriptors::nofile_limit()?;
+    let budget = crate::descriptors::budget(limit, &cfg.fd_overrides)?;
     tracing::info!(
         open_file_limit = budget.limit,
         db_max_open_files = budget.db_max_open_files,

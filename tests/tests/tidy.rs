@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "audit",
                 "peers",
                 "net",
-                "limits",
+                "descriptors",
                 "memory",
             ],
             &["authz", "listing", "lifecycle", "divergence", "incarnation"],

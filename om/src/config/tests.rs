@@ -171,7 +171,7 @@ fn connection_settings_come_from_every_source() {
     assert_eq!(cfg.fd_overrides.db_max_open_files, Some(77));
     assert_eq!(cfg.idle_timeout, Duration::from_secs(9));
     let d = Config::load(Args::default()).unwrap();
-    assert_eq!(d.fd_overrides, crate::limits::Overrides::default());
+    assert_eq!(d.fd_overrides, crate::descriptors::Overrides::default());
     assert_eq!(d.idle_timeout, Duration::from_secs(DEFAULT_IDLE_TIMEOUT_S));
 }
 

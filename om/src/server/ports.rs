@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{BoxError, NodeOptions};
 use crate::config::Config;
-use crate::limits::Budget;
+use crate::descriptors::Budget;
 use crate::net::{Closer, LimitedListener, PortPolicy, PortStats};
 
 pub(super) struct Port {
