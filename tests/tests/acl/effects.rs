@@ -243,11 +243,19 @@ async fn refusals_cannot_evict_mutations_from_the_audit_log() {
     // Valid tokens from the same address still work.
     let _ = ops.transfer_leader(1).await;
     let path = c.dir.path().join("audit-1.log");
-    wait_for(Duration::from_secs(5), "the refusals file", || async {
-        let r = std::fs::read_to_string(om::audit::refusals_path(&path)).unwrap_or_default();
-        r.contains("ACCESS_DENIED").then_some(())
-    })
+    // The log is written in order by its own thread: once the transfer's
+    // line is in, every refusal before it is too.
+    wait_for(
+        Duration::from_secs(10),
+        "the transfer's audit line",
+        || async {
+            let r = std::fs::read_to_string(&path).unwrap_or_default();
+            r.contains("\"operation\":\"TransferLeader\"").then_some(())
+        },
+    )
     .await;
+    let refusals = std::fs::read_to_string(om::audit::refusals_path(&path)).unwrap();
+    assert!(refusals.contains("ACCESS_DENIED"), "{refusals}");
     // The refusals filled their file past its size: it rotated, and the
     // mutations' file did not.
     let mut rotated = om::audit::refusals_path(&path).into_os_string();
