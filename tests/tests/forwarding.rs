@@ -119,6 +119,22 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
     let addrs = cluster_addrs(3);
     let nodes = start(&addrs, |_| {}).await;
     let leader = agreed_leader(&nodes, None).await;
+    // The first leader names the cluster (InitCluster) on its own: wait for
+    // the id on every replica, so the dumps compared below hold only this
+    // test's writes.
+    wait_for(
+        Duration::from_secs(30),
+        "the cluster id on every replica",
+        || {
+            let named = nodes.iter().flatten().all(|n| {
+                n.dump()
+                    .keys()
+                    .any(|(t, k)| *t == "settings" && k.as_slice() == b"cluster_id")
+            });
+            async move { named.then_some(()) }
+        },
+    )
+    .await;
     let followers: Vec<&MemberAddrs> = addrs.iter().filter(|a| a.id != leader).collect();
     let leader_addr = &addrs[leader as usize - 1];
 
