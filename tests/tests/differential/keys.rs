@@ -141,11 +141,9 @@ impl Run {
 
     pub(crate) async fn delete(&mut self) {
         let (b, k) = self.pick_key();
-        let want = if self.m.state(b) != State::Unversioned || self.m.hist.contains_key(&(b, k)) {
-            Ok(())
-        } else {
-            Err("KEY_NOT_FOUND")
-        };
+        let want = (self.m.state(b) != State::Unversioned || self.m.hist.contains_key(&(b, k)))
+            .then_some(())
+            .ok_or("KEY_NOT_FOUND");
         let r = self.c.delete_key_version("vol1", b, k, "").await;
         self.expect_same("delete", reason(&r), want);
         if let Ok(r) = r {
@@ -204,11 +202,11 @@ impl Run {
         let keys: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let r = if with_ids {
             let r = self.c.delete_key_versions("vol1", b, &keys, &vids).await;
-            let want = if vids.iter().all(|v| well_formed(v)) {
-                Ok(())
-            } else {
-                Err("INVALID_VERSION_ID")
-            };
+            let want = vids
+                .iter()
+                .all(|v| well_formed(v))
+                .then_some(())
+                .ok_or("INVALID_VERSION_ID");
             self.expect_same("delete versions", reason(&r), want);
             match r {
                 Ok(r) => r,

@@ -75,11 +75,12 @@ impl Run {
                 ..Default::default()
             })
             .await;
-        let want = if self.m.sessions.contains_key(&id) {
-            Ok(())
-        } else {
-            Err("SESSION_NOT_FOUND")
-        };
+        let want = self
+            .m
+            .sessions
+            .contains_key(&id)
+            .then_some(())
+            .ok_or("SESSION_NOT_FOUND");
         self.expect_same("allocate", reason(&r), want);
         if let Ok(r) = r {
             let more = self.m.alloc(u64::from(n));
@@ -212,11 +213,12 @@ impl Run {
                 ..Default::default()
             })
             .await;
-        let want = if self.m.uploads.contains_key(&id) {
-            Ok(())
-        } else {
-            Err("UPLOAD_NOT_FOUND")
-        };
+        let want = self
+            .m
+            .uploads
+            .contains_key(&id)
+            .then_some(())
+            .ok_or("UPLOAD_NOT_FOUND");
         self.expect_same("commit part", reason(&r), want);
         if let Ok(r) = r {
             let blocks = self.m.alloc(size.div_ceil(BLOCK));
@@ -347,11 +349,12 @@ impl Run {
                 ..Default::default()
             })
             .await;
-        let want = if self.m.uploads.contains_key(&id) {
-            Ok(())
-        } else {
-            Err("UPLOAD_NOT_FOUND")
-        };
+        let want = self
+            .m
+            .uploads
+            .contains_key(&id)
+            .then_some(())
+            .ok_or("UPLOAD_NOT_FOUND");
         self.expect_same("abort", reason(&r), want);
         if let Some(u) = self.m.uploads.remove(&id) {
             for p in u.parts.values() {
