@@ -30,9 +30,11 @@ run-s3: build
 
 # One cargo invocation compiles the binaries and every test target together (the
 # tests start the real `om` binary); the others only run what it built. Each names
-# the whole workspace (`--workspace`, filtered by `--test`): cargo resolves features
-# over the packages selected, and `-p om-tests` would resolve them anew and
-# compile om and its dependencies a second time.
+# the whole workspace (`--workspace`, filtered by `--test` and test names): cargo
+# resolves features over the packages selected, and `-p om-tests` would resolve
+# them anew and compile om and its dependencies a second time. The second run
+# repeats the in-process cluster suites (`cluster::`, `linearizable::`) with mutual
+# TLS on every connection; `deploy::force_new_cluster` only shares the suffix.
 # rustc's incremental cache can go stale across toolchains and clones sharing a
 # target directory (a link then fails on an undefined hidden symbol): a failed
 # build is retried once without that cache; a real compile error fails twice.
@@ -42,7 +44,8 @@ test: setup-test
 	  rm -rf "$${CARGO_TARGET_DIR:-target}/release/incremental"; \
 	  $(CARGO) build --release --workspace --all-targets; }
 	$(CARGO) test --release --workspace
-	OM_TEST_MTLS=1 $(CARGO) test --release --workspace --test cluster --test linearizable
+	OM_TEST_MTLS=1 $(CARGO) test --release --workspace --test integration --test faults -- \
+	  cluster:: linearizable:: --skip deploy::
 
 fmt:
 	$(CARGO) fmt --all

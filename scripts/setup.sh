@@ -2,7 +2,7 @@
 # Installs what building and testing om needs beyond the Rust toolchain, and
 # nothing when it is already there: a C++ compiler and make for RocksDB,
 # libclang for the RocksDB bindings (bindgen), and promtool and prometheus for
-# the alert tests (tests/tests/deploy/; Debian's prometheus package: with
+# the alert tests (tests/tests/integration/deploy/; Debian's prometheus package: with
 # systemd running, its postinst also enables and starts prometheus.service on
 # port 9090, which the tests do not use; in containers without an init it
 # does not).

@@ -183,7 +183,7 @@ async fn open_store(
         // (BENCHMARKS.md, "Scale"): memory grows with the state.
         batch_snapshot_install: std::env::var("OM_SNAPSHOT_INSTALL").as_deref() == Ok("batch"),
         // Fault injection for the crash tests of real processes
-        // (`tests/tests/divergence.rs`): while the named file exists, log
+        // (`tests/tests/faults/divergence.rs`): while the named file exists, log
         // appends are held in memory, unflushed and unacknowledged.
         hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
         memory: Some(memory),

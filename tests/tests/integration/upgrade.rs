@@ -10,7 +10,7 @@
 //! answers to its retried writes beside it. `write_rules10_fixture` below made
 //! it; to make it again, build that om and run
 //! `OM_BIN=<that om> OM_FIXTURE_OUT=<file.tar.gz> cargo test --release --workspace
-//! --test upgrade -- write_rules10_fixture`. Without `OM_FIXTURE_OUT` it
+//! --test integration -- upgrade::write_rules10_fixture`. Without `OM_FIXTURE_OUT` it
 //! writes a fixture of this build into a temporary file, so the writer is
 //! kept working.
 

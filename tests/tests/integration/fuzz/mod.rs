@@ -10,7 +10,7 @@
 //! write.
 //!
 //! The number of cases per property is bounded for the normal test run;
-//! `PROPTEST_CASES=20000 cargo test --release --workspace --test fuzz` runs
+//! `PROPTEST_CASES=20000 cargo test --release --workspace --test integration fuzz::` runs
 //! longer (see ARCHITECTURE.md).
 
 use std::future::Future;

@@ -11,7 +11,7 @@
 //! `OM_FAULT_SEEDS=1,2,3` picks the schedules (default `1`) and
 //! `OM_FAULT_SECONDS` how long each runs (default 20); a long local soak:
 //! `OM_FAULT_SEEDS=$(seq -s, 1 50) OM_FAULT_SECONDS=300 cargo test --release
-//! --workspace --test fault_schedules -- --nocapture`.
+//! --workspace --test faults fault_schedules:: -- --nocapture`.
 
 use std::time::{Duration, Instant};
 

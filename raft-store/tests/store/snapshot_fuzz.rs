@@ -4,9 +4,9 @@
 //! and its current snapshot are unchanged.
 //!
 //! The normal run tries a bounded number of cases; for a longer run:
-//! `PROPTEST_CASES=100000 cargo test --release -p om-raft-store --test snapshot_fuzz`.
+//! `PROPTEST_CASES=100000 cargo test --release --workspace --test store -- snapshot_fuzz::`.
 
-mod common;
+use crate::common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -8,9 +8,11 @@ use om_client::v1::{BucketVersioning, CopyKeyRequest, MetadataDirective, PutKeyR
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use crate::model::{MALFORMED_IDS, MKey, MVersion, State, UNKNOWN_ID, got_view, view, well_formed};
-use crate::runner::Run;
-use crate::{BLOCK, BUCKETS, FS_BUCKET, KEYS, UNVERSIONED_UNTIL, md5_hex, reason};
+use crate::differential::model::{
+    MALFORMED_IDS, MKey, MVersion, State, UNKNOWN_ID, got_view, view, well_formed,
+};
+use crate::differential::runner::Run;
+use crate::differential::{BLOCK, BUCKETS, FS_BUCKET, KEYS, UNVERSIONED_UNTIL, md5_hex, reason};
 
 fn is_plain(etag: &str) -> bool {
     etag.len() == 32 && !etag.contains('-')

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use om_client::v1::{KeyConditions, KeyInfo};
 
-use crate::ids;
+use crate::differential::ids;
 
 /// Proper ancestors of a path, outermost first.
 pub(crate) fn ancestors(path: &str) -> Vec<String> {

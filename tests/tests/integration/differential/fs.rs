@@ -5,9 +5,9 @@ use om_client::v1::*;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use crate::model::{MFsSession, MKey, Model, ancestors, under};
-use crate::runner::Run;
-use crate::{FS_BUCKET, FS_NAMES, ids, reason};
+use crate::differential::model::{MFsSession, MKey, Model, ancestors, under};
+use crate::differential::runner::Run;
+use crate::differential::{FS_BUCKET, FS_NAMES, ids, reason};
 
 impl Run {
     fn fs_path(&mut self) -> String {

@@ -1,7 +1,7 @@
 //! The Raft storage contract, tested on the real RocksDB store: openraft's
 //! conformance suite plus om's durability points.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! of ingesting it, and transient storage errors are retried instead of
 //! failing the operation.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,9 +4,9 @@
 use om_client::v1::*;
 use rand::Rng;
 
-use crate::model::{State, View, got_view, view};
-use crate::runner::Run;
-use crate::{BUCKETS, FS_BUCKET, KEYS, ids};
+use crate::differential::model::{State, View, got_view, view};
+use crate::differential::runner::Run;
+use crate::differential::{BUCKETS, FS_BUCKET, KEYS, ids};
 
 impl Run {
     /// The FSO bucket through ListStatus (recursive, small pages) and its

@@ -11,8 +11,8 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::model::{Expect, MKey, MVersion, Model, State};
-use crate::{BUCKETS, FS_BUCKET, KEYS, MIN_PART, ids, md5_hex};
+use crate::differential::model::{Expect, MKey, MVersion, Model, State};
+use crate::differential::{BUCKETS, FS_BUCKET, KEYS, MIN_PART, ids, md5_hex};
 
 pub(crate) struct Run {
     /// Successful and refused requests per operation, to prove the random

@@ -29,7 +29,7 @@ use md5::{Digest, Md5};
 use om_client::ClientError;
 use om_client::v1::BlockInfo;
 
-use crate::runner::run_seed;
+use crate::differential::runner::run_seed;
 
 const BLOCK: u64 = 256 * 1024 * 1024;
 const MIN_PART: u64 = 100;

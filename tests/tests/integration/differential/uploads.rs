@@ -8,9 +8,9 @@ use om_client::v1::*;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use crate::model::{MKey, MPart, MSession, MUpload};
-use crate::runner::Run;
-use crate::{BLOCK, MIN_PART, ids, md5_hex, reason};
+use crate::differential::model::{MKey, MPart, MSession, MUpload};
+use crate::differential::runner::Run;
+use crate::differential::{BLOCK, MIN_PART, ids, md5_hex, reason};
 
 fn hex_decode(s: &str) -> Vec<u8> {
     (0..s.len() / 2)

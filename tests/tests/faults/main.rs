@@ -1,0 +1,13 @@
+//! The fault suite: real processes and in-process nodes killed, paused,
+//! partitioned and restarted under load, checked for lost writes, stale
+//! reads, diverged replicas and non-linearizable histories. One binary,
+//! one module per fault family; run one with a name filter, e.g.
+//! `cargo test --release --workspace --test faults -- partitions::`.
+
+mod divergence;
+mod durability;
+mod fault_schedules;
+mod linearizable;
+mod partitions;
+mod rejoin;
+mod stale_read;
