@@ -36,5 +36,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }
+    op_names(&out)
+}
+
+/// `Command::op_name`, derived from the `oneof op` of `store.proto`, so the
+/// schema is the one list of replicated operations' names (each variant is
+/// named after its message).
+fn op_names(out: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let proto = std::fs::read_to_string("proto/om/v1/store.proto")?;
+    let body = proto
+        .split_once("oneof op {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .ok_or("store.proto has no `oneof op`")?
+        .0;
+    let mut arms = String::new();
+    for line in body.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("//") {
+            continue;
+        }
+        let message = line.split_whitespace().next().ok_or("empty oneof line")?;
+        arms.push_str(&format!(
+            "            Some(Op::{message}(_)) => \"{message}\",\n"
+        ));
+    }
+    let code = format!(
+        "impl store::Command {{\n    /// The operation's name, e.g. `PutKey`.\n    pub fn op_name(&self) -> &'static str {{\n        use store::command::Op;\n        match &self.op {{\n{arms}            None => \"Empty\",\n        }}\n    }}\n}}\n"
+    );
+    std::fs::write(out.join("op_names.rs"), code)?;
     Ok(())
 }

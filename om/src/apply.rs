@@ -28,6 +28,7 @@ mod limits;
 mod multipart;
 mod namespace;
 mod objects;
+pub mod ops;
 mod quota;
 mod retry;
 pub mod s3;
@@ -172,59 +173,22 @@ pub fn apply_command(
     // Handlers check everything before they stage their first write, so a
     // rejected command leaves the batch as it was; the length check enforces it.
     let staged_before = batch.len();
-    let outcome = limits::check(cmd)
-        .and_then(|()| match &cmd.op {
-            Some(op) if crate::rules::ACL_AT_APPLY.holds(cmd.rules) => {
-                crate::authz::check_command(db, cmd.caller.as_ref(), op, cmd.rules)
-                    .and_then(|()| s3::check_caller(db, cmd.caller.as_ref(), op))
-            }
-            _ => Ok(()),
-        })
-        .and_then(|()| match &cmd.op {
-            Some(Op::CreateVolume(c)) => ctx.create_volume(batch, c),
-            Some(Op::DeleteVolume(c)) => ctx.delete_volume(batch, c),
-            Some(Op::CreateBucket(c)) => ctx.create_bucket(batch, c),
-            Some(Op::DeleteBucket(c)) => ctx.delete_bucket(batch, c),
-            Some(Op::PutKey(c)) => ctx.put_key(batch, c),
-            Some(Op::PutKeys(c)) => ctx.put_keys(batch, c),
-            Some(Op::DeleteKey(c)) => ctx.delete_key(batch, c),
-            Some(Op::ExpireRetryCache(c)) => ctx.expire_retry_cache(batch, c),
-            Some(Op::DeleteKeys(c)) => ctx.delete_keys(batch, c),
-            Some(Op::RenameKey(c)) => ctx.rename_key(batch, c),
-            Some(Op::OpenKey(c)) => ctx.open_key(batch, c),
-            Some(Op::AllocateBlock(c)) => ctx.allocate_block(batch, c),
-            Some(Op::CommitKey(c)) => ctx.commit_key(batch, c),
-            Some(Op::AbortKey(c)) => ctx.abort_key(batch, c),
-            Some(Op::CopyKey(c)) => ctx.copy_key(batch, c),
-            Some(Op::ExpireOpenKeys(c)) => ctx.expire_open_keys(batch, c),
-            Some(Op::AckDeletedBlocks(c)) => ctx.ack_deleted_blocks(batch, c),
-            Some(Op::InitiateMultipart(c)) => ctx.initiate_multipart(batch, c),
-            Some(Op::CommitPart(c)) => ctx.commit_part(batch, c),
-            Some(Op::CompleteMultipart(c)) => ctx.complete_multipart(batch, c),
-            Some(Op::AbortMultipart(c)) => ctx.abort_multipart(batch, c),
-            Some(Op::CreateDirectory(c)) => ctx.create_directory(batch, c),
-            Some(Op::CreateFile(c)) => ctx.create_file(batch, c),
-            Some(Op::DeletePath(c)) => ctx.delete_path(batch, c),
-            Some(Op::RenamePath(c)) => ctx.rename_path(batch, c),
-            Some(Op::PurgeDeletedDirs(c)) => ctx.purge_deleted_dirs(batch, c),
-            Some(Op::SetVolumeQuota(c)) => ctx.set_volume_quota(batch, c),
-            Some(Op::SetBucketQuota(c)) => ctx.set_bucket_quota(batch, c),
-            Some(Op::SetAcl(c)) => ctx.set_acl(batch, c),
-            Some(Op::SetBucketVersioning(c)) => ctx.set_bucket_versioning(batch, c),
-            Some(Op::SetBucketLifecycle(c)) => ctx.set_bucket_lifecycle(batch, c),
-            Some(Op::LifecycleScan(c)) => ctx.lifecycle_scan(batch, c),
-            Some(Op::PutKeyTagging(c)) => ctx.put_key_tagging(batch, c),
-            // Changes nothing; the store pins the state after it (`pins_state`).
-            Some(Op::VerifyMark(_)) => Ok(CommandResult::default()),
-            Some(Op::InitCluster(c)) => ctx.init_cluster(batch, c),
-            Some(Op::CreateS3Secret(c)) => ctx.create_s3_secret(batch, c),
-            Some(Op::RevokeS3Secret(c)) => ctx.revoke_s3_secret(batch, c),
-            None => Err(OmError::invalid(
-                "EMPTY_COMMAND",
-                "op",
-                "command has no operation",
-            )),
-        });
+    let outcome = limits::check_caller(cmd).and_then(|()| match &cmd.op {
+        None => Err(OmError::invalid(
+            "EMPTY_COMMAND",
+            "op",
+            "command has no operation",
+        )),
+        Some(op) => ops::limits(op, cmd.rules)
+            .and_then(|()| {
+                if !crate::rules::ACL_AT_APPLY.holds(cmd.rules) {
+                    return Ok(());
+                }
+                crate::authz::check_rights(db, cmd.caller.as_ref(), ops::rights(op, cmd.rules))
+                    .and_then(|()| ops::check_caller(db, cmd.caller.as_ref(), op))
+            })
+            .and_then(|()| ops::apply(op, &ctx, batch)),
+    });
     let result = match outcome {
         Ok(r) => r,
         Err(e @ (OmError::Request { .. } | OmError::Denied { .. })) => {

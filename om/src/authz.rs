@@ -13,7 +13,7 @@
 //!   principal). A volume's grants are not inherited by its buckets.
 //!
 //! Checks read only replicated state and the command's `Caller`, so apply
-//! makes the same decision on every replica (`check_command`). A resource that
+//! makes the same decision on every replica (`check_rights`). A resource that
 //! does not exist passes: the operation then reports it missing.
 //!
 //! The request being served is known through a task-local `RequestCtx`,
@@ -23,7 +23,7 @@
 use std::fmt;
 use std::future::Future;
 
-use om_proto::store::{AclGrant, Caller, VolumeRecord, command::Op};
+use om_proto::store::{AclGrant, Caller, VolumeRecord};
 
 use crate::error::OmError;
 use crate::store::keys;
@@ -225,124 +225,35 @@ pub fn check(
     }
 }
 
-/// The rights an operation needs under apply rules `rules` (entries replay
-/// with the rights they were checked against).
-pub fn required_at(op: &Op, rules: u32) -> Vec<(Resource<'_>, u32)> {
-    use Resource::{Bucket, Cluster, Volume};
-    // Configuring lifecycle deletes what its rules match, and versioning
-    // decides whether overwrites destroy data (rules 8): both need DELETE
-    // besides WRITE, as deleting does.
-    let configure = if crate::rules::CONFIGURE_NEEDS_DELETE.holds(rules) {
+/// The rights configuring what deletes data needs under apply rules
+/// `rules`: lifecycle deletes what its rules match, and versioning decides
+/// whether overwrites destroy data, so from rules 8 both need DELETE besides
+/// WRITE, as deleting does.
+pub fn configure_rights(rules: u32) -> u32 {
+    if crate::rules::CONFIGURE_NEEDS_DELETE.holds(rules) {
         WRITE | DELETE
     } else {
         WRITE
-    };
-    match op {
-        Op::CreateVolume(_)
-        | Op::DeleteVolume(_)
-        | Op::SetVolumeQuota(_)
-        | Op::SetBucketQuota(_)
-        | Op::ExpireRetryCache(_)
-        | Op::VerifyMark(_)
-        | Op::AckDeletedBlocks(_)
-        | Op::ExpireOpenKeys(_)
-        | Op::PurgeDeletedDirs(_)
-        | Op::InitCluster(_)
-        | Op::LifecycleScan(_) => vec![(Cluster, ALL)],
-        Op::CreateBucket(c) => vec![(Volume(&c.volume), CREATE)],
-        Op::DeleteBucket(c) => vec![(Bucket(&c.volume, &c.name), DELETE)],
-        Op::SetBucketVersioning(c) => vec![(Bucket(&c.volume, &c.bucket), configure)],
-        Op::SetBucketLifecycle(c) => vec![(Bucket(&c.volume, &c.bucket), configure)],
-        Op::PutKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::PutKeys(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::PutKeyTagging(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::OpenKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::AllocateBlock(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::CommitKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::AbortKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::InitiateMultipart(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::CommitPart(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::CompleteMultipart(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::AbortMultipart(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::CreateDirectory(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::CreateFile(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE)],
-        Op::DeleteKey(c) => vec![(Bucket(&c.volume, &c.bucket), DELETE)],
-        Op::DeleteKeys(c) => vec![(Bucket(&c.volume, &c.bucket), DELETE)],
-        Op::DeletePath(c) => vec![(Bucket(&c.volume, &c.bucket), DELETE)],
-        Op::RenameKey(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE | DELETE)],
-        Op::RenamePath(c) => vec![(Bucket(&c.volume, &c.bucket), WRITE | DELETE)],
-        Op::CopyKey(c) => vec![
-            (Bucket(&c.src_volume, &c.src_bucket), READ),
-            (Bucket(&c.volume, &c.bucket), WRITE),
-        ],
-        Op::SetAcl(c) => match Resource::of(&c.volume, &c.bucket) {
-            Cluster => vec![(Cluster, ALL)],
-            r => vec![(r, WRITE_ACL)],
-        },
-        // Depend on the credential's user: `apply::s3::check_caller`.
-        Op::CreateS3Secret(_) | Op::RevokeS3Secret(_) => vec![],
     }
 }
 
-/// What an operation acts on, for the audit log: the key or path when it
-/// has one, else the bucket, volume or cluster. No catch-all arm: a new
-/// operation does not compile until it names its target.
-pub fn target(op: &Op) -> String {
-    let obj = |v: &str, b: &str, k: &str| format!("/{v}/{b}/{k}");
-    match op {
-        Op::PutKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::PutKeyTagging(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::OpenKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::AllocateBlock(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::CommitKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::AbortKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::InitiateMultipart(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::CommitPart(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::CompleteMultipart(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::AbortMultipart(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::DeleteKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::RenameKey(c) => obj(&c.volume, &c.bucket, &c.from),
-        Op::CopyKey(c) => obj(&c.volume, &c.bucket, &c.key),
-        Op::CreateDirectory(c) => obj(&c.volume, &c.bucket, &c.path),
-        Op::CreateFile(c) => obj(&c.volume, &c.bucket, &c.path),
-        Op::DeletePath(c) => obj(&c.volume, &c.bucket, &c.path),
-        Op::RenamePath(c) => obj(&c.volume, &c.bucket, &c.from),
-        Op::CreateVolume(c) => Resource::Volume(&c.name).to_string(),
-        Op::DeleteVolume(c) => Resource::Volume(&c.name).to_string(),
-        Op::SetVolumeQuota(c) => Resource::Volume(&c.name).to_string(),
-        Op::SetBucketQuota(c) => Resource::Bucket(&c.volume, &c.name).to_string(),
-        Op::SetBucketVersioning(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        Op::SetBucketLifecycle(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        Op::LifecycleScan(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        // The access key is public; the secret never appears.
-        Op::CreateS3Secret(c) => format!("/s3-secrets/{}", c.access_key),
-        Op::RevokeS3Secret(c) => format!("/s3-secrets/{}", c.access_key),
-        Op::CreateBucket(c) => Resource::Volume(&c.volume).to_string(),
-        Op::DeleteBucket(c) => Resource::Bucket(&c.volume, &c.name).to_string(),
-        Op::PutKeys(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        Op::DeleteKeys(c) => Resource::Bucket(&c.volume, &c.bucket).to_string(),
-        Op::SetAcl(c) => Resource::of(&c.volume, &c.bucket).to_string(),
-        Op::ExpireRetryCache(_)
-        | Op::VerifyMark(_)
-        | Op::AckDeletedBlocks(_)
-        | Op::ExpireOpenKeys(_)
-        | Op::PurgeDeletedDirs(_)
-        | Op::InitCluster(_) => Resource::Cluster.to_string(),
-    }
+/// An object's audit target: `/volume/bucket/key`.
+pub fn object_target(volume: &str, bucket: &str, key: &str) -> String {
+    format!("/{volume}/{bucket}/{key}")
 }
 
-/// Apply's check: the command's caller (if any) holds every right its
-/// operation needs, in the replicated state as of this entry.
-pub fn check_command(
+/// Apply's check: the command's caller (if any) holds every right in
+/// `rights` (its operation's, `apply::ops::rights`), in the replicated state
+/// as of this entry.
+pub fn check_rights(
     db: &(impl StateRead + ?Sized),
     caller: Option<&Caller>,
-    op: &Op,
-    rules: u32,
+    rights: Vec<(Resource<'_>, u32)>,
 ) -> Result<(), OmError> {
     let Some(c) = caller else {
         return Ok(());
     };
-    for (r, right) in required_at(op, rules) {
+    for (r, right) in rights {
         check(db, c, r, right)?;
     }
     Ok(())

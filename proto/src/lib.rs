@@ -48,52 +48,8 @@ impl std::fmt::Display for store::Command {
     }
 }
 
-impl store::Command {
-    /// The operation's name, e.g. `PutKey`.
-    pub fn op_name(&self) -> &'static str {
-        use store::command::Op;
-        match &self.op {
-            Some(Op::CreateVolume(_)) => "CreateVolume",
-            Some(Op::DeleteVolume(_)) => "DeleteVolume",
-            Some(Op::CreateBucket(_)) => "CreateBucket",
-            Some(Op::DeleteBucket(_)) => "DeleteBucket",
-            Some(Op::PutKey(_)) => "PutKey",
-            Some(Op::PutKeys(_)) => "PutKeys",
-            Some(Op::DeleteKey(_)) => "DeleteKey",
-            Some(Op::ExpireRetryCache(_)) => "ExpireRetryCache",
-            Some(Op::DeleteKeys(_)) => "DeleteKeys",
-            Some(Op::RenameKey(_)) => "RenameKey",
-            Some(Op::OpenKey(_)) => "OpenKey",
-            Some(Op::AllocateBlock(_)) => "AllocateBlock",
-            Some(Op::CommitKey(_)) => "CommitKey",
-            Some(Op::AbortKey(_)) => "AbortKey",
-            Some(Op::CopyKey(_)) => "CopyKey",
-            Some(Op::InitiateMultipart(_)) => "InitiateMultipart",
-            Some(Op::CommitPart(_)) => "CommitPart",
-            Some(Op::CompleteMultipart(_)) => "CompleteMultipart",
-            Some(Op::AbortMultipart(_)) => "AbortMultipart",
-            Some(Op::AckDeletedBlocks(_)) => "AckDeletedBlocks",
-            Some(Op::ExpireOpenKeys(_)) => "ExpireOpenKeys",
-            Some(Op::CreateDirectory(_)) => "CreateDirectory",
-            Some(Op::CreateFile(_)) => "CreateFile",
-            Some(Op::DeletePath(_)) => "DeletePath",
-            Some(Op::RenamePath(_)) => "RenamePath",
-            Some(Op::PurgeDeletedDirs(_)) => "PurgeDeletedDirs",
-            Some(Op::SetVolumeQuota(_)) => "SetVolumeQuota",
-            Some(Op::SetBucketQuota(_)) => "SetBucketQuota",
-            Some(Op::SetAcl(_)) => "SetAcl",
-            Some(Op::SetBucketVersioning(_)) => "SetBucketVersioning",
-            Some(Op::SetBucketLifecycle(_)) => "SetBucketLifecycle",
-            Some(Op::PutKeyTagging(_)) => "PutKeyTagging",
-            Some(Op::LifecycleScan(_)) => "LifecycleScan",
-            Some(Op::VerifyMark(_)) => "VerifyMark",
-            Some(Op::InitCluster(_)) => "InitCluster",
-            Some(Op::CreateS3Secret(_)) => "CreateS3Secret",
-            Some(Op::RevokeS3Secret(_)) => "RevokeS3Secret",
-            None => "Empty",
-        }
-    }
-}
+// `Command::op_name`, generated from `store.proto`'s `oneof op` (`build.rs`).
+include!(concat!(env!("OUT_DIR"), "/op_names.rs"));
 
 /// Debug output of the messages that carry an S3 secret key: every field
 /// but the secret, which shows as `<redacted>` (see `build.rs`).

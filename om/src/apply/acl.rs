@@ -1,14 +1,54 @@
 //! ACL changes (`SetAcl`) on the cluster, a volume or a bucket. Who may make
-//! them is checked before the handler runs (`authz::check_command`).
+//! them is checked before the handler runs (`authz::check_rights`).
 
 use om_proto::store::{AclResult, CommandResult, SetAcl, command_result};
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::{Ctx, ok};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
+
+impl Operation for om_proto::store::SetAcl {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        match Resource::of(&self.volume, &self.bucket) {
+            Resource::Cluster => vec![(Resource::Cluster, authz::ALL)],
+            r => vec![(r, authz::WRITE_ACL)],
+        }
+    }
+
+    fn target(&self) -> String {
+        Resource::of(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        if !self.volume.is_empty() {
+            limits::name("volume", &self.volume)?;
+        }
+        if !self.bucket.is_empty() {
+            limits::name("bucket", &self.bucket)?;
+        }
+        if self.volume.is_empty() && !self.bucket.is_empty() {
+            return Err(OmError::invalid(
+                "MISSING_VOLUME",
+                "volume",
+                "a bucket's ACL names its volume",
+            ));
+        }
+        crate::authz::check_grants(
+            crate::authz::Resource::of(&self.volume, &self.bucket),
+            &self.grants,
+        )?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_acl(b, self)
+    }
+}
 
 impl Ctx<'_> {
     pub(super) fn set_acl(

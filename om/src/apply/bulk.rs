@@ -6,11 +6,38 @@
 use om_proto::store::{self as st, CommandResult, CountResult, KeyRecord, command_result};
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::quota::Usage;
 use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
+
+impl Operation for om_proto::store::PutKeys {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        limits::put_keys_count(self.keys.len())?;
+        limits::block_size(self.block_size)?;
+        for (i, k) in self.keys.iter().enumerate() {
+            limits::new_key(k, self.block_size).map_err(|e| e.within(&format!("keys[{i}]")))?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.put_keys(b, self)
+    }
+}
 
 /// Most keys one `PutKeys` creates: each key's object id is the entry's log
 /// index and its position (8 bits; see `object_id`).

@@ -9,10 +9,13 @@ use om_proto::store::{
 };
 use om_raft_store::EntryWrites;
 
+use super::limits;
 use super::limits::MAX_PURGE_BATCH;
+use super::ops::Operation;
 use super::quota::Usage;
 use super::write::lay_out_unwritten;
 use super::{Ctx, object_id, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs::{self, Chain, Entry, Walk};
 use crate::store::keys;
@@ -20,6 +23,113 @@ use crate::store::table::{
     self, BucketTable, DeletedDirTable, DirectoryTable, FileTable, OpenFileTable,
 };
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::CreateDirectory {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.path)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        limits::path("path", &self.path)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.create_directory(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CreateFile {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.path)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        limits::path("path", &self.path)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::blocks_per_call("blocks", self.blocks)?;
+        limits::block_size(self.block_size)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.create_file(b, self)
+    }
+}
+
+impl Operation for om_proto::store::DeletePath {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::DELETE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.path)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        limits::path("path", &self.path)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.delete_path(b, self)
+    }
+}
+
+impl Operation for om_proto::store::RenamePath {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(
+            Resource::Bucket(&self.volume, &self.bucket),
+            authz::WRITE | authz::DELETE,
+        )]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.from)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        limits::path("from", &self.from)?;
+        limits::path("to", &self.to)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.rename_path(b, self)
+    }
+}
+
+impl Operation for om_proto::store::PurgeDeletedDirs {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Cluster.to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        // Batch sizes: capped by the handlers, never refused.
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.purge_deleted_dirs(b, self)
+    }
+}
 
 /// The per-entry object-id counter reserved for a file session, above any
 /// directory a command creates (paths are at most `MAX_PATH_DEPTH` deep).

@@ -17,11 +17,11 @@
 
 use std::collections::BTreeMap;
 
-use om_proto::store::{Command, KeyConditions, command::Op};
+use om_proto::store::{Command, KeyConditions};
 
 use super::{LEGACY_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_KEY_SIZE, MIN_BLOCK_SIZE};
 use crate::error::OmError;
-use crate::validate::{self, MAX_DELETE_KEYS, MAX_ETAG_BYTES, MAX_NAME_BYTES, quote_prefix};
+use crate::validate::{self, MAX_ETAG_BYTES, MAX_NAME_BYTES, quote_prefix};
 
 /// Most blocks one key, part or commit lists (a 5 TiB key in 256 MiB
 /// blocks): a stateless limit apply re-checks (never lower it).
@@ -56,7 +56,7 @@ pub fn block_size_or_legacy(stamped: u64) -> u64 {
 /// A version id field: empty (none) or at most a version id's length, so a
 /// hostile command carries no long string (its syntax is checked where it
 /// is used, with the state's answer).
-fn version_id(field: &str, v: &str) -> Result<(), OmError> {
+pub(super) fn version_id(field: &str, v: &str) -> Result<(), OmError> {
     if v.len() <= super::versions::VERSION_ID_CHARS {
         return Ok(());
     }
@@ -97,258 +97,19 @@ fn caller(c: &om_proto::store::Caller) -> Result<(), OmError> {
     Ok(())
 }
 
-/// Checks every field of `cmd` that has a limit; the error names the field
-/// as the edge would.
-pub(super) fn check(cmd: &Command) -> Result<(), OmError> {
-    let Some(op) = &cmd.op else { return Ok(()) };
-    if let Some(c) = &cmd.caller {
-        caller(c)?;
+/// Checks the limits of `cmd`'s caller; each operation checks its own
+/// fields (`Operation::limits`, after this). The error names the field as
+/// the edge would.
+pub(super) fn check_caller(cmd: &Command) -> Result<(), OmError> {
+    match &cmd.caller {
+        Some(c) => caller(c),
+        None => Ok(()),
     }
-    match op {
-        Op::CreateVolume(c) => {
-            name("name", &c.name)?;
-            metadata(&c.metadata)?;
-            if crate::rules::OWNER_BOUND.holds(cmd.rules) {
-                validate::owner("owner", &c.owner)?;
-            }
-        }
-        Op::DeleteVolume(c) => name("name", &c.name)?,
-        Op::SetVolumeQuota(c) => name("name", &c.name)?,
-        Op::CreateBucket(c) => {
-            name("volume", &c.volume)?;
-            name("name", &c.name)?;
-            metadata(&c.metadata)?;
-        }
-        Op::DeleteBucket(c) => {
-            name("volume", &c.volume)?;
-            name("name", &c.name)?;
-        }
-        Op::SetBucketQuota(c) => {
-            name("volume", &c.volume)?;
-            name("name", &c.name)?;
-        }
-        Op::SetAcl(c) => {
-            if !c.volume.is_empty() {
-                name("volume", &c.volume)?;
-            }
-            if !c.bucket.is_empty() {
-                name("bucket", &c.bucket)?;
-            }
-            if c.volume.is_empty() && !c.bucket.is_empty() {
-                return Err(OmError::invalid(
-                    "MISSING_VOLUME",
-                    "volume",
-                    "a bucket's ACL names its volume",
-                ));
-            }
-            crate::authz::check_grants(
-                crate::authz::Resource::of(&c.volume, &c.bucket),
-                &c.grants,
-            )?;
-        }
-        Op::PutKey(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            key_size("size", c.size)?;
-            layout(c.size, c.block_size)?;
-            etag("etag", &c.etag)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            conditions(c.conditions.as_ref())?;
-            tags(cmd.rules, &c.tags)?;
-        }
-        Op::PutKeys(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            put_keys_count(c.keys.len())?;
-            block_size(c.block_size)?;
-            for (i, k) in c.keys.iter().enumerate() {
-                new_key(k, c.block_size).map_err(|e| e.within(&format!("keys[{i}]")))?;
-            }
-        }
-        Op::PutKeyTagging(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            version_id("version_id", &c.version_id)?;
-            validate::tags("tags", &c.tags)?;
-        }
-        Op::DeleteKey(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            version_id("version_id", &c.version_id)?;
-        }
-        Op::SetBucketVersioning(c) => {
-            name("volume", &c.volume)?;
-            name("bucket", &c.bucket)?;
-        }
-        Op::SetBucketLifecycle(c) => {
-            name("volume", &c.volume)?;
-            name("bucket", &c.bucket)?;
-            if !c.delete {
-                crate::lifecycle::validate(&c.rules)?;
-            }
-        }
-        Op::LifecycleScan(c) => {
-            name("volume", &c.volume)?;
-            name("bucket", &c.bucket)?;
-            crate::lifecycle::scan::check_page(c)?;
-        }
-        Op::ExpireRetryCache(_) | Op::VerifyMark(_) => {}
-        Op::InitCluster(c) => crate::cluster_id::check(&c.cluster_id)?,
-        Op::CreateS3Secret(_) | Op::RevokeS3Secret(_) => super::s3::check_fields(op)?,
-        Op::DeleteKeys(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            if c.keys.len() > MAX_DELETE_KEYS {
-                return Err(OmError::invalid(
-                    "INVALID_KEY_COUNT",
-                    "keys",
-                    format!(
-                        "at most {MAX_DELETE_KEYS} keys per request, got {}",
-                        c.keys.len()
-                    ),
-                ));
-            }
-            for k in &c.keys {
-                validate::key_name("keys", k)?;
-            }
-            super::versions::check_version_id_count(c.keys.len(), c.version_ids.len())?;
-            for v in &c.version_ids {
-                version_id("version_ids", v)?;
-            }
-        }
-        Op::RenameKey(c) => {
-            object(&c.volume, &c.bucket, "from", &c.from)?;
-            validate::key_name("to", &c.to)?;
-        }
-        Op::OpenKey(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            blocks_per_call("blocks", c.blocks)?;
-            block_size(c.block_size)?;
-            tags(cmd.rules, &c.tags)?;
-        }
-        Op::AllocateBlock(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            blocks_per_call("count", c.count)?;
-        }
-        Op::AbortKey(c) => object(&c.volume, &c.bucket, "key", &c.key)?,
-        Op::CommitKey(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            key_size("size", c.size)?;
-            if c.blocks.len() > MAX_KEY_BLOCKS {
-                return Err(OmError::invalid(
-                    "INVALID_BLOCKS",
-                    "blocks",
-                    format!(
-                        "{} blocks listed; a key has at most {MAX_KEY_BLOCKS}",
-                        c.blocks.len()
-                    ),
-                ));
-            }
-            etag("etag", &c.etag)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            conditions(c.conditions.as_ref())?;
-        }
-        Op::CopyKey(c) => {
-            object(&c.src_volume, &c.src_bucket, "src_key", &c.src_key)?;
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            etag("src_if_match", &c.src_if_match)?;
-            etag("src_if_none_match", &c.src_if_none_match)?;
-            etag("content_md5", &c.content_md5)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            conditions(c.conditions.as_ref())?;
-            version_id("src_version_id", &c.src_version_id)?;
-            if c.tagging_directive != 0 && !crate::rules::OBJECT_TAGS.holds(cmd.rules) {
-                return Err(unsupported_tags("tagging_directive"));
-            }
-            tags(cmd.rules, &c.tags)?;
-        }
-        Op::InitiateMultipart(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            tags(cmd.rules, &c.tags)?;
-        }
-        Op::CommitPart(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            part_number("part_number", c.part_number)?;
-            if c.size > MAX_PART_SIZE {
-                return Err(OmError::invalid(
-                    "ENTITY_TOO_LARGE",
-                    "size",
-                    format!("a part is at most {MAX_PART_SIZE} bytes, got {}", c.size),
-                ));
-            }
-            layout(c.size, c.block_size)?;
-            etag("etag", &c.etag)?;
-            if c.blocks.len() > MAX_KEY_BLOCKS {
-                return Err(OmError::invalid(
-                    "INVALID_BLOCKS",
-                    "blocks",
-                    format!(
-                        "{} blocks listed; a part has at most {MAX_KEY_BLOCKS}",
-                        c.blocks.len()
-                    ),
-                ));
-            }
-        }
-        Op::CompleteMultipart(c) => {
-            object(&c.volume, &c.bucket, "key", &c.key)?;
-            if c.parts.is_empty() || c.parts.len() > MAX_PART_NUMBER as usize {
-                return Err(OmError::invalid(
-                    "INVALID_PARTS",
-                    "parts",
-                    format!(
-                        "1..={MAX_PART_NUMBER} parts must be listed, got {}",
-                        c.parts.len()
-                    ),
-                ));
-            }
-            for p in &c.parts {
-                part_number("parts", p.part_number)?;
-                etag("parts", &p.etag)?;
-            }
-            conditions(c.conditions.as_ref())?;
-        }
-        Op::AbortMultipart(c) => object(&c.volume, &c.bucket, "key", &c.key)?,
-        Op::AckDeletedBlocks(c) => {
-            if c.ids.len() > MAX_ACK_IDS {
-                return Err(OmError::invalid(
-                    "INVALID_ID_COUNT",
-                    "ids",
-                    format!("at most {MAX_ACK_IDS} ids per call, got {}", c.ids.len()),
-                ));
-            }
-        }
-        // Batch sizes: capped by the handlers, never refused.
-        Op::ExpireOpenKeys(_) | Op::PurgeDeletedDirs(_) => {}
-        Op::CreateDirectory(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            path("path", &c.path)?;
-        }
-        Op::CreateFile(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            path("path", &c.path)?;
-            validate::content_type("content_type", &c.content_type)?;
-            metadata(&c.metadata)?;
-            blocks_per_call("blocks", c.blocks)?;
-            block_size(c.block_size)?;
-        }
-        Op::DeletePath(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            path("path", &c.path)?;
-        }
-        Op::RenamePath(c) => {
-            bucket(&c.volume, &c.bucket)?;
-            path("from", &c.from)?;
-            path("to", &c.to)?;
-        }
-    }
-    Ok(())
 }
 
 /// A volume or bucket name as the key layouts need it: 1 to 63 bytes,
 /// without `/` (the separator) or NUL.
-fn name(field: &'static str, n: &str) -> Result<(), OmError> {
+pub(super) fn name(field: &'static str, n: &str) -> Result<(), OmError> {
     if n.is_empty() || n.len() > MAX_NAME_BYTES || n.contains(['/', '\0']) {
         return Err(OmError::invalid(
             "INVALID_NAME",
@@ -362,12 +123,17 @@ fn name(field: &'static str, n: &str) -> Result<(), OmError> {
     Ok(())
 }
 
-fn bucket(volume: &str, bucket: &str) -> Result<(), OmError> {
+pub(super) fn bucket(volume: &str, bucket: &str) -> Result<(), OmError> {
     name("volume", volume)?;
     name("bucket", bucket)
 }
 
-fn object(volume: &str, bkt: &str, field: &'static str, key: &str) -> Result<(), OmError> {
+pub(super) fn object(
+    volume: &str,
+    bkt: &str,
+    field: &'static str,
+    key: &str,
+) -> Result<(), OmError> {
     bucket(volume, bkt)?;
     validate::key_name(field, key)
 }
@@ -389,7 +155,7 @@ pub fn put_keys_count(n: usize) -> Result<(), OmError> {
 
 /// One key of a `PutKeys`, as `PutKey`'s fields are checked (field names
 /// relative to the item).
-fn new_key(k: &om_proto::store::NewKey, stamped: u64) -> Result<(), OmError> {
+pub(super) fn new_key(k: &om_proto::store::NewKey, stamped: u64) -> Result<(), OmError> {
     validate::key_name("key", &k.key)?;
     key_size("size", k.size)?;
     layout(k.size, stamped)?;
@@ -399,14 +165,14 @@ fn new_key(k: &om_proto::store::NewKey, stamped: u64) -> Result<(), OmError> {
     validate::tags("tags", &k.tags)
 }
 
-fn metadata(m: &BTreeMap<String, String>) -> Result<(), OmError> {
+pub(super) fn metadata(m: &BTreeMap<String, String>) -> Result<(), OmError> {
     validate::metadata("metadata", m)
 }
 
 /// Object tags arrived with rules 5: an older command carrying some was
 /// never proposed by any leader, and is refused as an unknown command would
 /// be.
-fn unsupported_tags(field: &'static str) -> OmError {
+pub(super) fn unsupported_tags(field: &'static str) -> OmError {
     OmError::invalid(
         "UNSUPPORTED_COMMAND",
         field,
@@ -416,7 +182,7 @@ fn unsupported_tags(field: &'static str) -> OmError {
 
 /// Tags a write gives the key it creates: S3's rules (`validate::tags`),
 /// from rules 5 on (a command without tags applies as before).
-fn tags(rules: u32, t: &BTreeMap<String, String>) -> Result<(), OmError> {
+pub(super) fn tags(rules: u32, t: &BTreeMap<String, String>) -> Result<(), OmError> {
     if t.is_empty() {
         return Ok(());
     }
@@ -427,7 +193,7 @@ fn tags(rules: u32, t: &BTreeMap<String, String>) -> Result<(), OmError> {
 }
 
 /// ETags and digests are stored as given: bounded by the longest form.
-fn etag(field: &'static str, e: &str) -> Result<(), OmError> {
+pub(super) fn etag(field: &'static str, e: &str) -> Result<(), OmError> {
     if e.len() > MAX_ETAG_BYTES {
         return Err(OmError::invalid(
             "INVALID_ETAG",
@@ -444,7 +210,7 @@ fn etag(field: &'static str, e: &str) -> Result<(), OmError> {
 /// A condition's ETags are compared, never stored: bounded by what the edge
 /// takes (`validate::MAX_CONDITION_ETAG_BYTES`, above `MAX_ETAG_BYTES` since
 /// rules 10, whose leaders alone send longer ones).
-fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
+pub(super) fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
     let Some(c) = c else { return Ok(()) };
     for (field, e) in [
         ("conditions.if_match", &c.if_match),
@@ -502,7 +268,7 @@ pub fn part_number(field: &'static str, n: u32) -> Result<(), OmError> {
 }
 
 /// A stamped block size: 0 (legacy) or within `MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE`.
-fn block_size(bs: u64) -> Result<(), OmError> {
+pub(super) fn block_size(bs: u64) -> Result<(), OmError> {
     if bs != 0 && !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
         return Err(OmError::invalid(
             "INVALID_BLOCK_SIZE",
@@ -515,7 +281,7 @@ fn block_size(bs: u64) -> Result<(), OmError> {
 
 /// `size` bytes laid out in blocks of the stamped size: a valid size, and at
 /// most `MAX_KEY_BLOCKS` of them, checked before apply allocates any id.
-fn layout(size: u64, stamped: u64) -> Result<(), OmError> {
+pub(super) fn layout(size: u64, stamped: u64) -> Result<(), OmError> {
     block_size(stamped)?;
     let n = size.div_ceil(block_size_or_legacy(stamped));
     if n > MAX_KEY_BLOCKS as u64 {
@@ -532,7 +298,7 @@ fn layout(size: u64, stamped: u64) -> Result<(), OmError> {
 /// `validate::fs_path`): not the root, at most `MAX_KEY_BYTES` and
 /// `fs::MAX_PATH_DEPTH` components, which also keeps the per-entry object-id
 /// counter of the directories one command creates below 255.
-fn path(field: &'static str, p: &str) -> Result<(), OmError> {
+pub(super) fn path(field: &'static str, p: &str) -> Result<(), OmError> {
     if validate::fs_path_not_root(field, p)? != p {
         return Err(OmError::invalid(
             "INVALID_PATH",

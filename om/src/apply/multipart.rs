@@ -11,11 +11,127 @@ use om_proto::store::{
 use om_raft_store::EntryWrites;
 
 use super::limits::block_size_or_legacy;
+use super::limits::{self, MAX_KEY_BLOCKS, MAX_PART_NUMBER, MAX_PART_SIZE};
+use super::ops::Operation;
 use super::{Ctx, lay_out, object_id, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, PartTable, UploadTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::InitiateMultipart {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::tags(rules, &self.tags)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.initiate_multipart(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CommitPart {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::part_number("part_number", self.part_number)?;
+        if self.size > MAX_PART_SIZE {
+            return Err(OmError::invalid(
+                "ENTITY_TOO_LARGE",
+                "size",
+                format!("a part is at most {MAX_PART_SIZE} bytes, got {}", self.size),
+            ));
+        }
+        limits::layout(self.size, self.block_size)?;
+        limits::etag("etag", &self.etag)?;
+        if self.blocks.len() > MAX_KEY_BLOCKS {
+            return Err(OmError::invalid(
+                "INVALID_BLOCKS",
+                "blocks",
+                format!(
+                    "{} blocks listed; a part has at most {MAX_KEY_BLOCKS}",
+                    self.blocks.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.commit_part(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CompleteMultipart {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        if self.parts.is_empty() || self.parts.len() > MAX_PART_NUMBER as usize {
+            return Err(OmError::invalid(
+                "INVALID_PARTS",
+                "parts",
+                format!(
+                    "1..={MAX_PART_NUMBER} parts must be listed, got {}",
+                    self.parts.len()
+                ),
+            ));
+        }
+        for p in &self.parts {
+            limits::part_number("parts", p.part_number)?;
+            limits::etag("parts", &p.etag)?;
+        }
+        limits::conditions(self.conditions.as_ref())?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.complete_multipart(b, self)
+    }
+}
+
+impl Operation for om_proto::store::AbortMultipart {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.abort_multipart(b, self)
+    }
+}
 
 /// S3's default smallest part (all but the last): 5 MiB.
 pub const DEFAULT_MIN_PART_SIZE: u64 = 5 * 1024 * 1024;

@@ -3,11 +3,119 @@
 use om_proto::store::{BucketRecord, CommandResult, Empty, VolumeRecord, command_result};
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::{Ctx, LAYOUT_FSO, LAYOUT_OBJECT_STORE, object_id, ok, versions};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::CreateVolume {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Volume(&self.name).to_string()
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::name("name", &self.name)?;
+        limits::metadata(&self.metadata)?;
+        if crate::rules::OWNER_BOUND.holds(rules) {
+            crate::validate::owner("owner", &self.owner)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.create_volume(b, self)
+    }
+}
+
+impl Operation for om_proto::store::DeleteVolume {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Volume(&self.name).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("name", &self.name)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.delete_volume(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CreateBucket {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Volume(&self.volume), authz::CREATE)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Volume(&self.volume).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("name", &self.name)?;
+        limits::metadata(&self.metadata)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.create_bucket(b, self)
+    }
+}
+
+impl Operation for om_proto::store::DeleteBucket {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.name), authz::DELETE)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.name).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("name", &self.name)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.delete_bucket(b, self)
+    }
+}
+
+impl Operation for om_proto::store::SetBucketVersioning {
+    fn rights(&self, rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(
+            Resource::Bucket(&self.volume, &self.bucket),
+            authz::configure_rights(rules),
+        )]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("bucket", &self.bucket)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_bucket_versioning(b, self)
+    }
+}
 
 impl Ctx<'_> {
     pub(super) fn create_volume(

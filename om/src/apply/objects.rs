@@ -7,10 +7,119 @@ use om_proto::store::{
 };
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::{Ctx, Usage, block_size_or_legacy, check_conditions, lay_out, object_id, ok, versions};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
+use crate::validate::MAX_DELETE_KEYS;
+
+impl Operation for om_proto::store::PutKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::key_size("size", self.size)?;
+        limits::layout(self.size, self.block_size)?;
+        limits::etag("etag", &self.etag)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::conditions(self.conditions.as_ref())?;
+        limits::tags(rules, &self.tags)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.put_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::DeleteKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::DELETE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::version_id("version_id", &self.version_id)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.delete_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::DeleteKeys {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::DELETE)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::bucket(&self.volume, &self.bucket)?;
+        if self.keys.len() > MAX_DELETE_KEYS {
+            return Err(OmError::invalid(
+                "INVALID_KEY_COUNT",
+                "keys",
+                format!(
+                    "at most {MAX_DELETE_KEYS} keys per request, got {}",
+                    self.keys.len()
+                ),
+            ));
+        }
+        for k in &self.keys {
+            crate::validate::key_name("keys", k)?;
+        }
+        super::versions::check_version_id_count(self.keys.len(), self.version_ids.len())?;
+        for v in &self.version_ids {
+            limits::version_id("version_ids", v)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.delete_keys(b, self)
+    }
+}
+
+impl Operation for om_proto::store::RenameKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(
+            Resource::Bucket(&self.volume, &self.bucket),
+            authz::WRITE | authz::DELETE,
+        )]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.from)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "from", &self.from)?;
+        crate::validate::key_name("to", &self.to)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.rename_key(b, self)
+    }
+}
 
 impl Ctx<'_> {
     pub(super) fn put_key(

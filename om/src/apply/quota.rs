@@ -22,11 +22,52 @@ use om_proto::store::{
 };
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::{Ctx, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, VolumeTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::SetVolumeQuota {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Volume(&self.name).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("name", &self.name)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_volume_quota(b, self)
+    }
+}
+
+impl Operation for om_proto::store::SetBucketQuota {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.name).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("name", &self.name)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_bucket_quota(b, self)
+    }
+}
 
 /// How one command changes one bucket's usage.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

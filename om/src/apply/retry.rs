@@ -19,11 +19,31 @@
 use om_proto::store::{Command, CommandResult, ExpireRetryCache, RetryCacheRecord, command_result};
 use om_raft_store::{ApplyView, EntryWrites};
 
+use super::ops::Operation;
 use super::{Ctx, LEGACY_RETRY_EXPIRY_BATCH, MAX_RETRY_EXPIRY_BATCH, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, RetryCacheTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::ExpireRetryCache {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Cluster.to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.expire_retry_cache(b, self)
+    }
+}
 
 /// The retry cache's current generation.
 pub fn current_generation(db: &(impl StateRead + ?Sized)) -> Result<u64, OmError> {

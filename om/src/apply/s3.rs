@@ -9,17 +9,78 @@
 //! proposing, with the same function.
 
 use om_proto::store::{
-    Caller, CommandResult, CreateS3Secret, RevokeS3Secret, S3SecretRecord, command::Op,
-    command_result,
+    Caller, CommandResult, CreateS3Secret, RevokeS3Secret, S3SecretRecord, command_result,
 };
 use om_raft_store::EntryWrites;
 
+use super::ops::Operation;
 use super::{Ctx, ok};
 use crate::authz;
+use crate::authz::Resource;
 use crate::error::OmError;
 use crate::store::keys;
 use crate::store::table::{self, S3SecretTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::CreateS3Secret {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        // Depend on the credential's user: `check_caller`.
+        vec![]
+    }
+
+    fn check_caller(&self, db: &(impl StateRead + ?Sized), c: &Caller) -> Result<(), OmError> {
+        may_manage(db, c, &self.user, &self.groups)
+    }
+
+    fn target(&self) -> String {
+        // The access key is public; the secret never appears.
+        format!("/s3-secrets/{}", self.access_key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        access_key(&self.access_key)?;
+        if !valid_secret_key(&self.secret_key) {
+            return Err(OmError::invalid(
+                "INVALID_SECRET_KEY",
+                "secret_key",
+                "a secret key is 40 characters of [A-Za-z0-9+/]",
+            ));
+        }
+        check_user("user", &self.user)?;
+        check_groups(&self.groups)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.create_s3_secret(b, self)
+    }
+}
+
+impl Operation for om_proto::store::RevokeS3Secret {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        // Depend on the credential's user: `check_caller`.
+        vec![]
+    }
+
+    fn check_caller(&self, db: &(impl StateRead + ?Sized), c: &Caller) -> Result<(), OmError> {
+        match get(db, &self.access_key)? {
+            // Missing: the handler reports it.
+            None => Ok(()),
+            Some(rec) => may_manage(db, c, &rec.user, &[]),
+        }
+    }
+
+    fn target(&self) -> String {
+        format!("/s3-secrets/{}", self.access_key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        access_key(&self.access_key)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.revoke_s3_secret(b, self)
+    }
+}
 
 /// Characters of an access key: `OM` and 18 of `[A-Z0-9]`.
 pub const ACCESS_KEY_LEN: usize = 20;
@@ -46,40 +107,16 @@ pub fn valid_secret_key(k: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
-/// The fields of a credential command that have a limit (apply's
-/// structural check, `limits::check`).
-pub(super) fn check_fields(op: &Op) -> Result<(), OmError> {
-    match op {
-        Op::CreateS3Secret(c) => {
-            if !valid_access_key(&c.access_key) {
-                return Err(OmError::invalid(
-                    "INVALID_ACCESS_KEY",
-                    "access_key",
-                    "an access key is OM and 18 characters of [A-Z0-9]",
-                ));
-            }
-            if !valid_secret_key(&c.secret_key) {
-                return Err(OmError::invalid(
-                    "INVALID_SECRET_KEY",
-                    "secret_key",
-                    "a secret key is 40 characters of [A-Za-z0-9+/]",
-                ));
-            }
-            check_user("user", &c.user)?;
-            check_groups(&c.groups)
-        }
-        Op::RevokeS3Secret(c) => {
-            if !valid_access_key(&c.access_key) {
-                return Err(OmError::invalid(
-                    "INVALID_ACCESS_KEY",
-                    "access_key",
-                    "an access key is OM and 18 characters of [A-Z0-9]",
-                ));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
+/// An access key field: `OM` and 18 characters of `[A-Z0-9]`.
+fn access_key(k: &str) -> Result<(), OmError> {
+    if !valid_access_key(k) {
+        return Err(OmError::invalid(
+            "INVALID_ACCESS_KEY",
+            "access_key",
+            "an access key is OM and 18 characters of [A-Z0-9]",
+        ));
     }
+    Ok(())
 }
 
 /// A user name a credential may act for.
@@ -164,61 +201,6 @@ fn may_manage(
             )
         },
     })
-}
-
-/// The rights check of a credential command for `caller` (none when
-/// authorization is off), on the state as of the entry.
-pub fn check_caller(
-    db: &(impl StateRead + ?Sized),
-    caller: Option<&Caller>,
-    op: &Op,
-) -> Result<(), OmError> {
-    let Some(c) = caller else { return Ok(()) };
-    match op {
-        Op::CreateS3Secret(s) => may_manage(db, c, &s.user, &s.groups),
-        Op::RevokeS3Secret(r) => match get(db, &r.access_key)? {
-            // Missing: the handler reports it.
-            None => Ok(()),
-            Some(rec) => may_manage(db, c, &rec.user, &[]),
-        },
-        // Checked by `authz::required_at` alone (a new operation must be
-        // placed here or above: no catch-all arm).
-        Op::CreateVolume(_)
-        | Op::DeleteVolume(_)
-        | Op::CreateBucket(_)
-        | Op::DeleteBucket(_)
-        | Op::SetVolumeQuota(_)
-        | Op::SetBucketQuota(_)
-        | Op::SetBucketVersioning(_)
-        | Op::SetBucketLifecycle(_)
-        | Op::LifecycleScan(_)
-        | Op::PutKey(_)
-        | Op::PutKeys(_)
-        | Op::PutKeyTagging(_)
-        | Op::OpenKey(_)
-        | Op::AllocateBlock(_)
-        | Op::CommitKey(_)
-        | Op::AbortKey(_)
-        | Op::InitiateMultipart(_)
-        | Op::CommitPart(_)
-        | Op::CompleteMultipart(_)
-        | Op::AbortMultipart(_)
-        | Op::CreateDirectory(_)
-        | Op::CreateFile(_)
-        | Op::DeleteKey(_)
-        | Op::DeleteKeys(_)
-        | Op::DeletePath(_)
-        | Op::RenameKey(_)
-        | Op::RenamePath(_)
-        | Op::CopyKey(_)
-        | Op::SetAcl(_)
-        | Op::ExpireRetryCache(_)
-        | Op::VerifyMark(_)
-        | Op::AckDeletedBlocks(_)
-        | Op::ExpireOpenKeys(_)
-        | Op::PurgeDeletedDirs(_)
-        | Op::InitCluster(_) => Ok(()),
-    }
 }
 
 fn not_found(access_key: &str) -> OmError {
@@ -307,6 +289,7 @@ impl Ctx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use om_proto::store::command::Op;
 
     #[test]
     fn key_formats() {

@@ -11,12 +11,36 @@
 use om_proto::store::{CommandResult, KeyRecord, KeyResult, PutKeyTagging, command_result};
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::versions::{self, Located, VersionRef};
 use super::{Ctx, LAYOUT_FSO, ok};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs;
 use crate::store::keys;
 use crate::store::table::{self, FileTable};
+
+impl Operation for om_proto::store::PutKeyTagging {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::version_id("version_id", &self.version_id)?;
+        crate::validate::tags("tags", &self.tags)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.put_key_tagging(b, self)
+    }
+}
 
 /// Whether `rec`, found for a request naming `version_id` ("" = the current
 /// version) of the key at `path`, has tags to read or replace. A delete

@@ -9,8 +9,11 @@ use om_proto::store::{
 };
 use om_raft_store::EntryWrites;
 
-use super::limits::{MAX_KEY_BLOCKS, block_size_or_legacy};
+use super::limits::block_size_or_legacy;
+use super::limits::{self, MAX_ACK_IDS, MAX_KEY_BLOCKS};
+use super::ops::Operation;
 use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs;
 use crate::store::keys;
@@ -18,6 +21,183 @@ use crate::store::table::{
     self, BucketTable, DeletedBlocksTable, FileTable, KeyTable, OpenFileTable, OpenKeyTable,
 };
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::OpenKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::blocks_per_call("blocks", self.blocks)?;
+        limits::block_size(self.block_size)?;
+        limits::tags(rules, &self.tags)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.open_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::AllocateBlock {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::blocks_per_call("count", self.count)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.allocate_block(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CommitKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::key_size("size", self.size)?;
+        if self.blocks.len() > MAX_KEY_BLOCKS {
+            return Err(OmError::invalid(
+                "INVALID_BLOCKS",
+                "blocks",
+                format!(
+                    "{} blocks listed; a key has at most {MAX_KEY_BLOCKS}",
+                    self.blocks.len()
+                ),
+            ));
+        }
+        limits::etag("etag", &self.etag)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::conditions(self.conditions.as_ref())?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.commit_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::AbortKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::object(&self.volume, &self.bucket, "key", &self.key)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.abort_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::CopyKey {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![
+            (
+                Resource::Bucket(&self.src_volume, &self.src_bucket),
+                authz::READ,
+            ),
+            (Resource::Bucket(&self.volume, &self.bucket), authz::WRITE),
+        ]
+    }
+
+    fn target(&self) -> String {
+        authz::object_target(&self.volume, &self.bucket, &self.key)
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::object(&self.src_volume, &self.src_bucket, "src_key", &self.src_key)?;
+        limits::object(&self.volume, &self.bucket, "key", &self.key)?;
+        limits::etag("src_if_match", &self.src_if_match)?;
+        limits::etag("src_if_none_match", &self.src_if_none_match)?;
+        limits::etag("content_md5", &self.content_md5)?;
+        crate::validate::content_type("content_type", &self.content_type)?;
+        limits::metadata(&self.metadata)?;
+        limits::conditions(self.conditions.as_ref())?;
+        limits::version_id("src_version_id", &self.src_version_id)?;
+        if self.tagging_directive != 0 && !crate::rules::OBJECT_TAGS.holds(rules) {
+            return Err(limits::unsupported_tags("tagging_directive"));
+        }
+        limits::tags(rules, &self.tags)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.copy_key(b, self)
+    }
+}
+
+impl Operation for om_proto::store::ExpireOpenKeys {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Cluster.to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        // Batch sizes: capped by the handlers, never refused.
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.expire_open_keys(b, self)
+    }
+}
+
+impl Operation for om_proto::store::AckDeletedBlocks {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Cluster.to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        if self.ids.len() > MAX_ACK_IDS {
+            return Err(OmError::invalid(
+                "INVALID_ID_COUNT",
+                "ids",
+                format!("at most {MAX_ACK_IDS} ids per call, got {}", self.ids.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.ack_deleted_blocks(b, self)
+    }
+}
 
 /// An open session found by key (object store) or path (FSO).
 pub(super) struct Session {

@@ -3,7 +3,7 @@
 //! Reads are authorized on the node that serves them, after their read
 //! barrier, against its replicated ACLs (`read_as`); writes are checked on
 //! the leader before they are proposed, and again by apply against the
-//! state as of their log entry (`authz::check_command`), so a right revoked
+//! state as of their log entry (`authz::check_rights`), so a right revoked
 //! in between refuses them on every replica.
 
 use std::collections::BTreeSet;
@@ -197,12 +197,12 @@ impl OmService {
         if self.raft.metrics().borrow_watched().current_leader != Some(self.node_id) {
             return Ok(());
         }
-        for (r, right) in authz::required_at(op, crate::apply::RULES) {
+        for (r, right) in crate::apply::ops::rights(op, crate::apply::RULES) {
             self.authorize(Some(c), r, right)?;
         }
-        let checked = crate::apply::s3::check_caller(&self.db, Some(c), op);
+        let checked = crate::apply::ops::check_caller(&self.db, Some(c), op);
         if let (Err(e), Some(ctx)) = (&checked, authz::request()) {
-            self.audit_refusal(&ctx, &authz::target(op), e);
+            self.audit_refusal(&ctx, &crate::apply::ops::target(op), e);
         }
         checked
     }
@@ -217,7 +217,7 @@ impl OmService {
         if matches!(outcome, Err(OmError::NotLeader { .. })) {
             return;
         }
-        self.audit_outcome(&ctx, authz::target(op), outcome);
+        self.audit_outcome(&ctx, crate::apply::ops::target(op), outcome);
     }
 
     /// Audits the outcome of an administrative request (membership changes,

@@ -96,7 +96,7 @@ impl OmService {
             // Named like any refusal: the first right the write needs.
             let (right, resource) = op
                 .and_then(|op| {
-                    authz::required_at(op, crate::apply::RULES)
+                    crate::apply::ops::rights(op, crate::apply::RULES)
                         .into_iter()
                         .next()
                 })
