@@ -22,14 +22,64 @@ use om_proto::store::{
 };
 use om_raft_store::EntryWrites;
 
+use super::limits;
+use super::ops::Operation;
 use super::quota::Usage;
 use super::{Ctx, LAYOUT_FSO, ok, versions};
+use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::lifecycle::eval::{self, Subject};
 use crate::lifecycle::scan::{self, PHASE_FILES, PHASE_IDLE};
 use crate::store::keys;
 use crate::store::table::{self, FileTable, LifecycleScanTable, LifecycleTable, UploadTable};
 use crate::store::view::StateRead;
+
+impl Operation for om_proto::store::SetBucketLifecycle {
+    fn rights(&self, rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(
+            Resource::Bucket(&self.volume, &self.bucket),
+            authz::configure_rights(rules),
+        )]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("bucket", &self.bucket)?;
+        if !self.delete {
+            crate::lifecycle::validate(&self.rules)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_bucket_lifecycle(b, self)
+    }
+}
+
+impl Operation for om_proto::store::LifecycleScan {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("bucket", &self.bucket)?;
+        crate::lifecycle::scan::check_page(self)?;
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.lifecycle_scan(b, self)
+    }
+}
 
 fn stale(message: String) -> OmError {
     OmError::precondition("STALE_LIFECYCLE_PAGE", "from", message)
@@ -422,6 +472,14 @@ fn carry_over(old: LifecycleScanRecord) -> LifecycleScanRecord {
 #[cfg(test)]
 #[path = "lifecycle_tests.rs"]
 mod scan_tests;
+
+#[cfg(test)]
+#[path = "lifecycle_fso_tests.rs"]
+mod fso_tests;
+
+#[cfg(test)]
+#[path = "lifecycle_rewrite_tests.rs"]
+mod rewrite_tests;
 
 #[cfg(test)]
 #[path = "lifecycle_model_tests.rs"]

@@ -19,7 +19,7 @@ use crate::store::table::{self, BucketTable, KeyTable, LifecycleScanTable, Lifec
 
 pub(super) const DAY: u64 = 86_400_000;
 
-fn limits(evaluations: usize) -> PageLimits {
+pub(super) fn limits(evaluations: usize) -> PageLimits {
     PageLimits {
         evaluations,
         items: 1000,
@@ -28,7 +28,7 @@ fn limits(evaluations: usize) -> PageLimits {
     }
 }
 
-fn rule(id: &str, prefix: Option<&str>) -> LifecycleRule {
+pub(super) fn rule(id: &str, prefix: Option<&str>) -> LifecycleRule {
     LifecycleRule {
         id: id.into(),
         enabled: true,
@@ -39,7 +39,7 @@ fn rule(id: &str, prefix: Option<&str>) -> LifecycleRule {
     }
 }
 
-fn expire_days(id: &str, prefix: &str, days: u32) -> LifecycleRule {
+pub(super) fn expire_days(id: &str, prefix: &str, days: u32) -> LifecycleRule {
     LifecycleRule {
         expiration: Some(LifecycleExpiration {
             days: Some(days),
@@ -66,7 +66,7 @@ pub(super) fn versioning(sm: &mut Sm, v: u32) {
     }));
 }
 
-fn put(sm: &mut Sm, key: &str) -> KeyRecord {
+pub(super) fn put(sm: &mut Sm, key: &str) -> KeyRecord {
     match sm.ok(Op::PutKey(st::PutKey {
         volume: "vol".into(),
         bucket: "bkt".into(),
@@ -112,7 +112,7 @@ pub(super) fn next_page(sm: &Sm, l: PageLimits) -> Option<st::LifecycleScan> {
 
 /// Runs pages until the pass under way (or a new one) completes; returns
 /// every page's result.
-fn run_pass(sm: &mut Sm, l: PageLimits) -> Vec<st::LifecycleScanResult> {
+pub(super) fn run_pass(sm: &mut Sm, l: PageLimits) -> Vec<st::LifecycleScanResult> {
     let mut out = Vec::new();
     for _ in 0..100_000 {
         let Some(page) = next_page(sm, l) else { break };
@@ -127,7 +127,7 @@ fn run_pass(sm: &mut Sm, l: PageLimits) -> Vec<st::LifecycleScanResult> {
     out
 }
 
-fn actions(results: &[st::LifecycleScanResult], name: &str) -> u64 {
+pub(super) fn actions(results: &[st::LifecycleScanResult], name: &str) -> u64 {
     results.iter().filter_map(|r| r.actions.get(name)).sum()
 }
 
@@ -153,6 +153,25 @@ fn entries(sm: &Sm) -> Vec<(String, String, bool)> {
 pub(super) fn at(sm: &mut Sm, at: u64) {
     sm.clock_ms = 0;
     sm.clock_ms = at - sm.next_now();
+}
+
+pub(super) fn fso_file(sm: &mut Sm, path: &str) {
+    let command_result::Result::OpenKey(s) = sm.ok(Op::CreateFile(st::CreateFile {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        path: path.into(),
+        recursive: true,
+        ..Default::default()
+    })) else {
+        panic!("CreateFile {path}")
+    };
+    sm.ok(Op::CommitKey(st::CommitKey {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        key: path.into(),
+        session_id: s.session_id,
+        ..Default::default()
+    }));
 }
 
 #[test]
@@ -493,398 +512,6 @@ fn a_page_resumes_with_one_seek_past_the_tombstones_behind_its_cursor() {
     assert_eq!(page.resume_before_cursor, 0);
     assert_eq!(page.evaluated, 1000);
     assert!(page.phase_done);
-}
-
-fn fso_file(sm: &mut Sm, path: &str) {
-    let command_result::Result::OpenKey(s) = sm.ok(Op::CreateFile(st::CreateFile {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        path: path.into(),
-        recursive: true,
-        ..Default::default()
-    })) else {
-        panic!("CreateFile {path}")
-    };
-    sm.ok(Op::CommitKey(st::CommitKey {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        key: path.into(),
-        session_id: s.session_id,
-        ..Default::default()
-    }));
-}
-
-/// Every file path of an FSO bucket, depth first.
-fn fso_files(sm: &Sm) -> Vec<String> {
-    fn walk(sm: &Sm, id: u64, path: &str, out: &mut Vec<String>) {
-        let join = |n: &str| {
-            if path.is_empty() {
-                n.to_string()
-            } else {
-                format!("{path}/{n}")
-            }
-        };
-        let prefix = keys::children_prefix(id);
-        let mut it = DeferredSeekIter::with_prefix(&sm.db, keys::FILES_CF, &prefix).unwrap();
-        while let Some((k, _)) = it.current() {
-            out.push(join(&String::from_utf8_lossy(&k[8..])));
-            it.advance();
-        }
-        let mut it = DeferredSeekIter::with_prefix(&sm.db, keys::DIRECTORIES_CF, &prefix).unwrap();
-        let mut dirs = Vec::new();
-        while let Some((k, v)) = it.current() {
-            let d = table::decode::<table::DirectoryTable>(v).unwrap();
-            dirs.push((String::from_utf8_lossy(&k[8..]).into_owned(), d.object_id));
-            it.advance();
-        }
-        for (n, id) in dirs {
-            walk(sm, id, &join(&n), out);
-        }
-    }
-    let bucket = table::get::<BucketTable>(&sm.db, &keys::bucket_key("vol", "bkt"))
-        .unwrap()
-        .unwrap();
-    let mut out = Vec::new();
-    walk(sm, bucket.object_id, "", &mut out);
-    out
-}
-
-#[test]
-fn file_system_buckets_are_walked_as_trees_and_resume_in_the_deepest_directory() {
-    let paths = [
-        "top.log",
-        "keep.txt",
-        "logs/a.log",
-        "logs/b.txt",
-        "logs/deep/er/c.log",
-        "logs/deep/er/d.log",
-        "logs/deep/x.log",
-        "m/n/o.log",
-        "z.log",
-    ];
-    for evaluations in [1, 2, 3, 1000] {
-        let mut sm = Sm::new();
-        setup(&mut sm, crate::apply::LAYOUT_FSO);
-        for p in paths {
-            fso_file(&mut sm, p);
-        }
-        // Files whose path ends in .log under logs/ expire.
-        set_rules(
-            &mut sm,
-            vec![LifecycleRule {
-                filter: Some(LifecycleFilter {
-                    predicate: Some(Predicate::Prefix("logs/".into())),
-                }),
-                expiration: Some(LifecycleExpiration {
-                    days: Some(1),
-                    ..Default::default()
-                }),
-                ..rule("logs", None)
-            }],
-        );
-        at(&mut sm, 3 * DAY);
-        let l = limits(evaluations);
-        let mut pages = 0;
-        let mut expired = 0;
-        while let Some(page) = next_page(&sm, l) {
-            assert_eq!(page.phase, scan::PHASE_FILES);
-            if !page.start_pass {
-                assert_eq!(page.resume_seeks, 1, "one seek to resume");
-                assert_eq!(page.resume_before_cursor, 0);
-            }
-            let r = match sm.ok(Op::LifecycleScan(page)) {
-                command_result::Result::LifecycleScan(r) => r,
-                other => panic!("{other:?}"),
-            };
-            expired += actions(&[r], "expire");
-            pages += 1;
-            if stored_scan(&sm).unwrap().phase == scan::PHASE_IDLE {
-                break;
-            }
-            assert!(pages < 100);
-        }
-        assert_eq!(expired, 5, "evaluations {evaluations}");
-        assert_eq!(
-            fso_files(&sm),
-            vec!["keep.txt", "top.log", "z.log", "m/n/o.log"],
-            "evaluations {evaluations}"
-        );
-        let s = stored_scan(&sm).unwrap();
-        // 9 files and 5 directories, each read once.
-        assert_eq!(s.last_pass_evaluated, 14, "evaluations {evaluations}");
-        assert_eq!(s.last_pass_actions.get("expire"), Some(&5));
-    }
-}
-
-#[test]
-fn a_file_moved_after_the_scan_read_it_is_left_alone() {
-    let mut sm = Sm::new();
-    setup(&mut sm, crate::apply::LAYOUT_FSO);
-    fso_file(&mut sm, "logs/a.log");
-    set_rules(&mut sm, vec![expire_days("logs", "logs/", 1)]);
-    at(&mut sm, 3 * DAY);
-    let page = next_page(&sm, limits(1000)).unwrap();
-    assert_eq!(page.items.len(), 1);
-    // An object-store page is refused for a file-system bucket.
-    let mut wrong = page.clone();
-    wrong.phase = scan::PHASE_OBJECTS;
-    wrong.items.clear();
-    assert_eq!(
-        sm.rejected(Op::LifecycleScan(wrong)),
-        "LIFECYCLE_PHASE_MISMATCH"
-    );
-    sm.ok(Op::RenamePath(st::RenamePath {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        from: "logs".into(),
-        to: "kept".into(),
-        ..Default::default()
-    }));
-    match sm.ok(Op::LifecycleScan(page)) {
-        command_result::Result::LifecycleScan(r) => assert!(r.actions.is_empty()),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(fso_files(&sm), vec!["kept/a.log"]);
-}
-
-/// The ways a key is written again over an existing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rewrite {
-    PutKey,
-    CommitKey,
-    CopyKey,
-    CompleteMultipart,
-    /// An FSO file created with `overwrite` and committed.
-    FileOverwrite,
-}
-
-const ETAG: &str = "0123456789abcdef0123456789abcdef";
-
-fn commit(sm: &mut Sm, key: &str, session_id: u64) {
-    sm.ok(Op::CommitKey(st::CommitKey {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        key: key.into(),
-        session_id,
-        ..Default::default()
-    }));
-}
-
-fn rewrite(sm: &mut Sm, how: Rewrite, key: &str) {
-    match how {
-        Rewrite::PutKey => {
-            put(sm, key);
-        }
-        Rewrite::CommitKey => {
-            let command_result::Result::OpenKey(s) = sm.ok(Op::OpenKey(st::OpenKey {
-                volume: "vol".into(),
-                bucket: "bkt".into(),
-                key: key.into(),
-                block_size: 1 << 20,
-                ..Default::default()
-            })) else {
-                panic!("OpenKey {key}")
-            };
-            commit(sm, key, s.session_id);
-        }
-        Rewrite::CopyKey => {
-            sm.ok(Op::CopyKey(st::CopyKey {
-                src_volume: "vol".into(),
-                src_bucket: "bkt".into(),
-                src_key: "src".into(),
-                volume: "vol".into(),
-                bucket: "bkt".into(),
-                key: key.into(),
-                ..Default::default()
-            }));
-        }
-        Rewrite::CompleteMultipart => {
-            let command_result::Result::Upload(u) =
-                sm.ok(Op::InitiateMultipart(st::InitiateMultipart {
-                    volume: "vol".into(),
-                    bucket: "bkt".into(),
-                    key: key.into(),
-                    ..Default::default()
-                }))
-            else {
-                panic!("InitiateMultipart {key}")
-            };
-            let upload_id = u.upload.unwrap().upload_id;
-            sm.ok(Op::CommitPart(st::CommitPart {
-                volume: "vol".into(),
-                bucket: "bkt".into(),
-                key: key.into(),
-                upload_id,
-                part_number: 1,
-                size: 10,
-                etag: ETAG.into(),
-                block_size: 1 << 20,
-                ..Default::default()
-            }));
-            sm.ok(Op::CompleteMultipart(st::CompleteMultipart {
-                volume: "vol".into(),
-                bucket: "bkt".into(),
-                key: key.into(),
-                upload_id,
-                parts: vec![st::PartRef {
-                    part_number: 1,
-                    etag: ETAG.into(),
-                }],
-                ..Default::default()
-            }));
-        }
-        Rewrite::FileOverwrite => {
-            let command_result::Result::OpenKey(s) = sm.ok(Op::CreateFile(st::CreateFile {
-                volume: "vol".into(),
-                bucket: "bkt".into(),
-                path: key.into(),
-                recursive: true,
-                overwrite: true,
-                ..Default::default()
-            })) else {
-                panic!("CreateFile {key}")
-            };
-            commit(sm, key, s.session_id);
-        }
-    }
-}
-
-/// The current record of `key` (an FSO bucket's file by its path).
-fn current(sm: &Sm, key: &str) -> Option<KeyRecord> {
-    let bk = keys::bucket_key("vol", "bkt");
-    let bucket = table::get::<BucketTable>(&sm.db, &bk).unwrap().unwrap();
-    if bucket.layout == crate::apply::LAYOUT_FSO {
-        let comps = crate::fs::components(key);
-        return match crate::fs::stat(&sm.db, bucket.object_id, &comps, "path").unwrap() {
-            Some(crate::fs::Entry::File { rec, .. }) => Some(rec),
-            _ => None,
-        };
-    }
-    table::get::<KeyTable>(&sm.db, &keys::object_key("vol", "bkt", key)).unwrap()
-}
-
-const REWRITES: [Rewrite; 5] = [
-    Rewrite::PutKey,
-    Rewrite::CommitKey,
-    Rewrite::CopyKey,
-    Rewrite::CompleteMultipart,
-    Rewrite::FileOverwrite,
-];
-
-/// Sets up `logs/a` written at DAY + 5 (and, for copies, an old source),
-/// a one-day rule, and the key written again `how` from 10 DAY + 5 on;
-/// returns the record that write left.
-fn written_again(sm: &mut Sm, how: Rewrite) -> KeyRecord {
-    let fso = how == Rewrite::FileOverwrite;
-    setup(
-        sm,
-        if fso {
-            crate::apply::LAYOUT_FSO
-        } else {
-            LAYOUT_OBJECT_STORE
-        },
-    );
-    at(sm, DAY + 5);
-    if fso {
-        fso_file(sm, "logs/a");
-    } else {
-        put(sm, "logs/a");
-        put(sm, "src");
-    }
-    set_rules(sm, vec![expire_days("logs", "logs/", 1)]);
-    at(sm, 10 * DAY + 5);
-    let first = current(sm, "logs/a").unwrap();
-    rewrite(sm, how, "logs/a");
-    let rec = current(sm, "logs/a").unwrap();
-    assert_eq!(
-        rec.creation_time_ms, first.creation_time_ms,
-        "{how:?} keeps the creation time"
-    );
-    rec
-}
-
-/// Every way of writing a key again starts its lifecycle age again: `Days`
-/// count from the new object's write (S3's Last-Modified), not from the
-/// key's first write, whose creation time the overwrite keeps (Ozone's
-/// creation time, which clients still see). Counted from the creation time,
-/// data written a minute ago would expire as if it were the object it
-/// replaced.
-#[test]
-fn a_key_written_again_ages_from_that_write_on_every_path() {
-    for how in REWRITES {
-        let mut sm = Sm::new();
-        let rec = written_again(&mut sm, how);
-        // The write's last command (a session or an upload takes several).
-        assert!(
-            (10 * DAY + 5..10 * DAY + 10).contains(&rec.modification_time_ms),
-            "{how:?}: written at {}",
-            rec.modification_time_ms
-        );
-        // Due one day after the write, at the next midnight: 12 DAY.
-        let l = PageLimits {
-            interval_ms: 0,
-            ..limits(1000)
-        };
-        at(&mut sm, 12 * DAY - 1);
-        let r = run_pass(&mut sm, l);
-        assert_eq!(
-            actions(&r, "expire"),
-            0,
-            "{how:?}: expired before a day counted from its own write"
-        );
-        assert_eq!(current(&sm, "logs/a"), Some(rec), "{how:?}");
-        at(&mut sm, 12 * DAY);
-        let r = run_pass(&mut sm, l);
-        assert_eq!(actions(&r, "expire"), 1, "{how:?}");
-        assert_eq!(current(&sm, "logs/a"), None, "{how:?}");
-    }
-}
-
-/// Apply checks each item against the write time too: a page naming a key
-/// written again since (built by a scanner that counted from the creation
-/// time, or forged) leaves it alone from rules 7 on, while an entry of
-/// rules 6 replays as it applied then (counted from the creation time), so
-/// replicas replaying an old log agree with those that applied it.
-#[test]
-fn apply_counts_from_the_write_from_rules_7_and_replays_older_pages_as_they_applied() {
-    for how in REWRITES {
-        for rules in [6, crate::apply::RULES] {
-            let mut sm = Sm::new();
-            let rec = written_again(&mut sm, how);
-            at(&mut sm, 11 * DAY);
-            let mut page = next_page(&sm, limits(1000)).unwrap();
-            assert!(page.items.is_empty(), "{how:?}: not due until 12 DAY");
-            let entry = if how == Rewrite::FileOverwrite {
-                b"logs/a".to_vec()
-            } else {
-                keys::object_key("vol", "bkt", "logs/a")
-            };
-            let action = if how == Rewrite::FileOverwrite {
-                crate::lifecycle::eval::ACTION_EXPIRE_FILE
-            } else {
-                crate::lifecycle::eval::ACTION_EXPIRE
-            };
-            page.items.push(st::LifecycleItem {
-                entry,
-                update_id: rec.update_id,
-                action,
-                rule_id: "logs".into(),
-            });
-            let command_result::Result::LifecycleScan(r) =
-                sm.ok_rules(Op::LifecycleScan(page), rules)
-            else {
-                panic!("{how:?}: no scan result")
-            };
-            let expired = r.actions.get("expire").copied().unwrap_or(0);
-            if rules >= 7 {
-                assert_eq!(expired, 0, "{how:?}, rules {rules}");
-                assert_eq!(current(&sm, "logs/a"), Some(rec), "{how:?}");
-            } else {
-                assert_eq!(expired, 1, "{how:?}, rules {rules}");
-                assert_eq!(current(&sm, "logs/a"), None, "{how:?}");
-            }
-        }
-    }
 }
 
 /// Status names the version at the cursor as ListObjectVersions does: a
