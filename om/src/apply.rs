@@ -72,22 +72,12 @@ pub const LEGACY_BLOCK_SIZE: u64 = 256 * 1024 * 1024;
 /// only later writes, on every replica alike.
 pub const BLOCK_SIZE: u64 = LEGACY_BLOCK_SIZE;
 
-/// Smallest and largest block size a command may carry.
-pub const MIN_BLOCK_SIZE: u64 = 1024 * 1024;
-pub const MAX_BLOCK_SIZE: u64 = 5 * 1024 * 1024 * 1024;
-
-/// Largest object S3 allows: 5 TiB.
-pub const MAX_KEY_SIZE: u64 = 5 * 1024 * 1024 * 1024 * 1024;
-
 /// Retry-cache entries one `ExpireRetryCache` command removes when the command
 /// names no batch size: the value before commands carried it, kept so old log
 /// entries apply exactly as they did.
 pub const LEGACY_RETRY_EXPIRY_BATCH: u32 = 10_000;
 
-/// Most retry-cache entries one `ExpireRetryCache` command may remove, so one
-/// apply stays short whatever a replicated command asks for.
-pub const MAX_RETRY_EXPIRY_BATCH: u32 = 100_000;
-
+pub use crate::limits::{MAX_BLOCK_SIZE, MAX_KEY_SIZE, MAX_RETRY_EXPIRY_BATCH, MIN_BLOCK_SIZE};
 pub use crate::store::records::{LAYOUT_FSO, LAYOUT_OBJECT_STORE};
 
 /// Object ids are the log index shifted left by 8 plus a per-entry counter, so

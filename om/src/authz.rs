@@ -26,6 +26,7 @@ use std::future::Future;
 use om_proto::store::{AclGrant, Caller, VolumeRecord};
 
 use crate::error::OmError;
+pub use crate::limits::{MAX_GRANTS, MAX_GROUPS, MAX_PRINCIPAL_BYTES as MAX_NAME_BYTES};
 use crate::store::keys;
 use crate::store::table::{self, BucketTable, SettingsTable, VolumeTable};
 use crate::store::view::StateRead;
@@ -45,13 +46,6 @@ pub const IMPERSONATE: u32 = 1 << 7;
 pub const KIND_USER: u32 = 1;
 pub const KIND_GROUP: u32 = 2;
 pub const KIND_WORLD: u32 = 3;
-
-/// Most grants one resource holds.
-pub const MAX_GRANTS: usize = 64;
-/// Longest user or group name.
-pub const MAX_NAME_BYTES: usize = 256;
-/// Most groups a caller is taken to belong to.
-pub const MAX_GROUPS: usize = 32;
 
 const NAMES: [(u32, &str); 8] = [
     (READ, "READ"),

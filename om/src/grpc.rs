@@ -35,12 +35,6 @@ mod versions;
 pub use cluster::cluster_status;
 pub use malformed::MalformedAsInvalid;
 
-/// Longest message a status carries (in `grpc-message` and again in the
-/// `ErrorDetail`). Messages quote at most a short prefix of any input
-/// (`validate::quote_prefix`); this cap is the last line of defence, so no
-/// error can outgrow a client's header limits.
-pub const MAX_STATUS_MESSAGE_BYTES: usize = 1024;
-
 /// `m` cut to `MAX_STATUS_MESSAGE_BYTES` on a character boundary, with its
 /// full length noted when cut.
 fn capped(m: String) -> String {
@@ -54,6 +48,7 @@ fn capped(m: String) -> String {
     format!("{}…({} bytes)", &m[..end], m.len())
 }
 
+pub use crate::limits::MAX_STATUS_MESSAGE_BYTES;
 pub use objects::MAX_RECORD_BLOCKS;
 pub mod auth;
 pub mod guard;

@@ -20,6 +20,7 @@ pub mod grpc;
 pub mod http;
 pub mod incarnation;
 pub mod lifecycle;
+pub mod limits;
 pub mod listing;
 pub mod memory;
 pub mod metrics;

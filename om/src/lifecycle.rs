@@ -25,19 +25,10 @@ use om_proto::v1::{LifecycleFilter, LifecycleRule, LifecycleTag, lifecycle_filte
 use prost::Message;
 
 use crate::error::OmError;
+pub use crate::limits::{
+    MAX_CONFIG_BYTES, MAX_FILTER_TAGS, MAX_NEWER_NONCURRENT_VERSIONS, MAX_RULE_ID_CHARS, MAX_RULES,
+};
 use crate::validate::{MAX_KEY_BYTES, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, quote_prefix};
-
-/// S3's limit on rules per configuration.
-pub const MAX_RULES: usize = 1000;
-/// S3's limit on a rule id.
-pub const MAX_RULE_ID_CHARS: usize = 255;
-pub const MAX_FILTER_TAGS: usize = 10;
-/// S3's limit on `NewerNoncurrentVersions`.
-pub const MAX_NEWER_NONCURRENT_VERSIONS: u32 = 100;
-/// Most encoded bytes of a whole configuration: one Raft entry stays small
-/// whatever the rules hold (1000 rules of long prefixes and ten tags each
-/// would pass 5 MiB).
-pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 pub const DAY_MS: u64 = 86_400_000;
 

@@ -2,31 +2,11 @@
 //! field so the gRPC edge can name it.
 
 use crate::error::OmError;
-
-/// Longest key name in bytes (S3's limit); also the longest FSO path,
-/// listing prefix and marker.
-pub const MAX_KEY_BYTES: usize = 1024;
-
-/// Longest volume or bucket name (S3's bucket-name limit).
-pub const MAX_NAME_BYTES: usize = 63;
-
-/// Longest volume owner.
-pub const MAX_OWNER_BYTES: usize = 256;
-
-/// Most bytes of a metadata map (names plus values; S3 allows 2 KiB).
-pub const MAX_METADATA_BYTES: usize = 2048;
-
-/// Longest content type.
-pub const MAX_CONTENT_TYPE_BYTES: usize = 256;
-
-/// Longest listing delimiter.
-pub const MAX_DELIMITER_BYTES: usize = 16;
-
-/// Longest ETag as stored: a multipart `<32 hex>-<up to 5 digits>`.
-pub const MAX_ETAG_BYTES: usize = 38;
-
-/// Most keys one DeleteKeys request names.
-pub const MAX_DELETE_KEYS: usize = 1000;
+pub use crate::limits::{
+    MAX_ADDRESS_BYTES, MAX_CONDITION_ETAG_BYTES, MAX_CONTENT_TYPE_BYTES, MAX_DELETE_KEYS,
+    MAX_DELIMITER_BYTES, MAX_ETAG_BYTES, MAX_KEY_BYTES, MAX_METADATA_BYTES, MAX_NAME_BYTES,
+    MAX_OBJECT_TAGS, MAX_OWNER_BYTES, MAX_PATH_DEPTH, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS,
+};
 
 /// Most bytes of a bad value an error message quotes.
 pub const QUOTED_PREFIX_BYTES: usize = 64;
@@ -169,9 +149,6 @@ pub fn metadata(
     Ok(())
 }
 
-/// Longest `host:port` address: a 253-byte DNS name, `:` and a port.
-pub const MAX_ADDRESS_BYTES: usize = 259;
-
 /// A `host:port` address another node or client can dial, at most
 /// `MAX_ADDRESS_BYTES` long (addresses are replicated in the membership and
 /// returned by every cluster status).
@@ -225,9 +202,6 @@ pub fn etag(field: &'static str, etag: &str) -> Result<(), OmError> {
         ))
     }
 }
-
-/// Longest ETag a write condition may name.
-pub const MAX_CONDITION_ETAG_BYTES: usize = 1024;
 
 /// An ETag a write condition compares with (If-Match, If-None-Match): any
 /// visible ASCII up to `MAX_CONDITION_ETAG_BYTES`, as S3 takes it. A value
@@ -333,9 +307,6 @@ pub fn fs_path(field: &'static str, path: &str) -> Result<String, OmError> {
     Ok(p.to_string())
 }
 
-/// Most tags one object version carries (S3's limit).
-pub const MAX_OBJECT_TAGS: usize = 10;
-
 /// Tag keys S3 reserves for AWS's own tags.
 pub const RESERVED_TAG_PREFIX: &str = "aws:";
 
@@ -350,15 +321,6 @@ fn tag_char(c: char) -> bool {
         || (c.is_whitespace() && !c.is_control())
         || matches!(c, '_' | '.' | ':' | '/' | '=' | '+' | '-' | '@')
 }
-
-/// Deepest path a FILE_SYSTEM_OPTIMIZED bucket accepts (directories created by
-/// one command get per-entry object ids, of which there are 255).
-pub const MAX_PATH_DEPTH: usize = 200;
-
-/// S3's object-tag limits (lifecycle filters name tags as objects carry
-/// them).
-pub const MAX_TAG_KEY_CHARS: usize = 128;
-pub const MAX_TAG_VALUE_CHARS: usize = 256;
 
 /// An object's tag set (S3's rules): at most `MAX_OBJECT_TAGS` tags (else
 /// `TOO_MANY_TAGS` on `field`); each key 1 to `MAX_TAG_KEY_CHARS` and each

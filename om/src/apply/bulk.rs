@@ -12,6 +12,7 @@ use super::quota::Usage;
 use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
+pub use crate::limits::MAX_PUT_KEYS;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable};
 
@@ -38,10 +39,6 @@ impl Operation for om_proto::store::PutKeys {
         ctx.put_keys(b, self)
     }
 }
-
-/// Most keys one `PutKeys` creates: each key's object id is the entry's log
-/// index and its position (8 bits; see `object_id`).
-pub const MAX_PUT_KEYS: usize = 256;
 
 impl Ctx<'_> {
     pub(super) fn put_keys(

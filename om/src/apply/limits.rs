@@ -21,27 +21,11 @@ use om_proto::store::{Command, KeyConditions};
 
 use super::{LEGACY_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_KEY_SIZE, MIN_BLOCK_SIZE};
 use crate::error::OmError;
+pub use crate::limits::{
+    MAX_ACK_IDS, MAX_BLOCKS_PER_CALL, MAX_KEY_BLOCKS, MAX_PART_NUMBER, MAX_PART_SIZE,
+    MAX_PURGE_BATCH,
+};
 use crate::validate::{self, MAX_ETAG_BYTES, MAX_NAME_BYTES, quote_prefix};
-
-/// Most blocks one key, part or commit lists (a 5 TiB key in 256 MiB
-/// blocks): a stateless limit apply re-checks (never lower it).
-pub const MAX_KEY_BLOCKS: usize = 20_480;
-
-/// Most entries one `AckDeletedBlocks` command removes.
-pub const MAX_ACK_IDS: usize = 1_000;
-
-/// Most blocks one OpenKey, CreateFile or AllocateBlock hands out.
-pub const MAX_BLOCKS_PER_CALL: u32 = 64;
-
-/// S3's largest part: 5 GiB.
-pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
-
-/// S3's highest part number, and so the most parts an upload completes with.
-pub const MAX_PART_NUMBER: u32 = 10_000;
-
-/// Most children one `PurgeDeletedDirs` purges, whatever it asks for (the
-/// leader asks for 1,000); a cap, not a refusal, so one apply stays short.
-pub const MAX_PURGE_BATCH: u32 = 100_000;
 
 /// The block size a command means: its own, or for commands written before
 /// they carried one, the 256 MiB every block had then.

@@ -18,6 +18,7 @@ use super::{Ctx, ok};
 use crate::authz;
 use crate::authz::Resource;
 use crate::error::OmError;
+pub use crate::limits::MAX_SECRETS_PER_USER;
 use crate::store::keys;
 use crate::store::table::{self, S3SecretTable};
 use crate::store::view::StateRead;
@@ -88,9 +89,6 @@ pub const ACCESS_KEY_LEN: usize = 20;
 pub const ACCESS_KEY_PREFIX: &str = "OM";
 /// Characters of a secret key, each of `[A-Za-z0-9+/]` (240 bits).
 pub const SECRET_KEY_LEN: usize = 40;
-/// Most credentials one user holds (AWS allows an IAM user 2; rotation
-/// needs at least 2).
-pub const MAX_SECRETS_PER_USER: usize = 16;
 
 /// Whether `k` is an access key om could have made.
 pub fn valid_access_key(k: &str) -> bool {

@@ -16,6 +16,7 @@ use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs;
+pub use crate::limits::{MAX_OPEN_KEY_EXPIRY_BATCH, MAX_SESSION_BLOCKS};
 use crate::store::keys;
 use crate::store::table::{
     self, BucketTable, DeletedBlocksTable, FileTable, KeyTable, OpenFileTable, OpenKeyTable,
@@ -208,11 +209,6 @@ pub(super) struct Session {
     pub file: Option<(u64, String)>,
 }
 
-/// Most blocks a session may hold, which the leader stamps into every
-/// `AllocateBlock` (the check depends on the session, so its value travels
-/// in the command).
-pub const MAX_SESSION_BLOCKS: usize = MAX_KEY_BLOCKS;
-
 /// The session limit of `AllocateBlock` commands that carry none (written
 /// before they did). Never change it.
 pub const LEGACY_MAX_SESSION_BLOCKS: u32 = 20_480;
@@ -222,9 +218,6 @@ pub const OPEN_KEY_EXPIRY_BATCH: u32 = 1_000;
 
 /// The batch of `ExpireOpenKeys` commands that carry none. Never change it.
 pub const LEGACY_OPEN_KEY_EXPIRY_BATCH: u32 = 1_000;
-
-/// Most sessions one `ExpireOpenKeys` removes, whatever it asks for.
-pub const MAX_OPEN_KEY_EXPIRY_BATCH: u32 = 100_000;
 
 fn session_not_found(c_key: &str, session: u64) -> OmError {
     OmError::precondition(

@@ -7,21 +7,11 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
-use crate::apply::MAX_PART_NUMBER;
 use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, blocks_per_call, key_size};
 use crate::error::OmError;
+pub use crate::limits::MAX_RECORD_BLOCKS;
 use crate::service::OmService;
 use crate::validate::{self, format_deleted_id, normalize_etag};
-
-/// Most blocks a key can hold, which bounds every response carrying one key
-/// or one key's released blocks. A key committed from a session holds at
-/// most `MAX_SESSION_BLOCKS` (5 TiB in 256 MiB blocks). A completed multipart
-/// upload is at most `MAX_KEY_SIZE` (checked when it completes) in at most
-/// `MAX_PART_NUMBER` parts of `ceil(size / BLOCK_SIZE)` blocks each, so
-/// fewer than `MAX_KEY_SIZE / BLOCK_SIZE + MAX_PART_NUMBER` blocks. Encoded
-/// as a `KeyInfo` with the largest field values, that is under 1 MiB (see
-/// the `largest_records_fit_a_default_client` test).
-pub const MAX_RECORD_BLOCKS: usize = crate::apply::MAX_SESSION_BLOCKS + MAX_PART_NUMBER as usize;
 
 pub fn block_infos(blocks: Vec<st::BlockRecord>) -> Vec<BlockInfo> {
     blocks
@@ -370,6 +360,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use prost::Message;
+
+    use crate::limits::MAX_PART_NUMBER;
 
     use super::*;
     use crate::apply::{BLOCK_SIZE, MAX_PART_SIZE, MAX_SESSION_BLOCKS};

@@ -22,6 +22,9 @@ mod fso;
 
 use super::eval::{self, Subject};
 use crate::error::OmError;
+pub use crate::limits::{
+    MAX_DAY_MS, MAX_ENTRY_BYTES, MAX_PAGE_EVALUATED, MAX_PAGE_ITEMS, MIN_DAY_MS,
+};
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
 use crate::store::table::{self, KeyTable, UploadTable};
@@ -49,18 +52,6 @@ pub fn next_phase(phase: u32) -> u32 {
         PHASE_IDLE
     }
 }
-
-/// Most items one page proposes (one Raft entry, one apply).
-pub const MAX_PAGE_ITEMS: usize = 1000;
-/// Most entries one page may report evaluated.
-pub const MAX_PAGE_EVALUATED: u64 = 100_000;
-/// Longest entry key a page may name: a bucket prefix, a key, a version or
-/// upload id.
-pub const MAX_ENTRY_BYTES: usize =
-    crate::validate::MAX_NAME_BYTES * 2 + 2 + crate::validate::MAX_KEY_BYTES + 9;
-/// Shortest and longest lifecycle day a page may carry.
-pub const MIN_DAY_MS: u64 = 1;
-pub const MAX_DAY_MS: u64 = 86_400_000;
 
 pub fn phase_name(phase: u32) -> &'static str {
     match phase {

@@ -13,11 +13,9 @@ use super::{Consistency, OmService, item_len};
 use crate::apply::s3::{self as creds, ACCESS_KEY_LEN, ACCESS_KEY_PREFIX, SECRET_KEY_LEN};
 use crate::authz::{self, IMPERSONATE, Resource};
 use crate::error::OmError;
+pub use crate::limits::MAX_S3_SECRETS_PAGE;
 use crate::store::iter::DeferredSeekIter;
 use crate::store::keys;
-
-/// Most credentials one ListS3Secrets page holds.
-pub const MAX_S3_SECRETS_PAGE: usize = 1000;
 
 /// A new (access key, secret key): `OM` and 18 of `[A-Z0-9]` (93 bits),
 /// and 40 of `[A-Za-z0-9+/]` (240 bits), from the OS-seeded thread RNG.

@@ -18,7 +18,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "om",
         &[
-            &["error", "rules"],
+            &["error", "rules", "limits"],
             &["validate"],
             &["store"],
             &[
