@@ -41,7 +41,7 @@ pub fn block_size_or_legacy(stamped: u64) -> u64 {
 /// hostile command carries no long string (its syntax is checked where it
 /// is used, with the state's answer).
 pub(super) fn version_id(field: &str, v: &str) -> Result<(), OmError> {
-    if v.len() <= super::versions::VERSION_ID_CHARS {
+    if v.len() <= crate::store::records::VERSION_ID_CHARS {
         return Ok(());
     }
     Err(OmError::invalid(
@@ -49,7 +49,7 @@ pub(super) fn version_id(field: &str, v: &str) -> Result<(), OmError> {
         field,
         format!(
             "a version id has at most {} characters",
-            super::versions::VERSION_ID_CHARS
+            crate::store::records::VERSION_ID_CHARS
         ),
     ))
 }
