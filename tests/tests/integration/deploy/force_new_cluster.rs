@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use super::helpers::*;
 use super::render::*;
 
 /// A stand-in for kubectl: records each call's arguments, one line each,

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::helpers::*;
 use super::render::*;
 
 fn one<T: serde::de::DeserializeOwned>(docs: &[serde_norway::Value], kind: &str) -> T {

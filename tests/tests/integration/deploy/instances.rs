@@ -9,9 +9,10 @@
 
 use std::collections::BTreeSet;
 
+use super::certificates::check_approver_policy;
 use super::checks::*;
+use super::helpers::*;
 use super::render::*;
-use super::rendering::check_approver_policy;
 
 fn instances() -> [Manifests; 2] {
     [

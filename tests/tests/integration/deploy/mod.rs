@@ -13,11 +13,16 @@
 //! members.
 
 mod alerts;
+mod backup_tools;
+mod certificates;
 mod checks;
+mod crds;
 mod force_new_cluster;
 mod gateway;
+mod helpers;
 mod instances;
 mod live;
+mod processes;
 mod render;
 mod rendering;
 mod statefulset;
