@@ -11,28 +11,10 @@ use std::time::Duration;
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{OmProcess, cluster_addrs, dump_data_dir, first_difference, wait_for};
-
-async fn leader(procs: &[OmProcess]) -> u64 {
-    wait_for(Duration::from_secs(30), "a leader", || {
-        let addrs: Vec<String> = procs
-            .iter()
-            .filter(|p| p.is_running())
-            .map(|p| p.grpc.clone())
-            .collect();
-        async move {
-            for a in addrs {
-                if let Ok(s) = OmClient::node_status(&a).await
-                    && s.role == "leader"
-                {
-                    return Some(s.node_id);
-                }
-            }
-            None
-        }
-    })
-    .await
-}
+use om_tests::{
+    ClusterOptions, OmProcess, ProcessCluster, TestCluster, dump_data_dir, first_difference,
+    wait_for,
+};
 
 async fn wait_applied(p: &OmProcess, index: u64) {
     let addr = p.grpc.clone();
@@ -55,26 +37,18 @@ async fn wait_applied(p: &OmProcess, index: u64) {
 /// acknowledged write and the same tables, record by record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_before_its_own_flush_never_reuses_log_ids() {
-    let addrs = cluster_addrs(3);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let holds = tempfile::tempdir().unwrap();
     let hold = |id: u64| holds.path().join(format!("hold-{id}"));
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .map(|(a, d)| {
-            let h = hold(a.id);
-            OmProcess::spawn_member_env(
-                d.path(),
-                a,
-                &addrs,
-                &[],
-                &[("OM_TEST_HOLD_WAL_FLUSH", h.to_str().unwrap())],
-            )
-        })
-        .collect();
-    let first = leader(&procs).await;
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let mut cluster = ProcessCluster::spawn_with(3, &[], |id| {
+        let h = hold(id);
+        vec![(
+            "OM_TEST_HOLD_WAL_FLUSH".to_string(),
+            h.to_str().unwrap().to_string(),
+        )]
+    });
+    let addrs = cluster.addrs().to_vec();
+    let first = cluster.leader().await;
+    let eps = cluster.endpoints();
     let c = OmClient::new(
         &eps,
         ClientOptions {
@@ -109,18 +83,19 @@ async fn a_leader_killed_before_its_own_flush_never_reuses_log_ids() {
     let committed = c.cluster_status().await.unwrap().committed_index;
     let followers: Vec<usize> = (0..3).filter(|&i| addrs[i].id != first).collect();
     for &f in &followers {
-        wait_applied(&procs[f], committed).await;
+        wait_applied(&cluster.procs()[f], committed).await;
     }
 
     // kill -9 of the leader and one follower; the other follower survives
     // alone with the log the leader's disk never had.
     let (l, f) = ((first - 1) as usize, followers[0]);
+    let procs = cluster.procs_mut();
     procs[l].kill9();
     procs[f].kill9();
     std::fs::remove_file(hold(first)).unwrap();
     procs[l].restart();
     procs[f].restart();
-    let second = leader(&procs).await;
+    let second = cluster.leader().await;
     for i in 0..20 {
         let key = format!("after/{i:03}");
         acked.push((
@@ -129,7 +104,7 @@ async fn a_leader_killed_before_its_own_flush_never_reuses_log_ids() {
         ));
     }
     let last = c.cluster_status().await.unwrap().committed_index;
-    for p in &procs {
+    for p in cluster.procs() {
         wait_applied(p, last).await;
     }
     eprintln!(
@@ -163,10 +138,10 @@ async fn a_leader_killed_before_its_own_flush_never_reuses_log_ids() {
     }
 
     // Stopped cleanly, the replicas hold the same tables record by record.
-    for p in &mut procs {
+    for p in cluster.procs_mut() {
         assert!(p.terminate(Duration::from_secs(30)), "node did not stop");
     }
-    let dumps: Vec<_> = dirs.iter().map(|d| dump_data_dir(d.path())).collect();
+    let dumps: Vec<_> = cluster.dirs().iter().map(|d| dump_data_dir(d)).collect();
     for (i, d) in dumps.iter().enumerate().skip(1) {
         assert!(
             first_difference(&dumps[0], d).is_none(),
@@ -184,20 +159,11 @@ async fn a_leader_killed_before_its_own_flush_never_reuses_log_ids() {
 /// not-ready, refuses leadership, and the others export the mismatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
-    use om_tests::{TestNode, http_get};
-    let addrs = cluster_addrs(3);
-    let fast = |a: &mut om::config::Args| a.divergence_check_interval_ms = Some(200);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(TestNode::start_member_with(a, &addrs, None, fast).await);
-    }
-    let eps: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
+    use om_tests::http_get;
+    let fast = ClusterOptions::default().tweak(|_, a| a.divergence_check_interval_ms = Some(200));
+    let mut cluster = TestCluster::start_with(3, fast).await;
+    let eps = cluster.endpoints();
     let c = std::sync::Arc::new(OmClient::new(&eps, om_tests::client_options()).unwrap());
-    wait_for(Duration::from_secs(20), "a leader", || {
-        let c = c.clone();
-        async move { c.cluster_status().await.ok().filter(|s| s.leader_id != 0) }
-    })
-    .await;
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -233,12 +199,9 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
 
     // One follower applies the next command differently.
     let leader = c.cluster_status().await.unwrap().leader_id;
-    let bad = nodes
-        .iter()
-        .position(|n| n.node.service.node_id() != leader)
-        .unwrap();
-    let bad_id = nodes[bad].node.service.node_id();
-    nodes[bad].node.service.divergence().unwrap().inject(1);
+    let bad_id = (1..=3).find(|id| *id != leader).unwrap();
+    let bad = cluster.node(bad_id);
+    bad.node.service.divergence().unwrap().inject(1);
     let started = std::time::Instant::now();
     for i in 5..10 {
         c.put_key("vol1", "bkt1", &format!("k{i}"), i)
@@ -249,7 +212,7 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
         Duration::from_secs(10),
         "the diverged replica to notice",
         || {
-            let d = nodes[bad].node.service.divergence().unwrap().diverged();
+            let d = bad.node.service.divergence().unwrap().diverged();
             async move { d }
         },
     )
@@ -259,11 +222,11 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
         started.elapsed()
     );
     assert!(why.contains("first differing index"), "{why}");
-    assert!(nodes[bad].dir.path().join("DIVERGED").exists());
+    assert!(bad.dir.path().join("DIVERGED").exists());
 
     // It serves no read, stale or not, and is not ready.
     let local = OmClient::new(
-        &[nodes[bad].endpoint()],
+        &[bad.endpoint()],
         ClientOptions {
             stale_reads: true,
             deadline: Duration::from_secs(2),
@@ -276,15 +239,15 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
         Err(om_client::ClientError::Unavailable(m)) if m.contains("replica diverged") => {}
         other => panic!("expected the diverged replica to refuse, got {other:?}"),
     }
-    let ready = http_get(nodes[bad].node.http_addr, "/readyz").await;
+    let ready = http_get(bad.node.http_addr, "/readyz").await;
     assert!(
         ready.contains("503") && ready.contains("diverged"),
         "{ready}"
     );
     // The cluster still serves; the others report the mismatch.
     c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
-    let good = (bad + 1) % 3;
-    let metrics = http_get(nodes[good].node.http_addr, "/metrics").await;
+    let good = cluster.node(bad_id % 3 + 1);
+    let metrics = http_get(good.node.http_addr, "/metrics").await;
     assert!(
         metrics.contains("om_replica_divergence 1"),
         "{}",
@@ -331,12 +294,12 @@ async fn a_replica_that_applied_differently_is_found_and_stops_serving() {
     assert_ne!(c.cluster_status().await.unwrap().leader_id, bad_id);
 
     // A restart remembers.
-    let n = nodes.remove(bad);
-    let dir = n.stop().await;
-    let n = TestNode::start_member_in(dir, &addrs[bad], &addrs, None, fast).await;
+    cluster.restart(bad_id).await;
+    let n = cluster.node(bad_id);
     assert!(n.node.service.divergence().unwrap().diverged().is_some());
     let ready = http_get(n.node.http_addr, "/readyz").await;
     assert!(ready.contains("503"), "{ready}");
+    cluster.shutdown().await;
 }
 
 /// `omctl cluster verify` against `eps`: exit code and standard output.

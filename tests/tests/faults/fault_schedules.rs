@@ -15,9 +15,8 @@
 
 use std::time::{Duration, Instant};
 
-use om_client::OmClient;
 use om_tests::history::{Recorder, check_linearizable};
-use om_tests::{OmProcess, cluster_addrs};
+use om_tests::{OmProcess, ProcessCluster, claimed_leader};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -59,39 +58,32 @@ fn draw(rng: &mut StdRng) -> Fault {
     }
 }
 
+/// The index in `procs` of the running node that calls itself leader, if
+/// one does (asked once: a schedule skips the fault otherwise).
 async fn leader(procs: &[OmProcess]) -> Option<usize> {
-    for (i, p) in procs.iter().enumerate().filter(|(_, p)| p.is_running()) {
-        if let Ok(s) = OmClient::node_status(&p.grpc).await
-            && s.role == "leader"
-        {
-            return Some(i);
-        }
-    }
-    None
+    let running: Vec<String> = procs
+        .iter()
+        .filter(|p| p.is_running())
+        .map(|p| p.grpc.clone())
+        .collect();
+    claimed_leader(&running).await.map(|id| (id - 1) as usize)
 }
 
 async fn run_schedule(seed: u64, seconds: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let addrs = cluster_addrs(3);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let holds = tempfile::tempdir().unwrap();
     let hold = |i: usize| holds.path().join(format!("hold-{i}"));
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .enumerate()
-        .map(|(i, (a, d))| {
-            OmProcess::spawn_member_env(
-                d.path(),
-                a,
-                &addrs,
-                &["--divergence-check-interval-ms", "1000"],
-                &[("OM_TEST_HOLD_WAL_FLUSH", hold(i).to_str().unwrap())],
-            )
-        })
-        .collect();
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let mut cluster =
+        ProcessCluster::spawn_with(3, &["--divergence-check-interval-ms", "1000"], |id| {
+            let h = hold((id - 1) as usize);
+            vec![(
+                "OM_TEST_HOLD_WAL_FLUSH".to_string(),
+                h.to_str().unwrap().to_string(),
+            )]
+        });
+    let eps = cluster.endpoints();
     let c = om_tests::replicas::register_bucket(&eps).await;
+    let procs = cluster.procs_mut();
 
     let rec = Recorder::start(&eps, 6, true);
     let started = Instant::now();
@@ -119,7 +111,7 @@ async fn run_schedule(seed: u64, seconds: u64) {
                 procs[b].restart();
             }
             Fault::HeldFlushKill { held } => {
-                let Some(l) = leader(&procs).await else {
+                let Some(l) = leader(procs).await else {
                     continue;
                 };
                 std::fs::write(hold(l), b"").unwrap();
@@ -139,7 +131,7 @@ async fn run_schedule(seed: u64, seconds: u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let end = rec.now();
     let history = rec.finish().await;
-    om_tests::replicas::wait_settled(&c, &procs).await;
+    om_tests::replicas::wait_settled(&c, cluster.procs()).await;
     let known = history.iter().filter(|o| o.output.is_some()).count();
     eprintln!(
         "seed {seed}: {} faults, {} operations, {known} with known outcomes",
@@ -149,8 +141,9 @@ async fn run_schedule(seed: u64, seconds: u64) {
     assert!(known >= 100, "too few completed operations ({known})");
     check_linearizable(&history, end);
 
-    let dirs: Vec<_> = dirs.iter().map(|d| d.path().to_path_buf()).collect();
-    om_tests::replicas::assert_identical(&c, &mut procs, &dirs, &format!("seed {seed}")).await;
+    let dirs = cluster.dirs();
+    om_tests::replicas::assert_identical(&c, cluster.procs_mut(), &dirs, &format!("seed {seed}"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,10 +15,9 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use om_client::OmClient;
 use om_tests::history::{Recorder, check_linearizable};
 use om_tests::netns::Lab;
-use om_tests::{MemberAddrs, OmProcess};
+use om_tests::{MemberAddrs, OmProcess, claimed_leader};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -54,17 +53,11 @@ fn draw(rng: &mut StdRng) -> Nemesis {
     }
 }
 
-/// The node (1-based) that calls itself leader, asked from the root
-/// namespace (clients are never cut).
+/// The node (1-based, as the lab numbers them) that calls itself leader,
+/// asked from the root namespace (clients are never cut).
 async fn leader(procs: &[OmProcess]) -> Option<usize> {
-    for (i, p) in procs.iter().enumerate() {
-        if let Ok(s) = OmClient::node_status(&p.grpc).await
-            && s.role == "leader"
-        {
-            return Some(i + 1);
-        }
-    }
-    None
+    let eps: Vec<String> = procs.iter().map(|p| p.grpc.clone()).collect();
+    claimed_leader(&eps).await.map(|id| id as usize)
 }
 
 async fn run_schedule(lab: &Lab, seed: u64, seconds: u64) {

@@ -8,7 +8,7 @@ use om::tasks::rejoin::{Outcome, Phase};
 use om_client::OmClient;
 use om_client::v1::BucketLayout;
 use om_tests::{
-    Faults, MemberAddrs, TestNode, agreed_leader, cluster_addrs, http_get, local_client,
+    ClusterOptions, Faults, TestCluster, TestNode, cluster_addrs, http_get, local_client,
     members_client, metrics_of, wait_for,
 };
 
@@ -31,37 +31,31 @@ async fn write(c: &OmClient, prefix: &str, n: u64) {
     }
 }
 
-/// Starts a 3-node cluster with one volume, one bucket and 20 keys.
-async fn cluster(
-    faults: Option<Arc<Faults>>,
-) -> (Vec<MemberAddrs>, Vec<Option<TestNode>>, OmClient) {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, &addrs, faults.clone(), |_| {}).await,
-        ));
+/// Starts a 3-node cluster (with `faults` on every start, if given) with one
+/// volume, one bucket and 20 keys.
+async fn cluster(faults: Option<Arc<Faults>>) -> (TestCluster, OmClient) {
+    let mut options = ClusterOptions::default();
+    if let Some(f) = faults {
+        options = options.faults(f);
     }
-    agreed_leader(&nodes, None).await;
-    let c = members_client(&addrs);
+    let cluster = TestCluster::start_with(3, options).await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
         .unwrap();
     write(&c, "a", 20).await;
-    (addrs, nodes, c)
+    (cluster, c)
 }
 
-/// After a member rejoined: it holds everything, is ready, and counts in a
-/// quorum again: with the leader stopped, it and the third member elect a
-/// leader between them and commit.
-async fn check_rejoined(
-    addrs: &[MemberAddrs],
-    mut nodes: Vec<Option<TestNode>>,
-    c: &OmClient,
-    victim: usize,
-) {
-    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+/// After member `victim` rejoined: it holds everything, is ready, and counts
+/// in a quorum again: with the leader stopped, it and the third member elect
+/// a leader between them and commit.
+async fn check_rejoined(mut cluster: TestCluster, c: &OmClient, victim: u64) {
+    let lc = local_client(
+        &cluster.addrs()[(victim - 1) as usize],
+        Duration::from_secs(2),
+    );
     wait_for(
         Duration::from_secs(20),
         "the rejoined node to have b004",
@@ -73,7 +67,7 @@ async fn check_rejoined(
     .await;
     assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
     // Ready once it has applied what the leader had when it last asked.
-    let http = nodes[victim].as_ref().unwrap().node.http_addr;
+    let http = cluster.node(victim).node.http_addr;
     wait_for(
         Duration::from_secs(10),
         "the rejoined node to be ready",
@@ -85,20 +79,13 @@ async fn check_rejoined(
         },
     )
     .await;
-    let leader = agreed_leader(&nodes, None).await;
-    assert_ne!(leader as usize, victim + 1);
-    nodes[(leader - 1) as usize]
-        .take()
-        .unwrap()
-        .node
-        .shutdown()
-        .await;
-    agreed_leader(&nodes, Some(leader)).await;
+    let leader = cluster.leader().await;
+    assert_ne!(leader, victim);
+    cluster.stop(leader).await;
+    cluster.leader_other_than(leader).await;
     write(c, "c", 3).await;
     assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 28);
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// A follower other than the lowest id comes back on an empty data
@@ -109,19 +96,16 @@ async fn check_rejoined(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_catches_up_and_votes_only_after() {
     let faults = Arc::new(Faults::default());
-    let (addrs, mut nodes, c) = cluster(Some(faults.clone())).await;
-    let leader = agreed_leader(&nodes, None).await;
-    let victim = (1..3).find(|i| *i as u64 + 1 != leader).unwrap();
-    let id = victim as u64 + 1;
-    nodes[victim].take().unwrap().node.shutdown().await;
+    let (mut cluster, c) = cluster(Some(faults.clone())).await;
+    let leader = cluster.leader().await;
+    let id = (2..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(id).await;
     write(&c, "b", 5).await;
 
     // The disk is replaced; the leader cannot reach the node for now.
     faults.isolate(id, &[1, 2, 3]);
-    nodes[victim] = Some(
-        TestNode::start_member_with(&addrs[victim], &addrs, Some(faults.clone()), |_| {}).await,
-    );
-    let n = nodes[victim].as_ref().unwrap();
+    cluster.restart_wiped(id).await;
+    let n = cluster.node(id);
     wait_for(Duration::from_secs(20), "the node to catch up", || {
         let p = n.node.admission.phase();
         async move { (p == Phase::CatchingUp).then_some(()) }
@@ -135,7 +119,7 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
     // Its vote is not given while it lacks entries it may have acknowledged.
     let mut raft = om_proto::raft::raft_service_client::RaftServiceClient::connect(format!(
         "http://{}",
-        addrs[victim].raft
+        cluster.addrs()[(id - 1) as usize].raft
     ))
     .await
     .unwrap();
@@ -160,11 +144,11 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
     );
     // The leader had recorded entries the node lost: it handed leadership
     // over to the third member.
-    let others: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    let others: Vec<u64> = (1..=3).filter(|o| *o != id).collect();
     wait_for(Duration::from_secs(20), "leadership handed over", || {
         let ls: Vec<Option<u64>> = others
             .iter()
-            .map(|i| metrics_of(nodes[*i].as_ref().unwrap()).current_leader)
+            .map(|o| metrics_of(cluster.node(*o)).current_leader)
             .collect();
         let ok = ls[0].is_some_and(|l| l != leader && l != id) && ls[0] == ls[1];
         async move { ok.then_some(()) }
@@ -172,11 +156,8 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
     .await;
 
     // A restart before it caught up keeps it waiting (the marker says so).
-    let dir = nodes[victim].take().unwrap().stop().await;
-    nodes[victim] = Some(
-        TestNode::start_member_in(dir, &addrs[victim], &addrs, Some(faults.clone()), |_| {}).await,
-    );
-    let n = nodes[victim].as_ref().unwrap();
+    cluster.restart(id).await;
+    let n = cluster.node(id);
     assert_eq!(n.node.admission.phase(), Phase::CatchingUp);
     let ready = http_get(n.node.http_addr, "/readyz").await;
     assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
@@ -187,40 +168,38 @@ async fn a_wiped_member_catches_up_and_votes_only_after() {
         matches!(o, Outcome::Rejoined { target, .. } if target >= 25),
         "{o:?}"
     );
-    check_rejoined(&addrs, nodes, &c, victim).await;
+    check_rejoined(cluster, &c, id).await;
 }
 
 /// The lowest id, wiped, does not initialize a cluster again: it finds the
 /// cluster through the other members and rejoins it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_lowest_id_rejoins_instead_of_initializing() {
-    let (addrs, mut nodes, c) = cluster(None).await;
-    if agreed_leader(&nodes, None).await == 1 {
+    let (mut cluster, c) = cluster(None).await;
+    if cluster.leader().await == 1 {
         c.transfer_leader(2).await.unwrap();
     }
-    let leader = agreed_leader(&nodes, None).await;
+    let leader = cluster.leader().await;
     assert_ne!(leader, 1);
-    nodes[0].take().unwrap().node.shutdown().await;
+    cluster.stop(1).await;
     write(&c, "b", 5).await;
-    nodes[0] = Some(TestNode::start_member(&addrs[0], &addrs).await);
-    let o = outcome_of(nodes[0].as_ref().unwrap()).await;
+    cluster.restart_wiped(1).await;
+    let o = outcome_of(cluster.node(1)).await;
     assert!(
         matches!(o, Outcome::Rejoined { reset: true, target } if target >= 25),
         "{o:?}"
     );
-    check_rejoined(&addrs, nodes, &c, 0).await;
+    check_rejoined(cluster, &c, 1).await;
 }
 
 /// A first boot waits for every member before the lowest id initializes;
 /// members that lost their data meanwhile are told apart by the others' state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_boot_waits_for_every_member() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs[..2] {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    let first = nodes[0].as_ref().unwrap();
+    let mut cluster = TestCluster::new(3, ClusterOptions::default());
+    cluster.start_member(1).await;
+    cluster.start_member(2).await;
+    let first = cluster.node(1);
     wait_for(Duration::from_secs(10), "node 1 to wait for node 3", || {
         let msg = first.node.admission.message();
         async move { msg.contains("[3]").then_some(()) }
@@ -228,26 +207,21 @@ async fn a_first_boot_waits_for_every_member() {
     .await;
     assert_eq!(first.node.admission.phase(), Phase::Sealed);
     assert!(first.node.raft.is_initialized().await.is_ok_and(|i| !i));
-    nodes.push(Some(TestNode::start_member(&addrs[2], &addrs).await));
-    agreed_leader(&nodes, None).await;
-    assert_eq!(
-        outcome_of(nodes[0].as_ref().unwrap()).await,
-        Outcome::Initialized
-    );
+    cluster.start_member(3).await;
+    cluster.leader().await;
+    assert_eq!(outcome_of(cluster.node(1)).await, Outcome::Initialized);
     // The others took part in the first election, or, if it was over by
     // the time they asked, caught up without any reset.
-    for n in &nodes[1..] {
-        let o = outcome_of(n.as_ref().unwrap()).await;
+    for id in 2..=3 {
+        let o = outcome_of(cluster.node(id)).await;
         assert!(
             matches!(o, Outcome::Fresh | Outcome::Rejoined { reset: false, .. }),
             "{o:?}"
         );
     }
-    let c = members_client(&addrs);
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// A member added by scaling out (`--join`, as the StatefulSet starts pods

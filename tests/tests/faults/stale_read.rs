@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{Faults, TestNode, client_options, cluster_addrs, metrics_of, wait_for};
+use om_tests::{
+    ClusterOptions, Faults, TestCluster, TestNode, client_options, metrics_of, wait_for,
+};
 
 /// One read: under the lease or not, and what it returned.
 type Read = (bool, Result<u64, String>);
@@ -25,30 +27,15 @@ fn only(n: &TestNode, opts: ClientOptions) -> OmClient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
     let faults = Arc::new(Faults::default());
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await);
-    }
-    let eps: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
-    let c = OmClient::new(&eps, client_options()).unwrap();
-    let l = wait_for(Duration::from_secs(20), "a leader", || {
-        let c = &c;
-        async move {
-            c.cluster_status()
-                .await
-                .ok()
-                .map(|s| s.leader_id)
-                .filter(|l| *l != 0)
-        }
-    })
-    .await;
+    let cluster =
+        TestCluster::start_with(3, ClusterOptions::default().faults(faults.clone())).await;
+    let c = OmClient::new(&cluster.endpoints(), client_options()).unwrap();
+    let l = cluster.leader().await;
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
         .unwrap();
     c.put_key("vol1", "bkt1", "k", 1).await.unwrap();
-    let li = (l - 1) as usize;
     let fs: Vec<u64> = (1..=3).filter(|i| *i != l).collect();
 
     // One-way loss into the leader.
@@ -63,9 +50,9 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
         attempt_timeout: Duration::from_secs(1),
         ..client_options()
     };
-    let base = metrics_of(&nodes[li]).last_log_index.unwrap_or(0);
+    let base = metrics_of(cluster.node(l)).last_log_index.unwrap_or(0);
     for (i, size) in [(1u64, 2u64), (2, 3)] {
-        let lc = only(&nodes[li], short.clone());
+        let lc = only(cluster.node(l), short.clone());
         tokio::spawn(async move {
             let _ = lc.put_key("vol1", "bkt1", "k", size).await;
         });
@@ -74,7 +61,7 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
             "the followers to receive it",
             || {
                 let ok = fs.iter().all(|f| {
-                    metrics_of(&nodes[(*f - 1) as usize])
+                    metrics_of(cluster.node(*f))
                         .last_log_index
                         .is_some_and(|x| x >= base + i)
                 });
@@ -88,22 +75,13 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
     for &f in &fs {
         faults.stall(l, f);
     }
-    let new = wait_for(Duration::from_secs(20), "a new leader", || {
-        let ls: Vec<Option<u64>> = fs
-            .iter()
-            .map(|f| metrics_of(&nodes[(*f - 1) as usize]).current_leader)
-            .collect();
-        let ok = ls[0].is_some_and(|x| x != l) && ls[0] == ls[1];
-        let first = ls[0];
-        async move { if ok { first } else { None } }
-    })
-    .await;
-    let nc = only(&nodes[(new - 1) as usize], client_options());
+    let new = cluster.leader_among(&fs).await;
+    let nc = only(cluster.node(new), client_options());
     nc.put_key("vol1", "bkt1", "k", 4).await.unwrap();
     let acknowledged = Instant::now();
 
     {
-        let m = metrics_of(&nodes[li]);
+        let m = metrics_of(cluster.node(l));
         eprintln!(
             "old leader {l}: {:?} term {} leader {:?}; new leader {new}",
             m.state, m.current_term, m.current_leader
@@ -115,7 +93,7 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
     for lease in [false, true] {
         for _ in 0..2 {
             let rc = only(
-                &nodes[li],
+                cluster.node(l),
                 ClientOptions {
                     lease_reads: lease,
                     deadline: Duration::from_millis(800),
@@ -173,7 +151,7 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
     assert!(stale.is_empty(), "stale reads: {stale:?}");
     // The old leader stepped down and caught up with the new one.
     let local = only(
-        &nodes[li],
+        cluster.node(l),
         ClientOptions {
             stale_reads: true,
             deadline: Duration::from_secs(2),
@@ -196,7 +174,7 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
     )
     .await;
     assert_ne!(
-        metrics_of(&nodes[li]).state,
+        metrics_of(cluster.node(l)).state,
         openraft::ServerState::Leader,
         "the old leader still leads after the heal"
     );
@@ -215,24 +193,10 @@ async fn a_deposed_leader_does_not_confirm_reads_with_late_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
     let faults = Arc::new(Faults::default());
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await);
-    }
-    let eps: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
-    let c = OmClient::new(&eps, client_options()).unwrap();
-    let l = wait_for(Duration::from_secs(20), "a leader", || {
-        let c = &c;
-        async move {
-            c.cluster_status()
-                .await
-                .ok()
-                .map(|s| s.leader_id)
-                .filter(|l| *l != 0)
-        }
-    })
-    .await;
+    let cluster =
+        TestCluster::start_with(3, ClusterOptions::default().faults(faults.clone())).await;
+    let c = OmClient::new(&cluster.endpoints(), client_options()).unwrap();
+    let l = cluster.leader().await;
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -240,7 +204,6 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
     c.put_key("vol1", "bkt1", "k", 1).await.unwrap();
     // No answer still on its way.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let li = (l - 1) as usize;
     let (a, b) = {
         let fs: Vec<u64> = (1..=3).filter(|i| *i != l).collect();
         (fs[0], fs[1])
@@ -250,11 +213,11 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
         faults.cut(f, l);
     }
     // One write on L, which both followers receive and answer (held).
-    let base = metrics_of(&nodes[li]).last_log_index.unwrap_or(0);
+    let base = metrics_of(cluster.node(l)).last_log_index.unwrap_or(0);
     let e1 = base + 1;
     {
         let lc = only(
-            &nodes[li],
+            cluster.node(l),
             ClientOptions {
                 deadline: Duration::from_secs(1),
                 attempt_timeout: Duration::from_secs(1),
@@ -270,7 +233,7 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
         "the followers to receive it",
         || {
             let ok = [a, b].iter().all(|f| {
-                metrics_of(&nodes[(*f - 1) as usize])
+                metrics_of(cluster.node(*f))
                     .last_log_index
                     .is_some_and(|x| x >= e1)
             });
@@ -280,22 +243,13 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
     .await;
     // They hear no heartbeat answered and elect a new leader, which
     // acknowledges a write.
-    let new = wait_for(Duration::from_secs(20), "a new leader", || {
-        let ls: Vec<Option<u64>> = [a, b]
-            .iter()
-            .map(|f| metrics_of(&nodes[(*f - 1) as usize]).current_leader)
-            .collect();
-        let ok = ls[0].is_some_and(|x| x != l) && ls[0] == ls[1];
-        let first = ls[0];
-        async move { if ok { first } else { None } }
-    })
-    .await;
-    only(&nodes[(new - 1) as usize], client_options())
+    let new = cluster.leader_among(&[a, b]).await;
+    only(cluster.node(new), client_options())
         .put_key("vol1", "bkt1", "k", 4)
         .await
         .unwrap();
     assert_eq!(
-        metrics_of(&nodes[li]).state,
+        metrics_of(cluster.node(l)).state,
         openraft::ServerState::Leader,
         "L must still think it leads for the sequence to apply"
     );
@@ -303,7 +257,7 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
     // A linearizable read on L, queued there waiting for a quorum.
     let read_on_l = |lease: bool| {
         only(
-            &nodes[li],
+            cluster.node(l),
             ClientOptions {
                 lease_reads: lease,
                 deadline: Duration::from_secs(2),
@@ -319,7 +273,7 @@ async fn a_late_answer_does_not_credit_a_later_unanswered_request() {
     // A's answer: L commits its entry and sends commit-only requests.
     faults.release_answers(a, l, 1);
     wait_for(Duration::from_secs(2), "L to commit its entry", || {
-        let ok = metrics_of(&nodes[li])
+        let ok = metrics_of(cluster.node(l))
             .local_committed
             .is_some_and(|c| c.index >= e1);
         async move { ok.then_some(()) }

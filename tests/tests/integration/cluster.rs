@@ -4,46 +4,16 @@ use std::time::Duration;
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{TestNode, cluster_addrs, metrics_of, wait_for};
-
-async fn leader_of(nodes: &[Option<TestNode>], not: Option<u64>) -> u64 {
-    wait_for(
-        Duration::from_secs(20),
-        "a leader agreed by all live nodes",
-        || {
-            let leaders: Vec<Option<u64>> = nodes
-                .iter()
-                .flatten()
-                .map(|n| {
-                    let m = n.node.raft.metrics();
-                    let m = openraft::async_runtime::WatchReceiver::borrow_watched(&m).clone();
-                    if m.state == openraft::ServerState::Leader
-                        || m.state == openraft::ServerState::Follower
-                    {
-                        m.current_leader
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            let first = leaders[0];
-            let agreed = first.is_some() && first != not && leaders.iter().all(|l| *l == first);
-            async move { if agreed { first } else { None } }
-        },
-    )
-    .await
-}
+use om_tests::{
+    ClusterOptions, TestCluster, TestNode, cluster_addrs, local_client, members_client, metrics_of,
+    wait_for,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_replicate_and_survive_losing_the_leader() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    let leader = leader_of(&nodes, None).await;
-    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = OmClient::new(&endpoints, om_tests::client_options()).unwrap();
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.leader().await;
+    let c = OmClient::new(&cluster.endpoints(), om_tests::client_options()).unwrap();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -54,7 +24,7 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
             .unwrap();
     }
     // Every replica applies every write.
-    for a in &addrs {
+    for a in cluster.addrs() {
         let local = OmClient::new(
             std::slice::from_ref(&a.grpc),
             ClientOptions {
@@ -71,9 +41,8 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
     }
 
     // Stop the leader: the others elect a new one and the client follows.
-    let idx = (leader - 1) as usize;
-    nodes[idx].take().unwrap().node.shutdown().await;
-    let new_leader = leader_of(&nodes, Some(leader)).await;
+    cluster.stop(leader).await;
+    let new_leader = cluster.leader_other_than(leader).await;
     assert_ne!(new_leader, leader);
     c.put_key("vol1", "bkt1", "after-failover", 1)
         .await
@@ -85,63 +54,17 @@ async fn three_nodes_replicate_and_survive_losing_the_leader() {
     }
     let s = c.cluster_status().await.unwrap();
     assert_eq!(s.members.len(), 3);
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
-}
-
-/// Waits until the nodes at `idx` agree on a leader among themselves.
-async fn leader_among(nodes: &[Option<TestNode>], idx: &[usize]) -> u64 {
-    wait_for(Duration::from_secs(20), "a leader in the majority", || {
-        let ls: Vec<Option<u64>> = idx
-            .iter()
-            .map(|i| metrics_of(nodes[*i].as_ref().unwrap()).current_leader)
-            .collect();
-        let first = ls[0];
-        let ok = first.is_some_and(|l| idx.contains(&((l - 1) as usize)))
-            && ls.iter().all(|l| *l == first);
-        async move { if ok { first } else { None } }
-    })
-    .await
-}
-
-fn client_of(addrs: &[om_tests::MemberAddrs], idx: &[usize]) -> OmClient {
-    let eps: Vec<String> = idx.iter().map(|i| addrs[*i].grpc.clone()).collect();
-    OmClient::new(
-        &eps,
-        ClientOptions {
-            deadline: Duration::from_secs(20),
-            ..om_tests::client_options()
-        },
-    )
-    .unwrap()
-}
-
-fn local_client(addr: &om_tests::MemberAddrs, deadline: Duration) -> OmClient {
-    OmClient::new(
-        std::slice::from_ref(&addr.grpc),
-        ClientOptions {
-            stale_reads: true,
-            deadline,
-            attempt_timeout: deadline,
-            ..om_tests::client_options()
-        },
-    )
-    .unwrap()
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_healing() {
-    let addrs = cluster_addrs(3);
     let faults = std::sync::Arc::new(om_tests::Faults::default());
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, &addrs, Some(faults.clone()), |_| {}).await,
-        ));
-    }
-    let old = leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    let cluster =
+        TestCluster::start_with(3, ClusterOptions::default().faults(faults.clone())).await;
+    let addrs = cluster.addrs();
+    let old = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -149,7 +72,7 @@ async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_hea
 
     faults.isolate(old, &[1, 2, 3]);
     let minority = (old - 1) as usize;
-    let majority: Vec<usize> = (0..3).filter(|i| *i != minority).collect();
+    let majority: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
 
     // The isolated old leader can neither commit a write nor serve a linearizable read.
     let isolated = OmClient::new(
@@ -167,13 +90,19 @@ async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_hea
     assert!(r.is_err(), "a minority answered a linearizable read: {r:?}");
 
     // The majority elects a leader and goes on.
-    let new = leader_among(&nodes, &majority).await;
+    let new = cluster.leader_among(&majority).await;
     assert_ne!(new, old);
-    let cm = client_of(&addrs, &majority);
+    let cm = members_client(
+        &addrs
+            .iter()
+            .filter(|a| a.id != old)
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     cm.put_key("vol1", "bkt1", "majority", 2).await.unwrap();
 
     faults.heal();
-    for a in &addrs {
+    for a in addrs {
         let lc = local_client(a, Duration::from_secs(2));
         wait_for(Duration::from_secs(20), "convergence after healing", || {
             let lc = &lc;
@@ -187,26 +116,18 @@ async fn a_partitioned_minority_cannot_commit_or_read_and_all_converge_after_hea
             a.id
         );
     }
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_follower_catches_up_from_a_snapshot() {
-    let addrs = cluster_addrs(3);
-    let tweak = |a: &mut om::config::Args| {
+    let options = ClusterOptions::default().tweak(|_, a| {
         a.snapshot_every = Some(20);
         a.snapshot_keep_logs = Some(5);
-    };
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, &addrs, None, tweak).await,
-        ));
-    }
-    let leader = leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    });
+    let mut cluster = TestCluster::start_with(3, options).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -216,8 +137,8 @@ async fn a_wiped_follower_catches_up_from_a_snapshot() {
             .await
             .unwrap();
     }
-    let victim = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
-    nodes[victim].take().unwrap().node.shutdown().await;
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(victim).await;
     for i in 0..40 {
         c.put_key("vol1", "bkt1", &format!("b{i:03}"), i)
             .await
@@ -229,15 +150,18 @@ async fn a_wiped_follower_catches_up_from_a_snapshot() {
         Duration::from_secs(30),
         "the leader to snapshot and purge its log",
         || {
-            let m = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+            let m = metrics_of(cluster.node(leader));
             async move { m.purged.is_some_and(|p| p.index > 10).then_some(()) }
         },
     )
     .await;
 
     // Same id and addresses, empty data directory.
-    nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
-    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+    cluster.restart_wiped(victim).await;
+    let lc = local_client(
+        &cluster.addrs()[(victim - 1) as usize],
+        Duration::from_secs(2),
+    );
     wait_for(
         Duration::from_secs(30),
         "the wiped node to catch up",
@@ -253,27 +177,21 @@ async fn a_wiped_follower_catches_up_from_a_snapshot() {
         Duration::from_secs(10),
         "the wiped node's metrics to show the installed snapshot (caught up without one?)",
         || {
-            let m = metrics_of(nodes[victim].as_ref().unwrap());
+            let m = metrics_of(cluster.node(victim));
             async move { m.snapshot.is_some().then_some(()) }
         },
     )
     .await;
     assert!(lc.lookup_key("vol1", "bkt1", "a000").await.is_ok());
     assert_eq!(lc.get_bucket("vol1", "bkt1").await.unwrap().key_count, 80);
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_across_a_failover_is_applied_once() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    let leader = leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -297,17 +215,15 @@ async fn a_retry_across_a_failover_is_applied_once() {
         let mut raw = om_client::v1::ozone_manager_client::OzoneManagerClient::new(ch);
         raw.put_key(req).await.map(|r| r.into_inner())
     };
-    let first = send(addrs[(leader - 1) as usize].grpc.clone(), req.clone())
-        .await
-        .unwrap();
+    let first = send(
+        cluster.addrs()[(leader - 1) as usize].grpc.clone(),
+        req.clone(),
+    )
+    .await
+    .unwrap();
     // The reply may have been lost: the client retries on the next leader.
-    nodes[(leader - 1) as usize]
-        .take()
-        .unwrap()
-        .node
-        .shutdown()
-        .await;
-    let new = leader_of(&nodes, Some(leader)).await;
+    cluster.stop(leader).await;
+    let new = cluster.leader_other_than(leader).await;
     assert_ne!(new, leader);
     // The client library resends the same request (same client id and seq),
     // following leader hints until the new leader answers.
@@ -333,21 +249,16 @@ async fn a_retry_across_a_failover_is_applied_once() {
         "applied exactly once"
     );
     assert_eq!(c.get_bucket("vol1", "bkt1").await.unwrap().key_count, 1);
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_and_leader_transfer_while_writes_continue() {
-    let mut addrs = cluster_addrs(4);
-    let joiner = addrs.pop().unwrap();
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    // Three members; the fourth joins later.
+    let mut cluster = TestCluster::start_with(4, ClusterOptions::default().joiners(1)).await;
+    let addrs = cluster.addrs()[..3].to_vec();
+    let joiner = cluster.addrs()[3].clone();
+    let c = members_client(&addrs);
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -379,12 +290,7 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
 
     // A fourth node starts empty and joins, given the members it joins
     // (under TLS its Raft port admits only them until it has the membership).
-    nodes.push(Some(
-        TestNode::start_member_with(&joiner, &addrs, None, |a| {
-            a.join = true;
-        })
-        .await,
-    ));
+    cluster.start_member(joiner.id).await;
     let s = c
         .add_node(joiner.id, &joiner.raft, &joiner.grpc, false)
         .await
@@ -410,9 +316,7 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
     for k in &acked {
         c.lookup_key("vol1", "bkt1", k).await.unwrap();
     }
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// Replicas apply the same commands to byte-identical tables, and the leader's
@@ -421,13 +325,9 @@ async fn membership_changes_and_leader_transfer_while_writes_continue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     use om_client::v1::*;
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    let leader = leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "fs1", BucketLayout::FileSystemOptimized)
         .await
@@ -523,14 +423,9 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     .await
     .unwrap();
     // Stop the leader right away: the purge may be anywhere.
-    nodes[(leader - 1) as usize]
-        .take()
-        .unwrap()
-        .node
-        .shutdown()
-        .await;
-    let live: Vec<usize> = (0..3).filter(|i| nodes[*i].is_some()).collect();
-    leader_among(&nodes, &live).await;
+    cluster.stop(leader).await;
+    let live: Vec<u64> = (1..=3).filter(|id| cluster.is_running(*id)).collect();
+    cluster.leader_among(&live).await;
     let k = c
         .complete_multipart_upload(CompleteMultipartUploadRequest {
             volume: "vol1".into(),
@@ -569,9 +464,9 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
     // Both live replicas converge on byte-identical tables.
     let (a, b) = (live[0], live[1]);
     wait_for(Duration::from_secs(20), "replicas to converge", || {
-        let ma = metrics_of(nodes[a].as_ref().unwrap()).last_applied;
-        let mb = metrics_of(nodes[b].as_ref().unwrap()).last_applied;
-        let (na, nb) = (nodes[a].as_ref().unwrap(), nodes[b].as_ref().unwrap());
+        let (na, nb) = (cluster.node(a), cluster.node(b));
+        let ma = metrics_of(na).last_applied;
+        let mb = metrics_of(nb).last_applied;
         let same = ma == mb
             && na.dump() == nb.dump()
             && om::store::dump_table(na.node.service.db(), om::store::keys::RETRY_CACHE_CF)
@@ -581,12 +476,10 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
         async move { same.then_some(()) }
     })
     .await;
-    let dump = nodes[a].as_ref().unwrap().dump();
+    let dump = cluster.node(a).dump();
     assert!(!dump.keys().any(|(t, _)| *t == "deleted_dirs"));
     assert!(!dump.keys().any(|(t, _)| *t == "files"));
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// A cluster names itself once (every replica holds the same id); AddNode
@@ -596,19 +489,15 @@ async fn replicas_stay_identical_and_a_new_leader_finishes_a_purge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clusters_node_or_traffic_is_refused() {
     use om_proto::raft::raft_service_client::RaftServiceClient;
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    leader_of(&nodes, None).await;
-    let c = client_of(&addrs, &[0, 1, 2]);
+    let cluster = TestCluster::start(3).await;
+    let addrs = cluster.addrs();
+    let c = cluster.client();
     let ids = wait_for(
         Duration::from_secs(10),
         "every replica to hold the cluster id",
         || async {
             let mut ids = Vec::new();
-            for a in &addrs {
+            for a in addrs {
                 ids.push(
                     local_client(a, Duration::from_secs(2))
                         .cluster_status()
@@ -657,7 +546,7 @@ async fn another_clusters_node_or_traffic_is_refused() {
         .connect_with_connector(om_tls::Connector::new(om_tests::mtls_member()))
         .await
         .unwrap();
-    let term_before = om_tests::metrics_of(nodes[0].as_ref().unwrap()).current_term;
+    let term_before = metrics_of(cluster.node(1)).current_term;
     let mut req = tonic::Request::new(om_proto::raft::VoteRequest {
         vote: Some(om_proto::raft::Vote {
             leader_id: Some(om_proto::raft::LeaderId {
@@ -674,15 +563,10 @@ async fn another_clusters_node_or_traffic_is_refused() {
     let status = RaftServiceClient::new(ch).vote(req).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     assert!(status.message().contains("cluster"), "{status:?}");
-    assert_eq!(
-        om_tests::metrics_of(nodes[0].as_ref().unwrap()).current_term,
-        term_before
-    );
+    assert_eq!(metrics_of(cluster.node(1)).current_term, term_before);
 
     other.node.shutdown().await;
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// A node stops within one grace period however many of its background

@@ -8,41 +8,13 @@ use std::time::{Duration, Instant};
 
 use om_client::v1::BucketLayout;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{OmProcess, cluster_addrs, wait_for};
-
-async fn leader(procs: &[OmProcess], not: Option<u64>) -> u64 {
-    wait_for(Duration::from_secs(30), "a leader", || {
-        let addrs: Vec<String> = procs
-            .iter()
-            .filter(|p| p.is_running())
-            .map(|p| p.grpc.clone())
-            .collect();
-        async move {
-            for a in addrs {
-                if let Ok(s) = OmClient::node_status(&a).await
-                    && s.role == "leader"
-                    && Some(s.node_id) != not
-                {
-                    return Some(s.node_id);
-                }
-            }
-            None
-        }
-    })
-    .await
-}
+use om_tests::{ProcessCluster, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_leader_loses_no_acknowledged_write_on_any_node() {
-    let addrs = cluster_addrs(3);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .map(|(a, d)| OmProcess::spawn_member(d.path(), a, &addrs))
-        .collect();
-    let first = leader(&procs, None).await;
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let mut cluster = ProcessCluster::spawn(3);
+    let first = cluster.leader().await;
+    let eps = cluster.endpoints();
     let c = OmClient::new(&eps, ClientOptions::default()).unwrap();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
@@ -77,8 +49,8 @@ async fn sigkill_of_the_leader_loses_no_acknowledged_write_on_any_node() {
     .await;
 
     let killed_at = Instant::now();
-    procs[(first - 1) as usize].kill9();
-    let second = leader(&procs, Some(first)).await;
+    cluster.kill9(first);
+    let second = cluster.leader_other_than(first).await;
     let failover = killed_at.elapsed();
     // New writes are acknowledged again.
     let before = acked.lock().unwrap().len();
@@ -89,7 +61,7 @@ async fn sigkill_of_the_leader_loses_no_acknowledged_write_on_any_node() {
     .await;
     let serving = killed_at.elapsed();
     // Bring the killed node back: it catches up from the log.
-    procs[(first - 1) as usize].restart();
+    cluster.restart(first);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();
@@ -106,7 +78,7 @@ async fn sigkill_of_the_leader_loses_no_acknowledged_write_on_any_node() {
 
     // Every node, including the restarted one, holds every acknowledged write.
     let final_index = c.cluster_status().await.unwrap().committed_index;
-    for a in &addrs {
+    for a in cluster.addrs() {
         let local = OmClient::new(
             std::slice::from_ref(&a.grpc),
             ClientOptions {

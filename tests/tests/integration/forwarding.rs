@@ -11,7 +11,7 @@ use om_client::{ClientError, ClientOptions, OmClient};
 use om_proto::raft::raft_peer_client::RaftPeerClient;
 use om_proto::raft::{ForwardWritesRequest, ForwardedWrite, forwarded_outcome};
 use om_proto::store::{Command, command::Op, command_result};
-use om_tests::{MemberAddrs, TestNode, agreed_leader, cluster_addrs, token_file, wait_for};
+use om_tests::{ClusterOptions, MemberAddrs, TestCluster, TestNode, token_file, wait_for};
 use tonic::transport::Channel;
 
 async fn raw(endpoint: &str) -> OzoneManagerClient<Channel> {
@@ -43,19 +43,6 @@ fn pinned(addr: &MemberAddrs, token: Option<&str>) -> OmClient {
         },
     )
     .unwrap()
-}
-
-async fn start(
-    addrs: &[MemberAddrs],
-    tweak: impl Fn(&mut om::config::Args),
-) -> Vec<Option<TestNode>> {
-    let mut nodes = Vec::new();
-    for a in addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, addrs, None, &tweak).await,
-        ));
-    }
-    nodes
 }
 
 /// Asks `addr`'s Raft port, as a member would, to propose `writes`.
@@ -106,9 +93,9 @@ fn forwarded_put(key: &str, seq: u64) -> ForwardedWrite {
 }
 
 /// Waits until every replica holds the same tables, and returns them.
-async fn settled(nodes: &[Option<TestNode>]) -> Vec<om::store::TableDump> {
+async fn settled(cluster: &TestCluster) -> Vec<om::store::TableDump> {
     wait_for(Duration::from_secs(10), "replicas to converge", || {
-        let d: Vec<_> = nodes.iter().flatten().map(TestNode::dump).collect();
+        let d: Vec<_> = cluster.running().map(TestNode::dump).collect();
         async move { d.windows(2).all(|w| w[0] == w[1]).then_some(d) }
     })
     .await
@@ -116,25 +103,11 @@ async fn settled(nodes: &[Option<TestNode>]) -> Vec<om::store::TableDump> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_forward_writes_and_answer_as_the_leader() {
-    let addrs = cluster_addrs(3);
-    let nodes = start(&addrs, |_| {}).await;
-    let leader = agreed_leader(&nodes, None).await;
-    // The first leader names the cluster (InitCluster) on its own: wait for
-    // the id on every replica, so the dumps compared below hold only this
-    // test's writes.
-    wait_for(
-        Duration::from_secs(30),
-        "the cluster id on every replica",
-        || {
-            let named = nodes.iter().flatten().all(|n| {
-                n.dump()
-                    .keys()
-                    .any(|(t, k)| *t == "settings" && k.as_slice() == b"cluster_id")
-            });
-            async move { named.then_some(()) }
-        },
-    )
-    .await;
+    // Started, the cluster is named (InitCluster) on every replica: the
+    // dumps compared below hold only this test's writes.
+    let cluster = TestCluster::start(3).await;
+    let addrs = cluster.addrs();
+    let leader = cluster.leader().await;
     let followers: Vec<&MemberAddrs> = addrs.iter().filter(|a| a.id != leader).collect();
     let leader_addr = &addrs[leader as usize - 1];
 
@@ -174,7 +147,7 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
 
     // A retry through the other follower, and on the leader, is answered
     // from the retry cache: the same answer, no second key version.
-    let before = settled(&nodes).await;
+    let before = settled(&cluster).await;
     let mut on_f1 = raw(&followers[1].grpc).await;
     let again = on_f1
         .put_key(put(header.clone(), "bkt1", "k"))
@@ -209,7 +182,7 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
     );
     // Nothing changed (the dumps leave out the retry cache, which records
     // the refused requests' answers on purpose).
-    assert_eq!(settled(&nodes).await, before);
+    assert_eq!(settled(&cluster).await, before);
 
     // The leader's Raft port refuses a batch past its limit, and a write
     // without a command, and changes nothing.
@@ -220,7 +193,7 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
         .await
         .unwrap();
     assert_eq!(refusal(&got[0]), "EMPTY_COMMAND");
-    assert_eq!(settled(&nodes).await, before);
+    assert_eq!(settled(&cluster).await, before);
 
     // Many writes at once through both followers: every one applied, once.
     let clients: Vec<OmClient> = followers.iter().map(|f| pinned(f, None)).collect();
@@ -233,10 +206,8 @@ async fn followers_forward_writes_and_answer_as_the_leader() {
     }
     let bucket = on_leader.get_bucket("vol1", "bkt1").await.unwrap();
     assert_eq!(bucket.used_namespace, 302);
-    settled(&nodes).await;
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    settled(&cluster).await;
+    cluster.shutdown().await;
 }
 
 const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
@@ -250,15 +221,15 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         dir.path(),
         &[("ops", OPS, ""), ("alice", ALICE, ""), ("bob", BOB, "")],
     );
-    let addrs = cluster_addrs(3);
-    let nodes = start(&addrs, |args| {
+    let options = ClusterOptions::default().tweak(move |_, args| {
         args.token_file = Some(tokens.clone());
         // Tokens over plaintext on loopback: for tests only.
         args.insecure = true;
         args.admins = Some("ops".to_string());
-    })
-    .await;
-    let leader = agreed_leader(&nodes, None).await;
+    });
+    let cluster = TestCluster::start_with(3, options).await;
+    let addrs = cluster.addrs();
+    let leader = cluster.leader().await;
     let follower = addrs.iter().find(|a| a.id != leader).unwrap();
     let (ops, alice, bob) = (
         pinned(follower, Some(OPS)),
@@ -283,7 +254,7 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
     alice.put_key("vol1", "bkt1", "mine", 1).await.unwrap();
 
     // Bob has no right on Alice's bucket, whichever member he asks.
-    let before = settled(&nodes).await;
+    let before = settled(&cluster).await;
     match bob.put_key("vol1", "bkt1", "his", 1).await {
         Err(ClientError::Api { code, reason, .. }) => {
             assert_eq!(code, tonic::Code::PermissionDenied);
@@ -328,8 +299,6 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         },
         other => panic!("{other:?}"),
     }
-    assert_eq!(settled(&nodes).await, before, "nothing written");
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    assert_eq!(settled(&cluster).await, before, "nothing written");
+    cluster.shutdown().await;
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use om_client::v1::lifecycle_filter::Predicate;
 use om_client::v1::*;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{MemberAddrs, OmProcess, TestNode, binary, cluster_addrs, http_get, wait_for};
+use om_tests::{ClusterOptions, ProcessCluster, TestCluster, TestNode, binary, http_get, wait_for};
 
 fn rule(id: &str, prefix: &str) -> LifecycleRule {
     LifecycleRule {
@@ -434,43 +434,9 @@ async fn the_scanner_expires_exactly_the_eligible_objects_and_reports_its_progre
     assert!(m.contains("om_lifecycle_cursor_lag_seconds"), "{m}");
 }
 
-/// Member addresses and data directories of a process cluster with the
-/// given lifecycle flags.
-fn spawn_cluster(
-    addrs: &[MemberAddrs],
-    dirs: &[tempfile::TempDir],
-    flags: &[&str],
-) -> Vec<OmProcess> {
-    addrs
-        .iter()
-        .zip(dirs)
-        .map(|(a, d)| OmProcess::spawn_member_args(d.path(), a, addrs, flags))
-        .collect()
-}
-
-async fn leader_of(addrs: &[String], not: Option<u64>) -> u64 {
-    wait_for(Duration::from_secs(30), "a leader", || {
-        let addrs = addrs.to_vec();
-        async move {
-            for a in addrs {
-                if let Ok(s) = OmClient::node_status(&a).await
-                    && s.role == "leader"
-                    && Some(s.node_id) != not
-                {
-                    return Some(s.node_id);
-                }
-            }
-            None
-        }
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
     const KEYS: usize = 100_000;
-    let addrs = cluster_addrs(3);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let flags = [
         "--lifecycle-day-ms",
         "1",
@@ -481,9 +447,10 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
         "--lifecycle-interval-ms",
         "3600000",
     ];
-    let mut procs = spawn_cluster(&addrs, &dirs, &flags);
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let first = leader_of(&eps, None).await;
+    let mut cluster = ProcessCluster::spawn_with(3, &flags, |_| Vec::new());
+    let addrs = cluster.addrs().to_vec();
+    let eps = cluster.endpoints();
+    let first = cluster.leader().await;
     let c = OmClient::new(&eps, ClientOptions::default()).unwrap();
     c.create_volume("vol", "").await.unwrap();
     c.create_bucket("vol", "bkt", BucketLayout::ObjectStore)
@@ -513,8 +480,8 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
     })
     .await;
     let at_kill = status(&c, "vol", "bkt").await.unwrap();
-    procs[(first - 1) as usize].kill9();
-    let second = leader_of(&eps, Some(first)).await;
+    cluster.kill9(first);
+    let second = cluster.leader_other_than(first).await;
     eprintln!(
         "leader {first} killed at {} of {KEYS} entries evaluated; leader {second} continues",
         at_kill.evaluated
@@ -549,7 +516,7 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
     assert_eq!(left.len(), KEYS / 2);
     assert!(left.iter().all(|k| k.starts_with("keep/")));
     // The killed node comes back and agrees.
-    procs[(first - 1) as usize].restart();
+    cluster.restart(first);
     let back = OmClient::new(
         std::slice::from_ref(&addrs[(first - 1) as usize].grpc),
         ClientOptions {
@@ -578,20 +545,13 @@ async fn sigkill_of_the_leader_mid_pass_resumes_at_the_replicated_cursor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_completes_while_leadership_moves_every_few_seconds() {
     const KEYS: usize = 6_000;
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(
-            TestNode::start_member_with(a, &addrs, None, |args| {
-                args.lifecycle_day_ms = Some(1);
-                args.lifecycle_evaluations_per_s = Some(1_000);
-                args.lifecycle_actions_per_s = Some(1_000);
-            })
-            .await,
-        );
-    }
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    leader_of(&eps, None).await;
+    let options = ClusterOptions::default().tweak(|_, args| {
+        args.lifecycle_day_ms = Some(1);
+        args.lifecycle_evaluations_per_s = Some(1_000);
+        args.lifecycle_actions_per_s = Some(1_000);
+    });
+    let cluster = TestCluster::start_with(3, options).await;
+    let eps = cluster.endpoints();
     let c = OmClient::new(&eps, ClientOptions::default()).unwrap();
     c.create_volume("vol", "").await.unwrap();
     c.create_bucket("vol", "bkt", BucketLayout::ObjectStore)
@@ -612,7 +572,7 @@ async fn a_pass_completes_while_leadership_moves_every_few_seconds() {
             break s;
         }
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let leader = leader_of(&eps, None).await;
+        let leader = cluster.leader().await;
         to = to % 3 + 1;
         if to == leader {
             to = to % 3 + 1;
@@ -633,4 +593,5 @@ async fn a_pass_completes_while_leadership_moves_every_few_seconds() {
     let left = all_keys(&c, "vol", "bkt").await;
     assert_eq!(left.len(), KEYS - KEYS.div_ceil(3));
     assert!(left.iter().all(|k| k.starts_with("keep/")));
+    cluster.shutdown().await;
 }

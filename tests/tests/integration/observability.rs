@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use om_client::{ClientOptions, OmClient};
-use om_tests::{TestNode, cluster_addrs, http_get, wait_for};
+use om_tests::{TestCluster, TestNode, cluster_addrs, http_get, wait_for};
 
 fn lag_lines(metrics: &str) -> Vec<&str> {
     metrics
@@ -16,22 +16,12 @@ fn lag_lines(metrics: &str) -> Vec<&str> {
 /// exports none (not its last values).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_lag_series_leave_with_leadership() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(TestNode::start_member(a, &addrs).await);
-    }
-    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = OmClient::new(&endpoints, ClientOptions::default()).unwrap();
-    wait_for(Duration::from_secs(20), "a leader", || {
-        let c = &c;
-        async move { c.cluster_status().await.ok().filter(|s| s.has_leader) }
-    })
-    .await;
+    let cluster = TestCluster::start(3).await;
+    let c = OmClient::new(&cluster.endpoints(), ClientOptions::default()).unwrap();
     c.transfer_leader(1).await.unwrap();
     c.create_volume("vol1", "").await.unwrap();
     let m = wait_for(Duration::from_secs(10), "lag series on the leader", || {
-        let addr = nodes[0].node.http_addr;
+        let addr = cluster.node(1).node.http_addr;
         async move {
             let m = http_get(addr, "/metrics").await;
             (lag_lines(&m).len() == 2).then_some(m)
@@ -41,12 +31,12 @@ async fn replication_lag_series_leave_with_leadership() {
     let lines = lag_lines(&m);
     assert!(lines.iter().any(|l| l.contains("peer=\"2\"")), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains("peer=\"3\"")), "{lines:?}");
-    for follower in &nodes[1..] {
+    for follower in [cluster.node(2), cluster.node(3)] {
         let m = http_get(follower.node.http_addr, "/metrics").await;
         assert!(lag_lines(&m).is_empty(), "a follower exports lag: {m}");
     }
     c.transfer_leader(2).await.unwrap();
-    let former = http_get(nodes[0].node.http_addr, "/metrics").await;
+    let former = http_get(cluster.node(1).node.http_addr, "/metrics").await;
     assert!(
         lag_lines(&former).is_empty(),
         "the former leader still exports lag: {:?}",
@@ -56,14 +46,12 @@ async fn replication_lag_series_leave_with_leadership() {
         Duration::from_secs(10),
         "lag series on the new leader",
         || {
-            let addr = nodes[1].node.http_addr;
+            let addr = cluster.node(2).node.http_addr;
             async move { (lag_lines(&http_get(addr, "/metrics").await).len() == 2).then_some(()) }
         },
     )
     .await;
-    for n in nodes {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 fn value(metrics: &str, name: &str) -> f64 {

@@ -17,8 +17,7 @@ use om_proto::raft::raft_service_client::RaftServiceClient;
 use om_raft_store::StateMachine;
 use om_raft_store::snapshot_store::{MAX_SNAPSHOT_BYTES, SnapshotFaults, SnapshotStats};
 use om_tests::{
-    TestNode, agreed_leader, cluster_addrs, http_get, local_client, members_client, metrics_of,
-    wait_for,
+    ClusterOptions, TestCluster, TestNode, http_get, local_client, metrics_of, wait_for,
 };
 use tonic::codegen::tokio_stream;
 
@@ -66,25 +65,18 @@ fn connect_attempts(metrics: &str, addr: &str) -> u64 {
 /// up once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(TestNode::start_member(a, &addrs).await));
-    }
-    let leader = agreed_leader(&nodes, None).await;
-    let c = members_client(&addrs);
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
         .unwrap();
-    let victim = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
-    let victim_raft = addrs[victim].raft.clone();
-    let dir = nodes[victim].take().unwrap().stop().await;
-    let leader_http = nodes[(leader - 1) as usize]
-        .as_ref()
-        .unwrap()
-        .node
-        .http_addr;
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    let victim_addrs = cluster.addrs()[(victim - 1) as usize].clone();
+    let victim_raft = victim_addrs.raft.clone();
+    cluster.stop(victim).await;
+    let leader_http = cluster.node(leader).node.http_addr;
 
     let before = connect_attempts(&http_get(leader_http, "/metrics").await, &victim_raft);
     // Five seconds of writes: replication always has something to send.
@@ -107,7 +99,7 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
         "only {during} connection attempts: the down peer is not being probed"
     );
     // The leader stays leader and keeps committing with the other follower.
-    let lm = metrics_of(nodes[(leader - 1) as usize].as_ref().unwrap());
+    let lm = metrics_of(cluster.node(leader));
     assert_eq!(lm.current_leader, Some(leader));
 
     // Come back right after a failed probe, so the next one is a full backoff
@@ -118,9 +110,8 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
         (now > seen).then_some(())
     })
     .await;
-    nodes[victim] =
-        Some(TestNode::start_member_in(dir, &addrs[victim], &addrs, None, |_| {}).await);
-    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+    cluster.restart(victim).await;
+    let lc = local_client(&victim_addrs, Duration::from_secs(2));
     let last = format!("k{:03}", written - 1);
     wait_for(Duration::from_secs(20), "the follower to catch up", || {
         let (lc, last) = (&lc, &last);
@@ -129,14 +120,12 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
     .await;
     // Coming back while the leader still backs off did not depose it: the
     // returning node asked (pre-vote) before raising its term.
-    for n in nodes.iter().flatten() {
+    for n in cluster.running() {
         let m = metrics_of(n);
         assert_eq!(m.current_leader, Some(leader), "node {}", m.id);
         assert_eq!(m.current_term, lm.current_term, "node {}", m.id);
     }
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// A `current.snap` damaged on disk is never sent: the sender quarantines
@@ -148,20 +137,13 @@ async fn a_stopped_follower_is_reconnected_on_a_backoff_schedule_and_catches_up(
 /// `om::tasks::rejoin`), and whichever of them sends must find the damage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it() {
-    let addrs = cluster_addrs(3);
-    let tweak = |a: &mut om::config::Args| {
+    let options = ClusterOptions::default().tweak(|_, a| {
         a.snapshot_every = Some(20);
         a.snapshot_keep_logs = Some(5);
-    };
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, &addrs, None, tweak).await,
-        ));
-    }
-    let leader = agreed_leader(&nodes, None).await;
-    let li = (leader - 1) as usize;
-    let c = members_client(&addrs);
+    });
+    let mut cluster = TestCluster::start_with(3, options).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
@@ -171,14 +153,14 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
             .await
             .unwrap();
     }
-    let victim = (0..3).find(|i| *i != li).unwrap();
-    nodes[victim].take().unwrap().node.shutdown().await;
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(victim).await;
     for i in 30..60 {
         c.put_key("vol1", "bkt1", &format!("k{i:03}"), i)
             .await
             .unwrap();
     }
-    let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    let survivors: Vec<u64> = (1..=3).filter(|id| *id != victim).collect();
     // The snapshot policy builds in the background every 20 entries: a build
     // after the damage below would replace the damaged file before anything
     // read it. Write until both remaining members have purged the log a
@@ -188,8 +170,8 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
     let mut keys = 60;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let settled = survivors.iter().all(|&i| {
-            let m = metrics_of(nodes[i].as_ref().unwrap());
+        let settled = survivors.iter().all(|&id| {
+            let m = metrics_of(cluster.node(id));
             let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
             let snapshot = m.snapshot.as_ref().map_or(0, |l| l.index);
             m.purged.is_some_and(|p| p.index > 10) && applied + 4 <= snapshot + 20
@@ -210,23 +192,21 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
     let mut damaged = Vec::new();
     // A build triggered just before the checks may still be publishing.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    for &i in &survivors {
-        let current = nodes[i]
-            .as_ref()
-            .unwrap()
-            .dir
-            .path()
-            .join("snapshots/current.snap");
+    for &id in &survivors {
+        let current = cluster.node(id).dir.path().join("snapshots/current.snap");
         let mut bytes = std::fs::read(&current).unwrap();
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xff;
         std::fs::write(&current, &bytes).unwrap();
-        damaged.push((i, current));
+        damaged.push((id, current));
     }
 
     // Same id and addresses, empty data directory: it needs a snapshot.
-    nodes[victim] = Some(TestNode::start_member_with(&addrs[victim], &addrs, None, tweak).await);
-    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+    cluster.restart_wiped(victim).await;
+    let lc = local_client(
+        &cluster.addrs()[(victim - 1) as usize],
+        Duration::from_secs(2),
+    );
     wait_for(
         Duration::from_secs(30),
         "the wiped node to catch up",
@@ -244,25 +224,24 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
         Duration::from_secs(10),
         "the wiped node's metrics to show the installed snapshot",
         || {
-            let m = metrics_of(nodes[victim].as_ref().unwrap());
+            let m = metrics_of(cluster.node(victim));
             async move { m.snapshot.is_some().then_some(()) }
         },
     )
     .await;
     // The wiped node verifies what it receives before installing it (see
     // `bad_incoming_snapshots_are_refused_before_raft_sees_them`).
-    let (_, vstats) = hooks(nodes[victim].as_ref().unwrap()).await;
+    let (_, vstats) = hooks(cluster.node(victim)).await;
     assert!(stat(&vstats.installed) >= 1);
     let mut quarantined = 0;
-    for (i, current) in &damaged {
-        let (_, stats) = hooks(nodes[*i].as_ref().unwrap()).await;
+    for (id, current) in &damaged {
+        let (_, stats) = hooks(cluster.node(*id)).await;
         let q = stat(&stats.quarantined);
-        assert!(q <= 1, "node {} quarantined {q} files", i + 1);
+        assert!(q <= 1, "node {id} quarantined {q} files");
         if q == 1 {
             assert!(
                 current.with_file_name("quarantined.snap").exists(),
-                "node {}: the damaged file is kept aside",
-                i + 1
+                "node {id}: the damaged file is kept aside"
             );
         }
         quarantined += q;
@@ -279,9 +258,7 @@ async fn a_corrupt_snapshot_on_the_leader_is_rebuilt_before_a_follower_gets_it()
         },
     )
     .await;
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// Chunks of `bytes` as the leader sends them: offsets, and the meta and the
@@ -575,28 +552,22 @@ async fn a_transient_error_while_building_a_snapshot_is_retried_and_raft_keeps_r
 /// up, and holds exactly the leader's tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at_restart() {
-    let addrs = cluster_addrs(3);
     let faults = Arc::new(om_tests::Faults::default());
-    let tweak = |a: &mut om::config::Args| {
-        a.snapshot_every = Some(50);
-        a.snapshot_keep_logs = Some(5);
-    };
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        nodes.push(Some(
-            TestNode::start_member_with(a, &addrs, Some(faults.clone()), tweak).await,
-        ));
-    }
-    let leader = agreed_leader(&nodes, None).await;
-    let li = (leader - 1) as usize;
-    let c = members_client(&addrs);
+    let options = ClusterOptions::default()
+        .faults(faults.clone())
+        .tweak(|_, a| {
+            a.snapshot_every = Some(50);
+            a.snapshot_keep_logs = Some(5);
+        });
+    let mut cluster = TestCluster::start_with(3, options).await;
+    let leader = cluster.leader().await;
+    let c = cluster.client();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
         .await
         .unwrap();
-    let victim = (0..3).find(|i| *i != li).unwrap();
-    let victim_id = victim as u64 + 1;
-    nodes[victim].take().unwrap().node.shutdown().await;
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(victim).await;
     // Long names: about 2 MiB of state, three chunks.
     let pad = "p".repeat(900);
     futures::stream::iter(0..2000)
@@ -613,25 +584,23 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
         Duration::from_secs(20),
         "the leader to purge the log a wiped node would need",
         || {
-            let m = metrics_of(nodes[li].as_ref().unwrap());
+            let m = metrics_of(cluster.node(leader));
             async move { m.purged.is_some_and(|p| p.index > 100).then_some(()) }
         },
     )
     .await;
 
     // Same id and addresses, empty data directory; unreachable until armed.
-    faults.isolate(victim_id, &[1, 2, 3]);
-    let n = TestNode::start_member_with(&addrs[victim], &addrs, Some(faults.clone()), tweak).await;
-    let (vf, vs) = hooks(&n).await;
+    faults.isolate(victim, &[1, 2, 3]);
+    cluster.restart_wiped(victim).await;
+    let n = cluster.node(victim);
+    let (vf, vs) = hooks(n).await;
     vf.cut_next_incoming_after(1);
     vf.fail_next_install_after_ingesting(3);
     let dir = n.dir.path().to_path_buf();
-    nodes[victim] = Some(n);
     faults.heal();
     wait_for(Duration::from_secs(30), "the install to fail", || {
-        let failed = metrics_of(nodes[victim].as_ref().unwrap())
-            .running_state
-            .is_err();
+        let failed = metrics_of(cluster.node(victim)).running_state.is_err();
         async move { failed.then_some(()) }
     })
     .await;
@@ -644,9 +613,12 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
     assert_eq!(stat(&vs.installed), 0);
     assert!(dir.join("snapshots/current.snap").exists());
 
-    let d = nodes[victim].take().unwrap().stop().await;
-    nodes[victim] = Some(TestNode::start_member_in(d, &addrs[victim], &addrs, None, tweak).await);
-    let lc = local_client(&addrs[victim], Duration::from_secs(2));
+    // Restarted on the same data directory (the faults are healed).
+    cluster.restart(victim).await;
+    let lc = local_client(
+        &cluster.addrs()[(victim - 1) as usize],
+        Duration::from_secs(2),
+    );
     wait_for(
         Duration::from_secs(30),
         "the restarted node to catch up",
@@ -659,7 +631,7 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
         },
     )
     .await;
-    let (_, vs) = hooks(nodes[victim].as_ref().unwrap()).await;
+    let (_, vs) = hooks(cluster.node(victim)).await;
     assert_eq!(
         stat(&vs.installed),
         1,
@@ -667,12 +639,10 @@ async fn a_cut_snapshot_transfer_resumes_and_a_crash_mid_install_is_completed_at
     );
     c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
     wait_for(Duration::from_secs(20), "equal tables", || {
-        let a = nodes[li].as_ref().unwrap().dump();
-        let b = nodes[victim].as_ref().unwrap().dump();
+        let a = cluster.node(leader).dump();
+        let b = cluster.node(victim).dump();
         async move { (a == b).then_some(()) }
     })
     .await;
-    for n in nodes.into_iter().flatten() {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }

@@ -9,7 +9,7 @@ use om::store::keys;
 use om_client::v1::ozone_manager_client::OzoneManagerClient;
 use om_client::v1::{BucketLayout, PutKeyRequest};
 use om_client::{ClientError, ClientOptions, OmClient};
-use om_tests::{TestNode, cluster_addrs, wait_for};
+use om_tests::{ClusterOptions, TestCluster, TestNode, wait_for};
 use tonic::transport::Channel;
 
 async fn raw(endpoint: &str) -> OzoneManagerClient<Channel> {
@@ -137,27 +137,15 @@ async fn expiry_keeps_up_with_a_burst_of_writes() {
 /// entries keeps them until it has itself led for the whole TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_with_a_clock_ahead_does_not_expire_entries_early() {
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    for a in &addrs {
-        let opts = NodeOptions {
-            clock_offset_ms: if a.id == 1 { 0 } else { 3_600_000 },
+    let options = ClusterOptions::default()
+        .hooks(|id| NodeOptions {
+            clock_offset_ms: if id == 1 { 0 } else { 3_600_000 },
             ..NodeOptions::default()
-        };
-        nodes.push(
-            TestNode::start_member_opts(tempfile::tempdir().unwrap(), a, &addrs, opts, |a| {
-                a.retry_cache_ttl_s = Some(3)
-            })
-            .await,
-        );
-    }
-    let endpoints: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = OmClient::new(&endpoints, ClientOptions::default()).unwrap();
-    wait_for(Duration::from_secs(20), "a leader", || {
-        let c = &c;
-        async move { c.cluster_status().await.ok().filter(|s| s.has_leader) }
-    })
-    .await;
+        })
+        .tweak(|_, a| a.retry_cache_ttl_s = Some(3));
+    let cluster = TestCluster::start_with(3, options).await;
+    let addrs = cluster.addrs();
+    let c = OmClient::new(&cluster.endpoints(), ClientOptions::default()).unwrap();
     c.transfer_leader(1).await.unwrap();
     c.create_volume("vol1", "").await.unwrap();
     c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
@@ -207,7 +195,5 @@ async fn a_leader_with_a_clock_ahead_does_not_expire_entries_early() {
     })
     .await;
     assert!(again.key.unwrap().update_id > first.key.unwrap().update_id);
-    for n in nodes {
-        n.node.shutdown().await;
-    }
+    cluster.shutdown().await;
 }

@@ -275,7 +275,7 @@ async fn refusals_cannot_evict_mutations_from_the_audit_log() {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{}", p.display());
     }
-    let data = c.nodes[0].dir.path();
+    let data = c.members.node(1).dir.path();
     let mode = std::fs::metadata(data).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
     c.shutdown().await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use om_client::v1::*;
 use om_client::{ClientError, ClientOptions, OmClient};
-use om_tests::{MemberAddrs, TestNode, cluster_addrs, wait_for};
+use om_tests::{ClusterOptions, MemberAddrs, TestCluster, TestNode, wait_for};
 
 mod effects;
 mod principals;
@@ -34,52 +34,41 @@ fn token_file(dir: &Path) -> PathBuf {
     )
 }
 
+/// A cluster with authentication on, and its token and audit files in
+/// `dir`. Started, it has a leader and its cluster id.
 struct Cluster {
+    /// Before `dir`: the members stop before their files go.
+    members: TestCluster,
     dir: tempfile::TempDir,
     addrs: Vec<MemberAddrs>,
-    nodes: Vec<TestNode>,
 }
 
 async fn cluster(n: u64) -> Cluster {
     cluster_with(n, |_| {}).await
 }
 
-async fn cluster_with(n: u64, tweak: impl Fn(&mut om::config::Args)) -> Cluster {
+async fn cluster_with(
+    n: u64,
+    tweak: impl Fn(&mut om::config::Args) + Send + Sync + 'static,
+) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let tokens = token_file(dir.path());
-    let addrs = cluster_addrs(n);
-    let mut nodes = Vec::new();
-    let tweak = &tweak;
-    for a in &addrs {
-        let (tokens, audit) = (
-            tokens.clone(),
-            dir.path().join(format!("audit-{}.log", a.id)),
-        );
-        nodes.push(
-            TestNode::start_member_with(a, &addrs, None, move |args| {
-                args.token_file = Some(tokens);
-                // Tokens over plaintext on loopback: for tests only.
-                args.insecure = true;
-                args.admins = Some("ops".to_string());
-                args.audit_log = Some(audit);
-                tweak(args);
-            })
-            .await,
-        );
+    let audit_dir = dir.path().to_path_buf();
+    let options = ClusterOptions::default().tweak(move |id, args| {
+        args.token_file = Some(tokens.clone());
+        // Tokens over plaintext on loopback: for tests only.
+        args.insecure = true;
+        args.admins = Some("ops".to_string());
+        args.audit_log = Some(audit_dir.join(format!("audit-{id}.log")));
+        tweak(args);
+    });
+    let members = TestCluster::start_with(n, options).await;
+    let addrs = members.addrs().to_vec();
+    Cluster {
+        members,
+        dir,
+        addrs,
     }
-    let c = Cluster { dir, addrs, nodes };
-    let ops = c.client(OPS);
-    wait_for(Duration::from_secs(20), "a leader", || {
-        let ops = &ops;
-        async move {
-            ops.cluster_status()
-                .await
-                .ok()
-                .filter(|s| s.has_leader && !s.cluster_id.is_empty())
-        }
-    })
-    .await;
-    c
 }
 
 impl Cluster {
@@ -121,7 +110,7 @@ impl Cluster {
     }
 
     fn dumps(&self) -> Vec<om::store::TableDump> {
-        self.nodes.iter().map(TestNode::dump).collect()
+        self.members.running().map(TestNode::dump).collect()
     }
 
     /// Waits until every replica holds the same tables (so a later
@@ -152,9 +141,7 @@ impl Cluster {
     }
 
     async fn shutdown(self) {
-        for n in self.nodes {
-            n.node.shutdown().await;
-        }
+        self.members.shutdown().await;
     }
 }
 

@@ -11,7 +11,9 @@ use std::time::Duration;
 use om_client::backup::{self, Manifest};
 use om_client::v1::{BucketLayout, ListKeysRequest};
 use om_client::{ClientOptions, OmClient};
-use om_tests::{MemberAddrs, OmProcess, binary, cluster_addrs, replicas, wait_for};
+use om_tests::{
+    MemberAddrs, OmProcess, agreed_leader_at, binary, cluster_addrs, replicas, wait_for,
+};
 
 mod fenced;
 
@@ -189,15 +191,6 @@ fn manifest_digests(m: &Manifest) -> BTreeMap<String, (String, u64)> {
         .collect()
 }
 
-async fn leader_of(members: &[MemberAddrs]) -> usize {
-    let c = client(endpoints(members));
-    let s = wait_for(Duration::from_secs(30), "a leader", || async {
-        c.cluster_status().await.ok().filter(|s| s.has_leader)
-    })
-    .await;
-    members.iter().position(|m| m.id == s.leader_id).unwrap()
-}
-
 /// A backup of a quiet cluster holds exactly its tables; backups taken
 /// under a write load, and from a follower while the leader is killed, are
 /// consistent and share the files they can; damaged backups are refused with
@@ -218,7 +211,8 @@ async fn backups_restore_into_a_new_cluster() {
     assert!(!old_cluster.is_empty());
 
     // Quiet: the backup's tables are the cluster's, digest for digest.
-    let leader = leader_of(&members).await;
+    let leader_id = agreed_leader_at(&endpoints(&members), None).await;
+    let leader = members.iter().position(|m| m.id == leader_id).unwrap();
     let dest_s = dest.to_str().unwrap();
     let quiet = take_backup(&members[leader].grpc, &dest);
     assert_eq!(quiet.cluster_id, old_cluster);

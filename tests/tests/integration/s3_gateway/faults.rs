@@ -30,17 +30,8 @@ async fn multipart_survives_a_leader_kill_and_lifecycle_expires_objects() {
     for (i, p) in parts.iter().enumerate() {
         if i == 1 {
             // Kill the leader between the parts.
-            let is_leader = |n: &TestNode| {
-                let m = n.node.raft.metrics();
-                openraft::async_runtime::WatchReceiver::borrow_watched(&m).state
-                    == openraft::ServerState::Leader
-            };
-            let idx = wait_for(Duration::from_secs(10), "a leader", || {
-                let found = env._nodes.iter().position(is_leader);
-                async move { found }
-            })
-            .await;
-            env._nodes.remove(idx).node.shutdown().await;
+            let leader = env.members.leader().await;
+            env.members.stop(leader).await;
         }
         let n = i as i32 + 1;
         let r = c

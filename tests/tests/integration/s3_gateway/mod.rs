@@ -30,16 +30,17 @@ use aws_sdk_s3::types::{
 use md5::Digest;
 use om_client::v1::*;
 use om_client::{ClientOptions, OmClient};
-use om_tests::{MemberAddrs, TestNode, cluster_addrs, free_port, wait_for};
+use om_tests::{ClusterOptions, MemberAddrs, TestCluster, free_port, wait_for};
 
 const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
 const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
 const GW: &str = "omt_000000000000000d_gw-secret-gw-secret-gw-secret-gw-secret";
 
 struct Env {
+    /// Before `dir`: the members stop before their files go.
+    members: TestCluster,
     dir: tempfile::TempDir,
     addrs: Vec<MemberAddrs>,
-    _nodes: Vec<TestNode>,
     gateway: Child,
     url: String,
 }
@@ -158,51 +159,41 @@ async fn env() -> Env {
     env_with(|_| {}).await
 }
 
-async fn env_with(tweak: impl Fn(&mut om::config::Args)) -> Env {
+async fn env_with(tweak: impl Fn(&mut om::config::Args) + Send + Sync + 'static) -> Env {
     env_opts(tweak, &[]).await
 }
 
 /// `env_with`, and `gateway_args` added to the gateway's command line.
-async fn env_opts(tweak: impl Fn(&mut om::config::Args), gateway_args: &[&str]) -> Env {
+async fn env_opts(
+    tweak: impl Fn(&mut om::config::Args) + Send + Sync + 'static,
+    gateway_args: &[&str],
+) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let tokens = om_tests::token_file(
         dir.path(),
         &[("ops", OPS, ""), ("alice", ALICE, ""), ("gw", GW, "")],
     );
-    let addrs = cluster_addrs(3);
-    let mut nodes = Vec::new();
-    let tweak = &tweak;
-    for a in &addrs {
-        let (tokens, audit) = (
-            tokens.clone(),
-            dir.path().join(format!("audit-{}.log", a.id)),
-        );
-        nodes.push(
-            TestNode::start_member_with(a, &addrs, None, move |args| {
-                args.token_file = Some(tokens);
-                args.insecure = true;
-                // The gateway reclaims blocks (an admin's right; admins
-                // also hold IMPERSONATE).
-                args.admins = Some("ops,gw".to_string());
-                args.audit_log = Some(audit);
-                tweak(args);
-            })
-            .await,
-        );
-    }
+    let audit_dir = dir.path().to_path_buf();
+    let options = ClusterOptions::default().tweak(move |id, args| {
+        args.token_file = Some(tokens.clone());
+        args.insecure = true;
+        // The gateway reclaims blocks (an admin's right; admins
+        // also hold IMPERSONATE).
+        args.admins = Some("ops,gw".to_string());
+        args.audit_log = Some(audit_dir.join(format!("audit-{id}.log")));
+        tweak(args);
+    });
+    // Started, the members have a leader.
+    let members = TestCluster::start_with(3, options).await;
+    let addrs = members.addrs().to_vec();
     let mut env = Env {
+        members,
         gateway: Command::new("true").spawn().unwrap(),
         url: String::new(),
         dir,
         addrs,
-        _nodes: nodes,
     };
     let ops = env.om(OPS);
-    wait_for(Duration::from_secs(20), "a leader", || {
-        let ops = &ops;
-        async move { ops.cluster_status().await.ok().filter(|s| s.has_leader) }
-    })
-    .await;
     // The gateway's volume, owned by ops; alice may create buckets in it.
     ops.create_volume("s3v", "ops").await.unwrap();
     ops.set_acl(SetAclRequest {
