@@ -375,6 +375,9 @@ impl OmService {
     /// On a follower with a forwarder, the write goes to the leader with the
     /// next forwarded batch (`forward`), which checks, stamps and proposes it.
     pub async fn propose(&self, id: WriteId, op: Op) -> Result<command_result::Result, OmError> {
+        // The operation's field limits, the very checks apply runs: the
+        // handlers check only the edge's own policy (S3 names, ETag syntax).
+        crate::apply::ops::limits(&op, crate::apply::RULES)?;
         self.check_not_diverged()?;
         let caller = self.caller()?;
         let Some(forwarder) = self.forwarding() else {

@@ -1,5 +1,7 @@
 //! PutKeys: many new keys in one Raft command (bulk loading). Each key is
-//! checked as PutKey checks it, with fields named `keys[i].FIELD`.
+//! checked as PutKey checks it, with fields named `keys[i].FIELD`: its ETag's
+//! syntax here, its other fields and the key count by `PutKeys`' own limits
+//! (`apply::ops`), which `OmService::propose` runs.
 
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
@@ -10,13 +12,8 @@ use crate::service::OmService;
 use crate::validate;
 
 fn new_key(k: NewKey) -> Result<st::NewKey, OmError> {
-    validate::key_name("key", &k.key)?;
     let etag = validate::normalize_etag(&k.etag);
     validate::etag("etag", &etag)?;
-    validate::metadata("metadata", &k.metadata)?;
-    validate::content_type("content_type", &k.content_type)?;
-    validate::tags("tags", &k.tags)?;
-    crate::apply::key_size("size", k.size)?;
     Ok(st::NewKey {
         key: k.key,
         size: k.size,
@@ -29,7 +26,6 @@ fn new_key(k: NewKey) -> Result<st::NewKey, OmError> {
 
 pub async fn put_keys(svc: &OmService, r: PutKeysRequest) -> Result<PutKeysResponse, OmError> {
     super::objects::bucket_names(&r.volume, &r.bucket)?;
-    crate::apply::put_keys_count(r.keys.len())?;
     let id = write_id(&r.header, &r)?;
     let keys = r
         .keys

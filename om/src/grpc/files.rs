@@ -79,9 +79,6 @@ pub async fn create_file(
     let id = write_id(&r.header, &r)?;
     bucket_names(&r.volume, &r.bucket)?;
     let path = validate::fs_path_not_root("path", &r.path)?;
-    validate::metadata("metadata", &r.metadata)?;
-    validate::content_type("content_type", &r.content_type)?;
-    crate::apply::blocks_per_call("blocks", r.blocks)?;
     let op = Op::CreateFile(st::CreateFile {
         volume: r.volume,
         bucket: r.bucket,

@@ -14,19 +14,8 @@ use crate::validate;
 pub async fn put_key(svc: &OmService, r: PutKeyRequest) -> Result<PutKeyResponse, OmError> {
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("bucket", &r.bucket)?;
-    validate::key_name("key", &r.key)?;
     let etag = validate::normalize_etag(&r.etag);
     validate::etag("etag", &etag)?;
-    validate::metadata("metadata", &r.metadata)?;
-    validate::content_type("content_type", &r.content_type)?;
-    validate::tags("tags", &r.tags)?;
-    if r.size > crate::apply::MAX_KEY_SIZE {
-        return Err(OmError::invalid(
-            "KEY_TOO_LARGE",
-            "size",
-            format!("size {} exceeds the 5 TiB object limit", r.size),
-        ));
-    }
     let id = write_id(&r.header, &r)?;
     match svc
         .propose(
@@ -64,7 +53,6 @@ pub async fn delete_key(
 ) -> Result<DeleteKeyResponse, OmError> {
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("bucket", &r.bucket)?;
-    validate::key_name("key", &r.key)?;
     versions::optional_version_id("version_id", &r.version_id)?;
     let id = write_id(&r.header, &r)?;
     let done = svc
@@ -104,10 +92,6 @@ pub async fn delete_keys(
             ),
         ));
     }
-    for k in &r.keys {
-        validate::key_name("keys", k)?;
-    }
-    crate::apply::versions::check_version_id_count(r.keys.len(), r.version_ids.len())?;
     for v in &r.version_ids {
         versions::optional_version_id("version_ids", v)?;
     }
@@ -147,8 +131,6 @@ pub async fn rename_key(
 ) -> Result<RenameKeyResponse, OmError> {
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("bucket", &r.bucket)?;
-    validate::key_name("from", &r.from)?;
-    validate::key_name("to", &r.to)?;
     if r.from == r.to {
         return Err(OmError::invalid(
             "SAME_NAME",

@@ -41,9 +41,6 @@ pub async fn initiate_multipart(
 ) -> Result<InitiateMultipartUploadResponse, OmError> {
     let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
-    validate::metadata("metadata", &r.metadata)?;
-    validate::content_type("content_type", &r.content_type)?;
-    validate::tags("tags", &r.tags)?;
     let op = Op::InitiateMultipart(st::InitiateMultipart {
         volume: r.volume,
         bucket: r.bucket,

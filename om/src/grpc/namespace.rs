@@ -13,8 +13,6 @@ pub async fn create_volume(
     r: CreateVolumeRequest,
 ) -> Result<CreateVolumeResponse, OmError> {
     validate::resource_name("name", &r.name)?;
-    validate::owner("owner", &r.owner)?;
-    validate::metadata("metadata", &r.metadata)?;
     let id = write_id(&r.header, &r)?;
     match svc
         .propose(
@@ -86,7 +84,6 @@ pub async fn create_bucket(
 ) -> Result<CreateBucketResponse, OmError> {
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("name", &r.name)?;
-    validate::metadata("metadata", &r.metadata)?;
     let layout = match BucketLayout::try_from(r.layout) {
         Ok(BucketLayout::Unspecified) | Ok(BucketLayout::ObjectStore) => {
             crate::apply::LAYOUT_OBJECT_STORE

@@ -7,7 +7,7 @@ use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
 use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
-use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, blocks_per_call, key_size};
+use crate::apply::{BLOCK_SIZE, MAX_ACK_IDS, blocks_per_call};
 use crate::error::OmError;
 pub use crate::limits::MAX_RECORD_BLOCKS;
 use crate::service::OmService;
@@ -73,10 +73,6 @@ pub(super) fn key_response(svc: &OmService, r: command_result::Result) -> Result
 pub async fn open_key(svc: &OmService, r: OpenKeyRequest) -> Result<OpenKeyResponse, OmError> {
     let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key)?;
-    validate::metadata("metadata", &r.metadata)?;
-    validate::content_type("content_type", &r.content_type)?;
-    validate::tags("tags", &r.tags)?;
-    blocks_per_call("blocks", r.blocks)?;
     let op = Op::OpenKey(st::OpenKey {
         volume: r.volume,
         bucket: r.bucket,
@@ -128,9 +124,6 @@ pub async fn commit_key(
     object_names(&r.volume, &r.bucket, &r.key)?;
     let etag = normalize_etag(&r.etag);
     validate::etag("etag", &etag)?;
-    validate::metadata("metadata", &r.metadata)?;
-    validate::content_type("content_type", &r.content_type)?;
-    key_size("size", r.size)?;
     if r.blocks.len() > crate::apply::MAX_SESSION_BLOCKS {
         return Err(OmError::invalid(
             "INVALID_BLOCKS",

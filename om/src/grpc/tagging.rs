@@ -37,7 +37,6 @@ pub async fn put(
 ) -> Result<PutKeyTaggingResponse, OmError> {
     let id = write_id(&r.header, &r)?;
     object_names(&r.volume, &r.bucket, &r.key, &r.version_id)?;
-    validate::tags("tags", &r.tags)?;
     let version_id = set(
         svc,
         id,
