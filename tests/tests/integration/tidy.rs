@@ -629,6 +629,74 @@ fn rules_gates_are_named() {
     );
 }
 
+/// Every replicated operation of the schema (`oneof op` in `store.proto`) is
+/// listed once in `apply::ops` and has exactly one `Operation` implementation
+/// in `om/src/apply/`, which names its rights (the compiler holds the rest of
+/// the contract: the dispatch is derived from the list with no catch-all).
+#[test]
+fn every_operation_has_one_home() {
+    let root = workspace();
+    let proto = std::fs::read_to_string(root.join("proto/proto/om/v1/store.proto")).unwrap();
+    let oneof = proto
+        .split_once("oneof op {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .expect("store.proto's oneof op")
+        .0;
+    let schema: BTreeSet<String> = oneof
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    let ops = std::fs::read_to_string(root.join("om/src/apply/ops.rs")).unwrap();
+    let code = code_lines(&ops).join("\n");
+    let list = code
+        .rsplit_once("ops! {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .expect("the ops! list in om/src/apply/ops.rs")
+        .0;
+    let listed: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut wrong = Vec::new();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    if unique.len() != listed.len() {
+        wrong.push("an operation is listed twice in ops!".to_string());
+    }
+    for n in schema.symmetric_difference(&unique) {
+        wrong.push(format!(
+            "{n}: in only one of store.proto's oneof op and ops!"
+        ));
+    }
+    let mut files = Vec::new();
+    rust_files(&root.join("om/src/apply"), &mut files);
+    let mut impls: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in files.iter().filter(|f| !is_test_file(f)) {
+        let src = code_lines(&std::fs::read_to_string(f).unwrap()).join("\n");
+        for (i, _) in src.match_indices("impl Operation for om_proto::store::") {
+            let rest = &src[i + "impl Operation for om_proto::store::".len()..];
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let body = rest.split_once("\n}").map_or(rest, |(b, _)| b);
+            if !body.contains("fn rights(") {
+                wrong.push(format!("{name}: its Operation names no rights"));
+            }
+            impls.entry(name).or_default().push(f.display().to_string());
+        }
+    }
+    for n in &schema {
+        match impls.get(n).map(Vec::len) {
+            Some(1) => {}
+            Some(k) => wrong.push(format!("{n}: {k} Operation implementations")),
+            None => wrong.push(format!("{n}: no Operation implementation in om/src/apply/")),
+        }
+    }
+    assert!(schema.len() > 30, "no operations found in store.proto");
+    assert!(wrong.is_empty(), "operations:\n{}", wrong.join("\n"));
+}
+
 /// A comparison of a rules version with a number: `rules >= 8`,
 /// `self.rules < 10`, `cmd.rules == 0`.
 fn bare_rules_gate(line: &str) -> bool {
