@@ -55,8 +55,10 @@ lint:
 
 # Side-by-side om vs etcd benchmark on a local 3-node cluster (see BENCHMARKS.md).
 # BENCH_FLAGS: extra `omctl bench` flags, e.g. BENCH_FLAGS=--spread.
+# CPUS_PER_NODE=C: each member and the client capped at C cores (cgroups, root):
+# members modelled on machines of their own.
 bench-cluster: build
-	bash scripts/bench-cluster.sh $(BENCH_FLAGS)
+	bash scripts/bench-cluster.sh $(if $(CPUS_PER_NODE),--cpus-per-node $(CPUS_PER_NODE)) $(BENCH_FLAGS)
 
 # CPU profile of the leader and a follower under writes (MODE=reads for reads).
 CLIENTS ?= 64

@@ -43,6 +43,13 @@ pub struct BenchArgs {
     /// leader in batches. A build without forwarding redirects them.
     #[arg(long)]
     pub spread: bool,
+    /// Each member's CPU quota in cores, as `scripts/bench-cluster.sh
+    /// --cpus-per-node` set it (a cgroup per member, modelling members on
+    /// machines of their own): the table then shows the busiest member's use
+    /// as a share of its quota, so a member at its quota is the one that
+    /// limits.
+    #[arg(long)]
+    pub cpus_per_node: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +64,11 @@ pub struct Row {
     /// CPU-µs per operation on the leader, and on a follower (their mean).
     pub leader_cpu_us: Option<f64>,
     pub follower_cpu_us: Option<f64>,
+    /// The member that used the most CPU, and how much: cores, or a share
+    /// of its quota when there is one.
+    pub busiest: Option<(&'static str, f64)>,
+    /// CPU-µs per operation of this load generator (the client).
+    pub client_cpu_us: f64,
     pub errors: u64,
 }
 
@@ -117,6 +129,8 @@ struct Usage {
     fsyncs: f64,
     leader_cpu: Option<f64>,
     follower_cpu: Option<f64>,
+    /// The member that used the most CPU seconds: leader or follower.
+    busiest: Option<(&'static str, f64)>,
 }
 
 fn usage(before: Option<Sample>, after: Option<Sample>) -> Option<Usage> {
@@ -126,12 +140,17 @@ fn usage(before: Option<Sample>, after: Option<Sample>) -> Option<Usage> {
     }
     let (mut leader, mut followers) = (None, Vec::new());
     let mut fsyncs = 0.0;
+    let mut busiest: Option<(&'static str, f64)> = None;
     for ((_, cb, fb), (lead, ca, fa)) in b.iter().zip(&a) {
         fsyncs += fa - fb;
+        let used = ca - cb;
+        if busiest.is_none_or(|(_, most)| used > most) {
+            busiest = Some((if *lead { "leader" } else { "follower" }, used));
+        }
         if *lead {
-            leader = Some(ca - cb);
+            leader = Some(used);
         } else {
-            followers.push(ca - cb);
+            followers.push(used);
         }
     }
     Some(Usage {
@@ -139,6 +158,7 @@ fn usage(before: Option<Sample>, after: Option<Sample>) -> Option<Usage> {
         leader_cpu: leader,
         follower_cpu: (!followers.is_empty())
             .then(|| followers.iter().sum::<f64>() / followers.len() as f64),
+        busiest,
     })
 }
 
@@ -159,8 +179,28 @@ async fn http_get(addr: &str, path: &str) -> Result<String> {
         .unwrap_or(text))
 }
 
-/// Runs `op` from `concurrency` tasks for `seconds`; returns sorted latencies (µs) and errors.
-async fn drive<F, Fut>(concurrency: usize, seconds: u64, op: F) -> (Vec<u64>, u64, Duration)
+/// CPU seconds this process has used (user and system), from
+/// `/proc/self/stat` (in USER_HZ ticks, 100 a second on Linux); 0 elsewhere.
+fn own_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces, in parentheses):
+    // state is field 3, utime 14 and stime 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// What `drive` measured: sorted latencies (µs), errors, the elapsed time
+/// and this process's CPU seconds over it.
+struct Driven(Vec<u64>, u64, Duration, f64);
+
+/// Runs `op` from `concurrency` tasks for `seconds`.
+async fn drive<F, Fut>(concurrency: usize, seconds: u64, op: F) -> Driven
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -168,6 +208,7 @@ where
     let op = Arc::new(op);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let cpu_before = own_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {
@@ -210,17 +251,19 @@ where
         }
     }
     let elapsed = started.elapsed();
+    let cpu = own_cpu_seconds() - cpu_before;
     all.sort_unstable();
-    (all, errors, elapsed)
+    Driven(all, errors, elapsed, cpu)
 }
 
 fn row(
     system: &'static str,
     op: &'static str,
     concurrency: usize,
-    (lat, errors, elapsed): (Vec<u64>, u64, Duration),
+    Driven(lat, errors, elapsed, client_cpu): Driven,
     used: Option<Usage>,
     count_fsyncs: bool,
+    quota: Option<f64>,
 ) -> Row {
     let secs = elapsed.as_secs_f64();
     let per_op = |cpu: f64| cpu * 1e6 / lat.len().max(1) as f64;
@@ -237,6 +280,11 @@ fn row(
             .map(|u| u.fsyncs / secs),
         leader_cpu_us: used.as_ref().and_then(|u| u.leader_cpu).map(per_op),
         follower_cpu_us: used.as_ref().and_then(|u| u.follower_cpu).map(per_op),
+        busiest: used
+            .as_ref()
+            .and_then(|u| u.busiest)
+            .map(|(who, cpu)| (who, cpu / secs / quota.unwrap_or(1.0))),
+        client_cpu_us: per_op(client_cpu),
         errors,
     }
 }
@@ -354,7 +402,7 @@ pub async fn run(
         })
         .await;
         let used = usage(before, om_probe.sample().await);
-        rows.push(row("om", "CommitKey", c, r, used, true));
+        rows.push(row("om", "CommitKey", c, r, used, true, args.cpus_per_node));
 
         // om: linearizable LookupKey.
         if !args.writes_only {
@@ -374,7 +422,15 @@ pub async fn run(
             })
             .await;
             let used = usage(before, om_probe.sample().await);
-            rows.push(row("om", "LookupKey", c, r, used, false));
+            rows.push(row(
+                "om",
+                "LookupKey",
+                c,
+                r,
+                used,
+                false,
+                args.cpus_per_node,
+            ));
         }
 
         if let Some(clients) = &etcd {
@@ -401,7 +457,7 @@ pub async fn run(
             })
             .await;
             let used = usage(before, etcd_probe.sample().await);
-            rows.push(row("etcd", "Put", c, r, used, true));
+            rows.push(row("etcd", "Put", c, r, used, true, args.cpus_per_node));
 
             if args.writes_only {
                 continue;
@@ -423,20 +479,31 @@ pub async fn run(
             })
             .await;
             let used = usage(before, etcd_probe.sample().await);
-            rows.push(row("etcd", "Range", c, r, used, false));
+            rows.push(row("etcd", "Range", c, r, used, false, args.cpus_per_node));
         }
     }
     Ok(rows)
 }
 
-/// Renders rows as a Markdown table.
-pub fn markdown(rows: &[Row]) -> String {
-    let mut s = String::from(
-        "| system | operation | clients | ops/s | p50 ms | p99 ms | WAL fsyncs/s | leader CPU µs/op | follower CPU µs/op | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+/// Renders rows as a Markdown table; `quota`: the members' CPU quota in
+/// cores, if any (the busiest member's use is then a share of it).
+pub fn markdown(rows: &[Row], quota: Option<f64>) -> String {
+    let busiest = match quota {
+        Some(q) => format!("busiest member (of its {q} cores)"),
+        None => "busiest member (cores)".to_string(),
+    };
+    let mut s = format!(
+        "| system | operation | clients | ops/s | p50 ms | p99 ms | WAL fsyncs/s | leader CPU µs/op | follower CPU µs/op | {busiest} | client CPU µs/op | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
     );
     for r in rows {
+        let busiest = r
+            .busiest
+            .map_or("-".to_string(), |(who, used)| match quota {
+                Some(_) => format!("{who} {:.0}%", used * 100.0),
+                None => format!("{who} {used:.2}"),
+            });
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {busiest} | {:.0} | {} |\n",
             r.system,
             r.op,
             r.concurrency,
@@ -449,6 +516,7 @@ pub fn markdown(rows: &[Row]) -> String {
                 .map_or("-".to_string(), |f| format!("{f:.0}")),
             r.follower_cpu_us
                 .map_or("-".to_string(), |f| format!("{f:.0}")),
+            r.client_cpu_us,
             r.errors
         ));
     }

@@ -307,12 +307,14 @@ async fn run(cli: Cli) -> Result<()> {
                         json!({"system": r.system, "op": r.op, "clients": r.concurrency,
                         "ops_per_sec": r.ops_per_sec, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
                         "fsyncs_per_sec": r.fsyncs_per_sec, "leader_cpu_us": r.leader_cpu_us,
-                        "follower_cpu_us": r.follower_cpu_us, "errors": r.errors})
+                        "follower_cpu_us": r.follower_cpu_us,
+                        "busiest": r.busiest.map(|(who, used)| json!({"member": who, "used": used})),
+                        "client_cpu_us": r.client_cpu_us, "errors": r.errors})
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                print!("{}", bench::markdown(&rows));
+                print!("{}", bench::markdown(&rows, args.cpus_per_node));
             }
         }
         Cmd::Cluster(cmd) => cluster::run(&c, out, cmd).await?,
