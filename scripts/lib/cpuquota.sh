@@ -21,7 +21,7 @@ quota_cpus=""
 # set (not root, no cpu controller).
 quota_init() {
   quota_cpus=$1
-  if ! awk -v c="$quota_cpus" 'BEGIN { exit !(c > 0) }'; then
+  if ! [[ $quota_cpus =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v c="$quota_cpus" 'BEGIN { exit !(c + 0 > 0) }'; then
     echo "skipped: --cpus-per-node wants a positive number of cores, got '$quota_cpus'"
     return 1
   fi
