@@ -122,8 +122,8 @@ pub(super) fn object(
     validate::key_name(field, key)
 }
 
-/// A `PutKeys` request or command carries 1 to `MAX_PUT_KEYS` keys.
-pub fn put_keys_count(n: usize) -> Result<(), OmError> {
+/// A `PutKeys` command carries 1 to `MAX_PUT_KEYS` keys.
+pub(super) fn put_keys_count(n: usize) -> Result<(), OmError> {
     if n == 0 || n > super::MAX_PUT_KEYS {
         return Err(OmError::invalid(
             "INVALID_KEY_COUNT",
@@ -215,8 +215,8 @@ pub(super) fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
     Ok(())
 }
 
-/// A key's size: at most `MAX_KEY_SIZE` (S3's 5 TiB). Shared with the edge.
-pub fn key_size(field: &'static str, size: u64) -> Result<(), OmError> {
+/// A key's size: at most `MAX_KEY_SIZE` (S3's 5 TiB).
+pub(super) fn key_size(field: &'static str, size: u64) -> Result<(), OmError> {
     if size > MAX_KEY_SIZE {
         return Err(OmError::invalid(
             "KEY_TOO_LARGE",
