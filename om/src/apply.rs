@@ -15,7 +15,7 @@ use om_proto::store::{
     BucketRecord, Command, CommandResult, KeyRecord, Rejection, VolumeRecord, command::Op,
     command_result,
 };
-use om_raft_store::{ApplyView, EntryWrites};
+use om_raft_store::{ApplyView, EntryWrites, Position};
 
 mod acl;
 mod blocks;
@@ -86,6 +86,14 @@ pub fn object_id(log_index: u64, n: u8) -> u64 {
     (log_index << 8) | u64::from(n)
 }
 
+/// Most writes one batch entry holds (`Command.batch`): a write's slot takes
+/// 8 bits of its ids (`Ctx::object_id`).
+pub const MAX_BATCH_WRITES: usize = 256;
+
+/// Set in the object ids of writes in batch entries, which a plain entry's
+/// ids (`object_id`, below 2^56 for any index below 2^48) never have.
+const BATCHED_OBJECT_ID: u64 = 1 << 63;
+
 /// The application half of the Raft state machine.
 #[derive(Debug, Default)]
 pub struct OmApplier;
@@ -95,11 +103,10 @@ impl om_raft_store::Applier for OmApplier {
         &self,
         view: &ApplyView<'_>,
         batch: &mut EntryWrites<'_>,
-        log_index: u64,
+        at: Position,
         cmd: &Command,
     ) -> Result<CommandResult, om_raft_store::ApplyError> {
-        apply_command(view, batch, log_index, cmd)
-            .map_err(|e| om_raft_store::ApplyError(e.to_string()))
+        apply_command(view, batch, at, cmd).map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
 
     fn pins_state(&self, cmd: &Command) -> bool {
@@ -107,14 +114,16 @@ impl om_raft_store::Applier for OmApplier {
     }
 }
 
-/// Applies one command. `Err` is a storage failure (fatal); request failures
+/// Applies one command, a plain entry's or one write of a batch entry (`at`
+/// names its slot). `Err` is a storage failure (fatal); request failures
 /// are `Ok` results holding a `Rejection`.
 pub fn apply_command(
     db: &ApplyView<'_>,
     batch: &mut EntryWrites<'_>,
-    log_index: u64,
+    at: Position,
     cmd: &Command,
 ) -> Result<CommandResult, OmError> {
+    let log_index = at.index;
     if cmd.rules > RULES {
         // Applying it with older rules could diverge from the replicas that
         // know them: stop instead (a storage-class error).
@@ -123,6 +132,11 @@ pub fn apply_command(
             cmd.rules
         )));
     }
+    let slot = match batched_slot(at, cmd) {
+        Ok(slot) => slot,
+        Err(e @ OmError::Internal(_)) => return Err(e),
+        Err(e) => return Ok(rejection(e)),
+    };
     let dedup = !cmd.client_id.is_empty();
     let retry_client = retry_client(cmd);
     let generation = if dedup {
@@ -153,6 +167,7 @@ pub fn apply_command(
     let ctx = Ctx {
         db,
         index: log_index,
+        slot,
         now: cmd.now_ms,
         rules: cmd.rules,
         caller: cmd.caller.as_ref(),
@@ -229,6 +244,7 @@ pub(crate) fn rejection(e: OmError) -> CommandResult {
                 right,
                 resource,
             })),
+            ..Default::default()
         };
     }
     let (kind, reason, field, message) = match e {
@@ -253,6 +269,7 @@ pub(crate) fn rejection(e: OmError) -> CommandResult {
             kind: kind.to_code(),
             ..Rejection::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -279,6 +296,8 @@ struct Ctx<'a> {
     /// Every read goes through the run's view (`store::view`).
     db: &'a ApplyView<'a>,
     index: u64,
+    /// The write's slot in its batch entry; `None` for a plain entry.
+    slot: Option<u8>,
     now: u64,
     /// The command's `rules` version: what changed since is done only for
     /// commands of the version that changed it.
@@ -299,10 +318,87 @@ struct Ctx<'a> {
 }
 
 fn ok(r: command_result::Result) -> Result<CommandResult, OmError> {
-    Ok(CommandResult { result: Some(r) })
+    Ok(CommandResult {
+        result: Some(r),
+        ..Default::default()
+    })
+}
+
+/// The slot of a write in a batch entry, after the checks a batched write
+/// passes before anything else (none of them reachable from a leader, which
+/// batches only what passes): the rules that added batches, a slot its ids
+/// have room for, an operation `ops::batchable`, and no batch of its own.
+/// A refusal changes nothing and is not kept in the retry cache.
+fn batched_slot(at: Position, cmd: &Command) -> Result<Option<u8>, OmError> {
+    let Some(slot) = at.slot else {
+        if !cmd.batch.is_empty() {
+            return Err(OmError::Internal(format!(
+                "entry {}: a batch entry's writes are applied one by one",
+                at.index
+            )));
+        }
+        return Ok(None);
+    };
+    if !crate::rules::BATCHED_WRITES.holds(cmd.rules) {
+        return Err(OmError::invalid(
+            "UNSUPPORTED_COMMAND",
+            "batch.rules",
+            format!(
+                "a write in a batch entry needs rules {} or newer, not {}",
+                crate::rules::BATCHED_WRITES.since,
+                cmd.rules
+            ),
+        ));
+    }
+    let slot = u8::try_from(slot).map_err(|_| {
+        OmError::invalid(
+            "BATCH_TOO_LONG",
+            "batch",
+            format!("a batch entry holds at most {MAX_BATCH_WRITES} writes"),
+        )
+    })?;
+    if !cmd.batch.is_empty() || !cmd.op.as_ref().is_some_and(ops::batchable) {
+        return Err(OmError::invalid(
+            "NOT_BATCHABLE",
+            "batch.op",
+            format!("{} is not applied in a batch entry", cmd.op_name()),
+        ));
+    }
+    Ok(Some(slot))
 }
 
 impl Ctx<'_> {
+    /// The `n`-th object id (also session and upload ids) this write takes.
+    /// A write in a batch entry takes its own 256 below its slot, with
+    /// `BATCHED_OBJECT_ID` set, so no two writes of any entries share one.
+    fn object_id(&self, n: u8) -> u64 {
+        match self.slot {
+            None => object_id(self.index, n),
+            Some(s) => BATCHED_OBJECT_ID | (self.index << 16) | (u64::from(s) << 8) | u64::from(n),
+        }
+    }
+
+    /// The stamp of the `n`-th version this write creates: a write in a
+    /// batch entry stamps `n` below its slot, so versions still sort in log
+    /// order (a batchable write creates at most two).
+    fn version_stamp(&self, n: u16) -> u64 {
+        match self.slot {
+            None => versions::version_stamp(self.index, n),
+            Some(s) => versions::version_stamp(self.index, (u16::from(s) << 8) | (n & 0xff)),
+        }
+    }
+
+    /// The key of this write's `seq`-th deleted-blocks record: a write in a
+    /// batch entry numbers its records below its slot (a batchable write
+    /// frees at most a key's blocks, far below 2^24 records).
+    fn deleted_blocks_key(&self, seq: u32) -> Vec<u8> {
+        let seq = match self.slot {
+            None => seq,
+            Some(s) => (u32::from(s) << 24) | (seq & 0x00ff_ffff),
+        };
+        keys::deleted_blocks_key(self.index, seq)
+    }
+
     fn volume(&self, name: &str, field: &str) -> Result<VolumeRecord, OmError> {
         table::get::<VolumeTable>(self.db, &keys::volume_key(name))?.ok_or_else(|| {
             OmError::not_found(
@@ -399,6 +495,8 @@ pub fn is_plain_md5(etag: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]

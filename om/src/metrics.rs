@@ -118,6 +118,14 @@ impl Default for RaftGauges {
     }
 }
 
+/// A batch entry of `writes` writes this leader proposed
+/// (`om_raft_batch_entries_total`, `om_raft_batched_writes_total`; their
+/// ratio is the writes per batch).
+pub fn proposed_batch(writes: usize) {
+    metrics::counter!("om_raft_batch_entries_total").increment(1);
+    metrics::counter!("om_raft_batched_writes_total").increment(writes as u64);
+}
+
 /// A write this node proposed to Raft that did not commit
 /// (`om_raft_proposals_failed_total{reason}`): `not_leader` (it lost
 /// leadership first), `timeout` (no commit within the request timeout: no

@@ -22,7 +22,7 @@ impl Rule {
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (see ARCHITECTURE.md, "What apply may read"). An entry of a
 /// newer version stops the state machine rather than diverge.
-pub const CURRENT: u32 = 11;
+pub const CURRENT: u32 = 12;
 
 /// Usage counters (a volume's used bytes, a bucket's key and directory
 /// counts) and the quotas enforced on them.
@@ -68,6 +68,9 @@ pub const WRITE_CONDITIONS: Rule = Rule { since: 10 };
 pub const LEGACY_PREFIX_RULES: Rule = Rule { since: 10 };
 /// The retry cache kept by generation: one record per write.
 pub const RETRY_GENERATIONS: Rule = Rule { since: 11 };
+/// Batch entries (`Command.batch`): several writes in one entry, each
+/// taking its ids below its slot.
+pub const BATCHED_WRITES: Rule = Rule { since: 12 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -92,6 +95,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("WRITE_CONDITIONS", WRITE_CONDITIONS),
     ("LEGACY_PREFIX_RULES", LEGACY_PREFIX_RULES),
     ("RETRY_GENERATIONS", RETRY_GENERATIONS),
+    ("BATCHED_WRITES", BATCHED_WRITES),
 ];
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use rocksdb::DB;
 
 mod access;
 mod backup;
+mod batch;
 mod cluster;
 mod files;
 mod forward;
@@ -104,6 +105,8 @@ pub struct OmService {
     /// entry applied, found no retry-cache entry stored the pre-11 way
     /// (0: not yet). Until then its commands ask apply to look there too.
     legacy_retry_clear_term: std::sync::atomic::AtomicU64,
+    /// Proposes writes, several per entry under load (`batch`).
+    proposer: Arc<batch::Proposer>,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -159,6 +162,7 @@ impl OmService {
         seek_after: usize,
     ) -> Self {
         OmService {
+            proposer: batch::Proposer::new(raft.clone()),
             raft,
             db,
             node_id,
@@ -461,21 +465,11 @@ impl OmService {
         if !cmd.client_id.is_empty() {
             self.stamp_retry(&mut cmd);
         }
-        // Boxed: openraft's write future is large, and every future that
-        // awaits it (this one, the gRPC handler's, tonic's) would otherwise
-        // hold it inline and be copied whole each time it is moved (memcpy
-        // was ~20 % of the leader's instructions per PutKey).
-        let write = Box::pin(self.raft.client_write(cmd.into()));
+        // Boxed, as the write future it awaits (`batch::Proposer::propose`).
+        let write = Box::pin(self.proposer.write(cmd));
         let outcome = match tokio::time::timeout(self.request_timeout, write).await {
-            Ok(Ok(resp)) => into_outcome(resp.data),
-            Ok(Err(e)) => {
-                crate::metrics::proposal_failed(match &e {
-                    RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => "not_leader",
-                    RaftError::Fatal(_) => "shutdown",
-                    _ => "other",
-                });
-                Err(write_err(e))
-            }
+            Ok(Ok(result)) => into_outcome(result),
+            Ok(Err(e)) => Err(e),
             Err(_) => {
                 crate::metrics::proposal_failed("timeout");
                 Err(OmError::Unavailable(format!(

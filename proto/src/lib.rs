@@ -44,7 +44,11 @@ pub mod etcd {
 /// Names the operation only: user keys never reach logs at info level.
 impl std::fmt::Display for store::Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.op_name())
+        if self.batch.is_empty() {
+            write!(f, "{}", self.op_name())
+        } else {
+            write!(f, "Batch({})", self.batch.len())
+        }
     }
 }
 

@@ -45,13 +45,50 @@ pub enum Contribution<'a> {
     Membership(&'a [u8]),
 }
 
-/// The digest after applying `log_id` with `what` onto `prev`.
-pub fn next(prev: &Digest, log_id: &LogId, what: Contribution<'_>) -> Digest {
+/// The chain's hash of `prev` and `log_id`, before the entry's contribution.
+fn start(prev: &Digest, log_id: &LogId) -> ring::digest::Context {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(prev);
     ctx.update(&log_id.leader_id.term.to_be_bytes());
     ctx.update(&log_id.leader_id.node_id.to_be_bytes());
     ctx.update(&log_id.index.to_be_bytes());
+    ctx
+}
+
+fn finish(ctx: ring::digest::Context) -> Digest {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
+}
+
+/// The digest of a batch entry (`Command.batch`), fed one write's batch at
+/// a time as each is applied: one hash per entry, over each write's records
+/// with their length in front, so no two batches of writes hash alike.
+pub struct BatchDigest(ring::digest::Context);
+
+impl BatchDigest {
+    pub fn new(prev: &Digest, log_id: &LogId) -> BatchDigest {
+        let mut ctx = start(prev, log_id);
+        ctx.update(&[3]);
+        BatchDigest(ctx)
+    }
+
+    /// Adds one write's batch (`WriteBatch::data`, header skipped as in
+    /// `next`).
+    pub fn write(&mut self, batch: &[u8]) {
+        let records = batch.get(12..).unwrap_or_default();
+        self.0.update(&(records.len() as u64).to_be_bytes());
+        self.0.update(records);
+    }
+
+    pub fn finish(self) -> Digest {
+        finish(self.0)
+    }
+}
+
+/// The digest after applying `log_id` with `what` onto `prev`.
+pub fn next(prev: &Digest, log_id: &LogId, what: Contribution<'_>) -> Digest {
+    let mut ctx = start(prev, log_id);
     match what {
         Contribution::Blank => ctx.update(&[0]),
         Contribution::Writes(batch) => {
@@ -65,9 +102,7 @@ pub fn next(prev: &Digest, log_id: &LogId, what: Contribution<'_>) -> Digest {
             ctx.update(m);
         }
     }
-    let mut out = [0u8; 32];
-    out.copy_from_slice(ctx.finish().as_ref());
-    out
+    finish(ctx)
 }
 
 /// A digest from stored bytes: empty (before the first entry, or a store

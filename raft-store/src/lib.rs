@@ -84,6 +84,21 @@ pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>
 #[error("apply failed: {0}")]
 pub struct ApplyError(pub String);
 
+/// Where a write sits in the log: its entry's index, and its slot in a
+/// batch entry (`Command.batch`) when it is one of those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub index: u64,
+    pub slot: Option<u32>,
+}
+
+impl Position {
+    /// A plain entry's command.
+    pub fn entry(index: u64) -> Position {
+        Position { index, slot: None }
+    }
+}
+
 /// The application half of the state machine. It must be deterministic: the
 /// same command on the same state yields the same writes and result on every
 /// replica. Reads through `view` see the state before this entry (the
@@ -91,11 +106,14 @@ pub struct ApplyError(pub String);
 /// run, `overlay`); writes go into `writes`, which become part of the run's
 /// one batch, committed atomically with the applied log id.
 pub trait Applier: Send + Sync + 'static {
+    /// Applies `cmd`, one write, at `at`: a plain entry's command, or one
+    /// write of a batch entry (`Command.batch`), which the state machine
+    /// applies one after another, each seeing the writes before it.
     fn apply(
         &self,
         view: &ApplyView<'_>,
         writes: &mut EntryWrites<'_>,
-        log_index: u64,
+        at: Position,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError>;
 

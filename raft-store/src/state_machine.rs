@@ -41,7 +41,9 @@ use crate::pins::Pins;
 use crate::snapshot_store::{
     SnapshotFaults, SnapshotStats, SnapshotStore, cf, read_applied, read_digest,
 };
-use crate::{Applier, LogId, SnapshotMeta, StoredMembership, TypeConfig, codec, io_err, keys};
+use crate::{
+    Applier, LogId, Position, SnapshotMeta, StoredMembership, TypeConfig, codec, io_err, keys,
+};
 
 #[derive(Clone)]
 pub struct StateMachine {
@@ -304,6 +306,11 @@ impl StateMachine {
         let started = Instant::now();
         let db = &self.snapshots.db;
         let index = entry.log_id.index;
+        if let EntryPayload::Normal(cmd) = &entry.payload
+            && !cmd.command().batch.is_empty()
+        {
+            return self.stage_batch(run, entry, tail, started);
+        }
         let mut writes = EntryWrites::new(&self.tables);
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::default(),
@@ -311,7 +318,7 @@ impl StateMachine {
                 let view = ApplyView::new(db, &self.tables, &run.overlay);
                 let r = self
                     .applier
-                    .apply(&view, &mut writes, index, cmd.command())
+                    .apply(&view, &mut writes, Position::entry(index), cmd.command())
                     .map_err(io_err)?;
                 self.perturb(&mut writes, index)?;
                 r
@@ -336,6 +343,56 @@ impl StateMachine {
             result,
             digest: next,
             pins,
+            staged_secs: started.elapsed().as_secs_f64(),
+        });
+        Ok(())
+    }
+
+    /// Applies a batch entry (`Command.batch`) into `run`: each write in
+    /// order, its writes joining the overlay before the next is applied (so
+    /// it reads them as it would from an entry of its own), and one digest
+    /// step over all of them. The entry's result holds one per write.
+    fn stage_batch(
+        &self,
+        run: &mut Run,
+        entry: crate::Entry,
+        tail: &mut AppliedTail,
+        started: Instant,
+    ) -> std::io::Result<()> {
+        let db = &self.snapshots.db;
+        let index = entry.log_id.index;
+        let EntryPayload::Normal(cmd) = &entry.payload else {
+            return Err(io_err("a batch entry is a normal entry"));
+        };
+        let mut digest = digest::BatchDigest::new(&tail.digest, &entry.log_id);
+        let mut results = Vec::with_capacity(cmd.command().batch.len());
+        for (slot, write) in cmd.command().batch.iter().enumerate() {
+            let mut writes = EntryWrites::new(&self.tables);
+            let view = ApplyView::new(db, &self.tables, &run.overlay);
+            let at = Position {
+                index,
+                slot: Some(slot as u32),
+            };
+            results.push(
+                self.applier
+                    .apply(&view, &mut writes, at, write)
+                    .map_err(io_err)?,
+            );
+            if slot == 0 {
+                self.perturb(&mut writes, index)?;
+            }
+            digest.write(writes.data());
+            run.overlay.absorb(writes)?;
+        }
+        tail.digest = digest.finish();
+        run.pending.push(Pending {
+            entry,
+            result: CommandResult {
+                batch: results,
+                ..Default::default()
+            },
+            digest: tail.digest,
+            pins: false,
             staged_secs: started.elapsed().as_secs_f64(),
         });
         Ok(())

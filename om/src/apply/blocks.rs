@@ -105,12 +105,7 @@ impl Ctx<'_> {
             blocks: freed,
             origin,
         };
-        table::put::<DeletedBlocksTable>(
-            self.db,
-            b,
-            &keys::deleted_blocks_key(self.index, seq),
-            &mut rec,
-        )
+        table::put::<DeletedBlocksTable>(self.db, b, &self.deleted_blocks_key(seq), &mut rec)
     }
 
     /// Takes `n` fresh block ids from the replicated counter; its first

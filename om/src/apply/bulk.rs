@@ -9,7 +9,7 @@ use om_raft_store::EntryWrites;
 use super::limits;
 use super::ops::Operation;
 use super::quota::Usage;
-use super::{Ctx, block_size_or_legacy, lay_out, object_id, ok};
+use super::{Ctx, block_size_or_legacy, lay_out, ok};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 pub use crate::limits::MAX_PUT_KEYS;
@@ -96,7 +96,7 @@ impl Ctx<'_> {
                 tags: k.tags.clone(),
                 creation_time_ms: self.now,
                 modification_time_ms: self.now,
-                object_id: object_id(self.index, i as u8),
+                object_id: self.object_id(i as u8),
                 update_id: self.index,
                 ..Default::default()
             };

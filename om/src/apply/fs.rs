@@ -14,7 +14,7 @@ use super::limits::MAX_PURGE_BATCH;
 use super::ops::Operation;
 use super::quota::Usage;
 use super::write::lay_out_unwritten;
-use super::{Ctx, object_id, ok};
+use super::{Ctx, ok};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs::{self, Chain, Entry, Walk};
@@ -168,6 +168,7 @@ fn dir_status(path: &str, rec: DirectoryRecord) -> CommandResult {
             file: None,
             directory: Some(rec),
         })),
+        ..Default::default()
     }
 }
 
@@ -189,7 +190,7 @@ impl Ctx<'_> {
             // `limits` keeps paths within MAX_PATH_DEPTH (< 255) components.
             let mut rec = DirectoryRecord {
                 format: 0,
-                object_id: object_id(self.index, n as u8),
+                object_id: self.object_id(n as u8),
                 parent_id: parent,
                 creation_time_ms: self.now,
                 modification_time_ms: self.now,
@@ -338,7 +339,7 @@ impl Ctx<'_> {
         if crate::rules::SUBTREE_BOUNDS.holds(self.rules) {
             self.raise_bounds(b, chain, &comps, Some(NOTHING_BELOW))?;
         }
-        let session_id = object_id(self.index, SESSION_ID_SLOT);
+        let session_id = self.object_id(SESSION_ID_SLOT);
         let mut rec = OpenKeyRecord {
             format: 0,
             session_id,
@@ -453,7 +454,7 @@ impl Ctx<'_> {
                     table::put::<DeletedDirTable>(
                         self.db,
                         b,
-                        &keys::deleted_blocks_key(self.index, 0),
+                        &self.deleted_blocks_key(0),
                         &mut dd,
                     )?;
                 }
@@ -660,7 +661,7 @@ impl Ctx<'_> {
                     table::put::<DeletedDirTable>(
                         self.db,
                         b,
-                        &keys::deleted_blocks_key(self.index, seq),
+                        &self.deleted_blocks_key(seq),
                         &mut rec,
                     )?;
                 } else {

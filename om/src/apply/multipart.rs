@@ -13,7 +13,7 @@ use om_raft_store::EntryWrites;
 use super::limits::block_size_or_legacy;
 use super::limits::{self, MAX_KEY_BLOCKS, MAX_PART_NUMBER, MAX_PART_SIZE};
 use super::ops::Operation;
-use super::{Ctx, lay_out, object_id, ok};
+use super::{Ctx, lay_out, ok};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
@@ -217,7 +217,7 @@ impl Ctx<'_> {
         c: &InitiateMultipart,
     ) -> Result<CommandResult, OmError> {
         self.object_store_bucket(&c.volume, &c.bucket)?;
-        let upload_id = object_id(self.index, 0);
+        let upload_id = self.object_id(0);
         let mut rec = UploadRecord {
             format: 0,
             upload_id,

@@ -5,7 +5,7 @@ use om_raft_store::EntryWrites;
 
 use super::limits;
 use super::ops::Operation;
-use super::{Ctx, LAYOUT_FSO, LAYOUT_OBJECT_STORE, object_id, ok, versions};
+use super::{Ctx, LAYOUT_FSO, LAYOUT_OBJECT_STORE, ok, versions};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
@@ -139,7 +139,7 @@ impl Ctx<'_> {
             quota_namespace: c.quota_namespace,
             creation_time_ms: self.now,
             modification_time_ms: self.now,
-            object_id: object_id(self.index, 0),
+            object_id: self.object_id(0),
             update_id: self.index,
             metadata: c.metadata.clone(),
             bucket_count: 0,
@@ -215,7 +215,7 @@ impl Ctx<'_> {
             layout,
             creation_time_ms: self.now,
             modification_time_ms: self.now,
-            object_id: object_id(self.index, 0),
+            object_id: self.object_id(0),
             update_id: self.index,
             metadata: c.metadata.clone(),
             key_count: 0,

@@ -9,7 +9,7 @@ use om_raft_store::EntryWrites;
 
 use super::limits;
 use super::ops::Operation;
-use super::{Ctx, Usage, block_size_or_legacy, check_conditions, lay_out, object_id, ok, versions};
+use super::{Ctx, Usage, block_size_or_legacy, check_conditions, lay_out, ok, versions};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::store::keys;
@@ -216,7 +216,7 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         rec.creation_time_ms = old.as_ref().map_or(self.now, |o| o.creation_time_ms);
         rec.modification_time_ms = self.now;
-        rec.object_id = object_id(self.index, 0);
+        rec.object_id = self.object_id(0);
         rec.update_id = self.index;
         if let Some(o) = old {
             let origin = format!("overwrite {}/{}/{name}", bucket.volume, bucket.name);

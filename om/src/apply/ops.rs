@@ -149,3 +149,52 @@ ops! {
     VerifyMark,
     ExpireRetryCache,
 }
+
+/// Whether `op` may be one write of a batch entry (`Command.batch`): the
+/// small writes clients send at a high rate, each of which takes few ids
+/// (at most 256 object ids, 256 version stamps and 2^24 deleted-blocks
+/// records, the room its slot gives it; `Ctx::object_id`). Bulk and
+/// administrative operations, and those that free an unbounded number of
+/// blocks, go in entries of their own. Every operation is named, so a new
+/// one must be decided here.
+pub fn batchable(op: &Op) -> bool {
+    match op {
+        Op::PutKey(_)
+        | Op::PutKeyTagging(_)
+        | Op::DeleteKey(_)
+        | Op::OpenKey(_)
+        | Op::AllocateBlock(_)
+        | Op::CommitKey(_)
+        | Op::AbortKey(_)
+        | Op::CopyKey(_)
+        | Op::InitiateMultipart(_)
+        | Op::CommitPart(_)
+        | Op::CreateDirectory(_)
+        | Op::CreateFile(_) => true,
+        Op::CreateVolume(_)
+        | Op::DeleteVolume(_)
+        | Op::SetVolumeQuota(_)
+        | Op::CreateBucket(_)
+        | Op::DeleteBucket(_)
+        | Op::SetBucketQuota(_)
+        | Op::SetBucketVersioning(_)
+        | Op::SetAcl(_)
+        | Op::PutKeys(_)
+        | Op::DeleteKeys(_)
+        | Op::RenameKey(_)
+        | Op::ExpireOpenKeys(_)
+        | Op::AckDeletedBlocks(_)
+        | Op::CompleteMultipart(_)
+        | Op::AbortMultipart(_)
+        | Op::DeletePath(_)
+        | Op::RenamePath(_)
+        | Op::PurgeDeletedDirs(_)
+        | Op::SetBucketLifecycle(_)
+        | Op::LifecycleScan(_)
+        | Op::CreateS3Secret(_)
+        | Op::RevokeS3Secret(_)
+        | Op::InitCluster(_)
+        | Op::VerifyMark(_)
+        | Op::ExpireRetryCache(_) => false,
+    }
+}

@@ -3,7 +3,7 @@
 //! holds the database itself; it builds the view every read goes through.
 
 use om_proto::store::{Command, CommandResult};
-use om_raft_store::{ApplyView, EntryWrites, Overlay, Tables};
+use om_raft_store::{ApplyView, EntryWrites, Overlay, Position, Tables};
 
 use super::apply_command;
 use crate::error::OmError;
@@ -44,21 +44,48 @@ fn alone(
 ) -> Result<(CommandResult, usize), OmError> {
     let tables = state_tables(db)?;
     let mut overlay = Overlay::new(&tables);
-    let mut w = EntryWrites::new(&tables);
-    let r = apply_command(
-        &ApplyView::new(db, &tables, &overlay),
-        &mut w,
-        log_index,
-        cmd,
-    )?;
-    let n = w.len();
+    let internal = |e: std::io::Error| OmError::Internal(e.to_string());
+    // A batch entry's writes apply one after another, each over the ones
+    // before it, as the state machine applies them.
+    let writes: Vec<(Position, &Command)> = if cmd.batch.is_empty() {
+        vec![(Position::entry(log_index), cmd)]
+    } else {
+        (0u32..)
+            .zip(&cmd.batch)
+            .map(|(slot, c)| {
+                let at = Position {
+                    index: log_index,
+                    slot: Some(slot),
+                };
+                (at, c)
+            })
+            .collect()
+    };
+    let mut results = Vec::with_capacity(writes.len());
+    let mut n = 0;
+    for (at, c) in writes {
+        let mut w = EntryWrites::new(&tables);
+        results.push(apply_command(
+            &ApplyView::new(db, &tables, &overlay),
+            &mut w,
+            at,
+            c,
+        )?);
+        n += w.len();
+        overlay.absorb(w).map_err(internal)?;
+    }
     if write {
-        overlay
-            .absorb(w)
-            .map_err(|e| OmError::Internal(e.to_string()))?;
         let mut batch = rocksdb::WriteBatch::default();
         overlay.drain_into(db, &tables, &mut batch);
         db.write(batch)?;
     }
+    let r = if cmd.batch.is_empty() {
+        results.pop().unwrap_or_default()
+    } else {
+        CommandResult {
+            batch: results,
+            ..Default::default()
+        }
+    };
     Ok((r, n))
 }

@@ -7,6 +7,16 @@ fn object_ids_are_unique_per_entry() {
     assert_ne!(object_id(1, 255), object_id(2, 0));
 }
 
+/// A stand-in for a request's digest: its operation's encoding.
+pub(super) fn request_digest(op: &Op) -> Vec<u8> {
+    use prost::Message;
+    Command {
+        op: Some(op.clone()),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
 /// Applies commands one entry at a time, as the state machine does.
 pub(super) struct Sm {
     _dir: tempfile::TempDir,
@@ -39,6 +49,48 @@ impl Sm {
     /// this binary's rules, as a leader stamps it.
     pub fn apply(&mut self, op: Op) -> (CommandResult, usize) {
         self.apply_rules(op, RULES)
+    }
+
+    /// Applies `writes` as one batch entry, each write stamped with `rules`
+    /// and, when `client` is given, that client id and seqs 1, 2, ...: the
+    /// entry's result (one per write) and how many writes it staged.
+    pub fn apply_batch(
+        &mut self,
+        writes: Vec<Op>,
+        rules: u32,
+        client: Option<&str>,
+    ) -> (CommandResult, usize) {
+        self.index += 1;
+        let now_ms = 1000 + self.index + self.clock_ms;
+        let batch = (1..)
+            .zip(writes)
+            .map(|(seq, op)| Command {
+                now_ms,
+                request_digest: request_digest(&op),
+                op: Some(op),
+                rules,
+                client_id: client.unwrap_or_default().to_string(),
+                seq: if client.is_some() { seq } else { 0 },
+                ..Default::default()
+            })
+            .collect();
+        let cmd = Command {
+            rules: RULES,
+            batch,
+            ..Default::default()
+        };
+        apply_alone(&self.db, self.index, &cmd).unwrap()
+    }
+
+    /// Applies `cmd` as it is, as the next entry.
+    pub fn apply_raw(&mut self, cmd: &Command) -> (CommandResult, usize) {
+        self.index += 1;
+        apply_alone(&self.db, self.index, cmd).unwrap()
+    }
+
+    /// The log index the next command will be applied at.
+    pub fn next_index(&self) -> u64 {
+        self.index + 1
     }
 
     /// `apply` of a command stamped with `rules` (0: an old log entry).
@@ -289,6 +341,7 @@ fn a_block_released_twice_in_one_command_is_an_error() {
     let ctx = Ctx {
         db: &view,
         index: 99,
+        slot: None,
         now: 0,
         rules: RULES,
         caller: None,

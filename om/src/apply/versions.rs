@@ -310,7 +310,7 @@ impl Ctx<'_> {
     fn next_version(&self) -> u64 {
         let n = self.versions_made.get();
         self.versions_made.set(n.wrapping_add(1));
-        version_stamp(self.index, n)
+        self.version_stamp(n)
     }
 
     /// Stages `rec` as the new current version of `name` in a versioned
@@ -359,7 +359,7 @@ impl Ctx<'_> {
         }
         rec.creation_time_ms = self.now;
         rec.modification_time_ms = self.now;
-        rec.object_id = super::object_id(self.index, 0);
+        rec.object_id = self.object_id(0);
         rec.update_id = self.index;
         rec.version = self.next_version();
         rec.versioned = enabled;

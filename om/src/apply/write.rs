@@ -12,7 +12,7 @@ use om_raft_store::EntryWrites;
 use super::limits::block_size_or_legacy;
 use super::limits::{self, MAX_ACK_IDS, MAX_KEY_BLOCKS};
 use super::ops::Operation;
-use super::{Ctx, LAYOUT_FSO, is_plain_md5, object_id, ok, versions};
+use super::{Ctx, LAYOUT_FSO, is_plain_md5, ok, versions};
 use crate::authz::{self, Resource};
 use crate::error::OmError;
 use crate::fs;
@@ -235,7 +235,7 @@ impl Ctx<'_> {
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
         bucket.open_key_count = self.grow(bucket.open_key_count, 1, "key", "open keys")?;
-        let session_id = object_id(self.index, 0);
+        let session_id = self.object_id(0);
         let ids = self.allocate(b, u64::from(c.blocks))?;
         let mut rec = OpenKeyRecord {
             format: 0,

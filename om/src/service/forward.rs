@@ -13,12 +13,10 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use futures::StreamExt;
 use om_proto::raft::{
     ForwardedNotLeader, ForwardedOutcome, ForwardedPrincipal, ForwardedWrite, forwarded_outcome,
 };
 use om_proto::store::{Caller, Command, command::Op};
-use openraft::errors::ClientWriteError;
 
 use super::OmService;
 use crate::authz::{self, Impersonation, Principal, RequestCtx};
@@ -169,7 +167,7 @@ impl OmService {
                 });
             match checked {
                 Ok(cmd) => {
-                    cmds.push(cmd.into());
+                    cmds.push(cmd);
                     slots.push(i);
                 }
                 Err(e) => outcomes[i] = Some(refused(e)),
@@ -191,41 +189,25 @@ impl OmService {
             .collect()
     }
 
-    /// Proposes `cmds` in one message to Raft and fills in the outcome of
-    /// each (its slot in `outcomes`) as it is applied, until the request
+    /// Proposes `cmds` with the leader's own writes (`batch`: those that
+    /// wait go together in the next batch entry) and fills in the outcome
+    /// of each (its slot in `outcomes`) as it is applied, until the request
     /// timeout.
     async fn commit_forwarded(
         &self,
-        cmds: Vec<om_raft_store::SharedCommand>,
+        cmds: Vec<Command>,
         slots: &[usize],
         outcomes: &mut [Option<ForwardedOutcome>],
     ) {
-        let mut results = match self.raft.client_write_many(cmds).await {
-            Ok(s) => s,
-            Err(fatal) => {
-                for &i in slots {
-                    outcomes[i] = Some(refused(OmError::Unavailable(format!(
-                        "raft stopped: {fatal}"
-                    ))));
-                }
-                return;
-            }
+        let write = Box::pin(self.proposer.write_many(cmds));
+        let Ok(results) = tokio::time::timeout(self.request_timeout, write).await else {
+            return;
         };
-        let collect = async {
-            for &i in slots {
-                let Some(r) = results.next().await else { break };
-                outcomes[i] = Some(match r {
-                    Ok(Ok(resp)) => outcome(forwarded_outcome::Outcome::Result(resp.response)),
-                    Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                        refused(super::forward_err(&f))
-                    }
-                    Ok(Err(e)) => {
-                        refused(super::write_err(openraft::errors::RaftError::APIError(e)))
-                    }
-                    Err(fatal) => refused(OmError::Unavailable(format!("raft stopped: {fatal}"))),
-                });
-            }
-        };
-        let _ = tokio::time::timeout(self.request_timeout, collect).await;
+        for (&i, r) in slots.iter().zip(results) {
+            outcomes[i] = Some(match r {
+                Ok(result) => outcome(forwarded_outcome::Outcome::Result(result)),
+                Err(e) => refused(e),
+            });
+        }
     }
 }

@@ -299,6 +299,94 @@ fn log(steps: &[Step]) -> Vec<Entry> {
         .collect()
 }
 
+/// `log` with runs of consecutive batchable writes (of at most `sizes[i]`
+/// writes, cycling) merged into batch entries, as a leader proposes writes
+/// that waited. Each batch entry is followed by blank entries, so every
+/// other entry keeps its index; opens and initiates stay alone, since later
+/// steps name the ids their index gave them.
+fn batched(log: &[Entry], sizes: &[u8]) -> Vec<Entry> {
+    let candidate = |e: &Entry| match &e.payload {
+        EntryPayload::Normal(c) => {
+            let c = c.command();
+            om::rules::BATCHED_WRITES.holds(c.rules)
+                && c.op.as_ref().is_some_and(|op| {
+                    om::apply::ops::batchable(op)
+                        && !matches!(op, Op::OpenKey(_) | Op::InitiateMultipart(_))
+                })
+        }
+        _ => false,
+    };
+    let mut out: Vec<Entry> = Vec::with_capacity(log.len());
+    let mut group: Vec<st::Command> = Vec::new();
+    let mut size = sizes.iter().copied().cycle();
+    let mut limit = size.next().unwrap_or(1).max(1) as usize;
+    let mut flush = |group: &mut Vec<st::Command>, out: &mut Vec<Entry>, limit: &mut usize| {
+        if group.is_empty() {
+            return;
+        }
+        let n = group.len();
+        let first = out.len() as u64 + 1;
+        let cmd = if n == 1 {
+            group.pop().unwrap()
+        } else {
+            st::Command {
+                rules: om::apply::RULES,
+                batch: std::mem::take(group),
+                ..Default::default()
+            }
+        };
+        out.push(Entry {
+            log_id: log_id(first),
+            payload: EntryPayload::Normal(SharedCommand::new(cmd)),
+        });
+        for i in 1..n as u64 {
+            out.push(Entry {
+                log_id: log_id(first + i),
+                payload: EntryPayload::Blank,
+            });
+        }
+        *limit = size.next().unwrap_or(1).max(1) as usize;
+    };
+    for e in log {
+        if candidate(e) {
+            let EntryPayload::Normal(c) = &e.payload else {
+                unreachable!()
+            };
+            group.push(c.command().clone());
+            if group.len() >= limit {
+                flush(&mut group, &mut out, &mut limit);
+            }
+        } else {
+            flush(&mut group, &mut out, &mut limit);
+            out.push(e.clone());
+        }
+    }
+    flush(&mut group, &mut out, &mut limit);
+    out
+}
+
+/// Each write's outcome as its retry-cache record holds it: accepted (and
+/// what it returned) or refused (and why), by the record's key, without
+/// the ids a batch entry gives differently.
+fn outcomes(state: &[(String, Vec<u8>, Vec<u8>)]) -> std::collections::BTreeMap<Vec<u8>, String> {
+    state
+        .iter()
+        .filter(|(t, k, _)| {
+            t == om::store::keys::RETRY_CACHE_CF
+                && !k.starts_with(om::store::keys::RETRY_EXPIRY_PREFIX)
+        })
+        .map(|(_, k, v)| {
+            let rec = <st::RetryCacheRecord as prost::Message>::decode(&v[..]).unwrap();
+            let what = match rec.result.and_then(|r| r.result) {
+                Some(st::command_result::Result::Rejected(r)) => format!("refused {}", r.reason),
+                Some(other) => format!("accepted {:?}", std::mem::discriminant(&other)),
+                None => "empty".to_string(),
+            };
+            (k.clone(), what)
+        })
+        .collect()
+}
+
 fn open(dir: &std::path::Path) -> om_raft_store::OpenedStore {
     om_raft_store::open(
         dir,
@@ -380,13 +468,15 @@ fn runs_give_the_same_state_wherever_they_are_cut() {
         ..Config::default()
     });
     let tally = std::cell::Cell::new((0usize, 0usize));
+    let batched_entries = std::cell::Cell::new(0usize);
     let result = runner.run(
         &(
             proptest::collection::vec(step(), 40..160),
             proptest::collection::vec(0usize..200, 0..12),
             proptest::collection::vec(0usize..200, 0..4),
+            proptest::collection::vec(1u8..8, 1..6),
         ),
-        |(steps, cuts, restarts)| {
+        |(steps, cuts, restarts, sizes)| {
             let log = log(&steps);
             let one_by_one: Vec<usize> = (1..log.len()).collect();
             let reference = apply(&rt, &log, &one_by_one, &[]);
@@ -397,6 +487,22 @@ fn runs_give_the_same_state_wherever_they_are_cut() {
                 reference == sliced,
                 "slices {cuts:?} with restarts {restarts:?} differ"
             );
+            // The same writes with runs of them in batch entries: cut
+            // anywhere, the state is the same, and every write has the
+            // outcome it had in an entry of its own.
+            let batched_log = batched(&log, &sizes);
+            let batches = batched_log
+                .iter()
+                .filter(|e| matches!(&e.payload, EntryPayload::Normal(c) if !c.command().batch.is_empty()))
+                .count();
+            let batched_whole = apply(&rt, &batched_log, &[], &[]);
+            let batched_sliced = apply(&rt, &batched_log, &cuts, &restarts);
+            prop_assert!(
+                batched_whole == batched_sliced,
+                "batched: slices {cuts:?} with restarts {restarts:?} differ"
+            );
+            prop_assert_eq!(outcomes(&reference), outcomes(&batched_whole));
+            batched_entries.set(batched_entries.get() + batches);
             // Not a vacuous log: results in the retry cache, accepted and refused.
             let (mut accepted, mut refused) = tally.get();
             for (t, k, v) in &reference {
@@ -418,7 +524,14 @@ fn runs_give_the_same_state_wherever_they_are_cut() {
         panic!("{e}");
     }
     let (accepted, refused) = tally.get();
-    eprintln!("apply runs: {accepted} results accepted, {refused} refused in the retry caches");
+    eprintln!(
+        "apply runs: {accepted} results accepted, {refused} refused in the retry caches; {} batch entries",
+        batched_entries.get()
+    );
+    assert!(
+        batched_entries.get() > cases as usize,
+        "too few batch entries"
+    );
     assert!(
         accepted > 10 * cases as usize && refused > 0,
         "{accepted} accepted, {refused} refused"

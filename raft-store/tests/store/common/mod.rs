@@ -8,8 +8,8 @@ use std::sync::Arc;
 use futures::stream;
 use om_proto::store::{Command, CommandResult, PutKey, command::Op};
 use om_raft_store::{
-    Applier, ApplyError, ApplyView, Entry, EntryWrites, LogId, LogStore, StateMachine, TypeConfig,
-    open,
+    Applier, ApplyError, ApplyView, Entry, EntryWrites, LogId, LogStore, Position, StateMachine,
+    TypeConfig, open,
 };
 use openraft::storage::{RaftStateMachine, StorageHelper};
 use openraft::type_config::alias::SnapshotOf;
@@ -30,7 +30,7 @@ impl Applier for KvApplier {
         &self,
         view: &ApplyView<'_>,
         batch: &mut EntryWrites<'_>,
-        _index: u64,
+        _at: Position,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError> {
         if let Some(Op::PutKey(p)) = &cmd.op {
