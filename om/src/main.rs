@@ -15,6 +15,12 @@ use tracing_subscriber::EnvFilter;
 const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::heartbeat=error,\
     openraft::replication=error,openraft::engine::handler::replication_handler=error";
 
+/// mimalloc instead of glibc's malloc for om's own allocations: under load
+/// glibc spent a fifth of the leader's CPU in malloc and free (consolidating
+/// fastbins, unlinking chunks); see BENCHMARKS.md, "Several writes per entry".
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     // Everything om creates (store files, snapshots, the audit log) is for
     // om's user only.
