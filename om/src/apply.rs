@@ -109,6 +109,13 @@ impl om_raft_store::Applier for OmApplier {
         apply_command(view, batch, at, cmd).map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
 
+    /// Every write reads its bucket (and the volume's usage, the block
+    /// counter, the retry cache's generation): a few records, read again and
+    /// again.
+    fn hot_tables(&self) -> &[&'static str] {
+        &[keys::BUCKETS_CF, keys::VOLUMES_CF, keys::COUNTERS_CF]
+    }
+
     fn pins_state(&self, cmd: &Command) -> bool {
         matches!(cmd.op, Some(Op::VerifyMark(_)))
     }

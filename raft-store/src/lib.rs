@@ -19,6 +19,7 @@ pub mod backup;
 pub mod codec;
 pub mod command;
 pub mod digest;
+pub mod hot;
 pub mod keys;
 pub mod log_store;
 pub mod memory;
@@ -116,6 +117,12 @@ pub trait Applier: Send + Sync + 'static {
         at: Position,
         cmd: &Command,
     ) -> Result<CommandResult, ApplyError>;
+
+    /// The tables whose records apply reads through the cache of hot
+    /// records (`hot`): small tables that almost every write reads.
+    fn hot_tables(&self) -> &[&'static str] {
+        &[]
+    }
 
     /// Whether every replica pins its state right after applying `cmd`, for
     /// a verification that compares table digests at one index (`pins`).

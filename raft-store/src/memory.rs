@@ -75,6 +75,17 @@ impl MemoryBudget {
         o.set_write_buffer_manager(&self.memtables);
     }
 
+    /// The table options of a column family under this budget (its blocks,
+    /// index and filters in the shared cache), to build on.
+    pub fn block_options(&self) -> BlockBasedOptions {
+        let mut t = BlockBasedOptions::default();
+        t.set_block_cache(&self.cache);
+        t.set_cache_index_and_filter_blocks(true);
+        t.set_cache_index_and_filter_blocks_with_high_priority(true);
+        t.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        t
+    }
+
     /// Options of a column family under this budget, to build on.
     pub fn cf_options(&self) -> Options {
         let mut o = Options::default();
@@ -84,12 +95,7 @@ impl MemoryBudget {
 
     /// Puts a column family's options under this budget.
     pub fn apply_to_cf(&self, o: &mut Options) {
-        let mut t = BlockBasedOptions::default();
-        t.set_block_cache(&self.cache);
-        t.set_cache_index_and_filter_blocks(true);
-        t.set_cache_index_and_filter_blocks_with_high_priority(true);
-        t.set_pin_l0_filter_and_index_blocks_in_cache(true);
-        o.set_block_based_table_factory(&t);
+        o.set_block_based_table_factory(&self.block_options());
         o.set_write_buffer_size(self.write_buffer_size);
         o.set_max_write_buffer_number(2);
     }

@@ -25,6 +25,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use crate::hot::HotRecords;
 use rocksdb::{AsColumnFamilyRef, ColumnFamily, DB, DBPinnableSlice, ReadOptions, WriteBatch};
 
 /// The column families apply may write, and their handles' identities.
@@ -340,12 +341,16 @@ pub struct ApplyView<'a> {
     db: &'a DB,
     tables: &'a Tables,
     overlay: &'a Overlay,
+    /// The state machine's cache of hot records (`hot`), if any.
+    hot: Option<&'a HotRecords>,
 }
 
 /// A value read through a view.
 pub enum ViewValue<'a> {
     Db(DBPinnableSlice<'a>),
     Staged(&'a [u8]),
+    /// The database's value, from the cache of hot records.
+    Hot(std::sync::Arc<[u8]>),
 }
 
 impl std::ops::Deref for ViewValue<'_> {
@@ -354,6 +359,7 @@ impl std::ops::Deref for ViewValue<'_> {
         match self {
             ViewValue::Db(s) => s,
             ViewValue::Staged(s) => s,
+            ViewValue::Hot(s) => s,
         }
     }
 }
@@ -370,6 +376,15 @@ impl<'a> ApplyView<'a> {
             db,
             tables,
             overlay,
+            hot: None,
+        }
+    }
+
+    /// Reads the tables `hot` caches through it.
+    pub fn with_hot(self, hot: &'a HotRecords) -> ApplyView<'a> {
+        ApplyView {
+            hot: Some(hot),
+            ..self
         }
     }
 
@@ -400,6 +415,16 @@ impl<'a> ApplyView<'a> {
                 Staged::Value(v) => return Ok(Some(ViewValue::Staged(v))),
                 Staged::Deleted => return Ok(None),
                 Staged::Untouched => {}
+            }
+            if let Some(hot) = self.hot.filter(|h| h.holds(t)) {
+                if let Some(v) = hot.get(t, key) {
+                    return Ok(Some(ViewValue::Hot(v)));
+                }
+                let v = self.db.get_pinned_cf_opt(cf, key, opts)?;
+                if let Some(v) = &v {
+                    hot.remember(t, key, v);
+                }
+                return Ok(v.map(ViewValue::Db));
             }
         }
         Ok(self.db.get_pinned_cf_opt(cf, key, opts)?.map(ViewValue::Db))

@@ -36,6 +36,7 @@ use prost::Message;
 use rocksdb::{DB, WriteBatch};
 
 use crate::digest::{self, ApplyFaults, Contribution, Digest, Digests};
+use crate::hot::HotRecords;
 use crate::overlay::{ApplyView, EntryWrites, Overlay, Tables};
 use crate::pins::Pins;
 use crate::snapshot_store::{
@@ -66,6 +67,8 @@ pub struct StateMachine {
     archive: Option<Arc<crate::archive::LogArchive>>,
     /// The tables apply writes.
     tables: Arc<Tables>,
+    /// Records almost every write reads, equal to the store's (`hot`).
+    hot: Arc<HotRecords>,
 }
 
 /// Most entries one run applies in one write batch.
@@ -167,8 +170,11 @@ impl StateMachine {
         tables: Vec<String>,
         applier: Arc<dyn Applier>,
     ) -> std::io::Result<StateMachine> {
+        let table_set = Tables::new(&db, &tables)?;
+        let hot = Arc::new(HotRecords::new(&table_set, applier.hot_tables()));
         Ok(StateMachine {
-            tables: Arc::new(Tables::new(&db, &tables)?),
+            tables: Arc::new(table_set),
+            hot,
             digests: Digests::new(db.clone()),
             pins: Arc::new(Pins::new(tables.clone())),
             snapshots: Arc::new(SnapshotStore::open(db, snap_dir, tables)?),
@@ -207,6 +213,11 @@ impl StateMachine {
     /// The state digests this replica can answer for (`digest`).
     pub fn digests(&self) -> Digests {
         self.digests.clone()
+    }
+
+    /// The cache of records almost every write reads (`hot`).
+    pub fn hot_records(&self) -> Arc<HotRecords> {
+        self.hot.clone()
     }
 
     /// Fault injection for apply (tests of divergence detection only).
@@ -315,7 +326,7 @@ impl StateMachine {
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::default(),
             EntryPayload::Normal(cmd) => {
-                let view = ApplyView::new(db, &self.tables, &run.overlay);
+                let view = ApplyView::new(db, &self.tables, &run.overlay).with_hot(&self.hot);
                 let r = self
                     .applier
                     .apply(&view, &mut writes, Position::entry(index), cmd.command())
@@ -368,7 +379,7 @@ impl StateMachine {
         let mut results = Vec::with_capacity(cmd.command().batch.len());
         for (slot, write) in cmd.command().batch.iter().enumerate() {
             let mut writes = EntryWrites::new(&self.tables);
-            let view = ApplyView::new(db, &self.tables, &run.overlay);
+            let view = ApplyView::new(db, &self.tables, &run.overlay).with_hot(&self.hot);
             let at = Position {
                 index,
                 slot: Some(slot as u32),
@@ -434,6 +445,7 @@ impl StateMachine {
         let started = Instant::now();
         let db = &self.snapshots.db;
         let mut batch = WriteBatch::default();
+        self.hot.write_through(&run.overlay);
         run.overlay.drain_into(db, &self.tables, &mut batch);
         let meta = cf(db, keys::SM_META_CF)?;
         for p in &run.pending {
@@ -451,7 +463,11 @@ impl StateMachine {
             keys::APPLIED_KEY,
             tail.membership.applied_state_bytes(&last, &tail.digest)?,
         );
-        db.write(batch).map_err(io_err)?;
+        if let Err(e) = db.write(batch) {
+            // The cache took the run's writes in; the store did not.
+            self.hot.clear();
+            return Err(io_err(e));
+        }
         let share = started.elapsed().as_secs_f64() / run.pending.len() as f64;
         crate::metrics::applied_run(run.pending.len());
         let mut out = Vec::with_capacity(run.pending.len());
@@ -564,7 +580,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // The install writes the snapshot's membership and digest.
         self.tail = None;
         self.digests.clear();
-        self.snapshots.install(meta, snapshot).await?;
+        // Cleared before and after: the install replaces every table, and
+        // a failed one may have replaced some.
+        self.hot.clear();
+        let installed = self.snapshots.install(meta, snapshot).await;
+        self.hot.clear();
+        installed?;
         crate::metrics::snapshot_installed(started.elapsed().as_secs_f64());
         tracing::info!(last = ?meta.last_log_id, "snapshot installed");
         Ok(())

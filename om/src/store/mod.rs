@@ -37,9 +37,21 @@ pub fn table_descriptors_with(
         .iter()
         .map(|name| {
             let mut o = rocksdb::Options::default();
-            if let Some(m) = memory {
-                m.apply_to_cf(&mut o);
-            }
+            let mut t = match memory {
+                Some(m) => {
+                    m.apply_to_cf(&mut o);
+                    m.block_options()
+                }
+                None => rocksdb::BlockBasedOptions::default(),
+            };
+            // Point reads of keys that do not exist (a new key's current
+            // version, a write's retry-cache record) are most of apply's
+            // reads: bloom filters answer them without searching the
+            // memtable's skip list or reading an SST block.
+            t.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+            o.set_block_based_table_factory(&t);
+            o.set_memtable_whole_key_filtering(true);
+            o.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
             if keys::DELETION_HEAVY_CFS.contains(name) {
                 o.add_compact_on_deletion_collector_factory(
                     DELETION_WINDOW,
@@ -51,6 +63,11 @@ pub fn table_descriptors_with(
         })
         .collect()
 }
+
+/// Bits per key of the tables' SST bloom filters (about 1 % false positives).
+pub const BLOOM_BITS_PER_KEY: f64 = 10.0;
+/// Share of a memtable's budget its whole-key bloom filter takes.
+pub const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 
 /// Entries per sliding window of the deletion-triggered compaction collector.
 pub const DELETION_WINDOW: usize = 32 * 1024;
