@@ -15,8 +15,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::overlay::{Overlay, Tables};
-
 /// Most records kept; past it the cache starts again empty (the hot ones
 /// come back with their next read).
 pub const MAX_HOT_RECORDS: usize = 4096;
@@ -69,16 +67,13 @@ impl Inner {
 }
 
 impl HotRecords {
-    /// A cache of the tables named `hot` (names that are not tables of
-    /// `tables` are ignored).
-    pub fn new(tables: &Tables, hot: &[&str]) -> HotRecords {
-        let cached = (0..tables.len())
-            .map(|t| hot.contains(&tables.name(t)))
-            .collect();
+    /// A cache of the tables whose index is `true` in `cached`.
+    pub fn new(cached: Vec<bool>) -> HotRecords {
+        let tables = cached.len();
         HotRecords {
             cached,
             inner: Mutex::new(Inner {
-                maps: vec![HashMap::new(); tables.len()],
+                maps: vec![HashMap::new(); tables],
                 records: 0,
             }),
             hits: AtomicU64::new(0),
@@ -110,24 +105,29 @@ impl HotRecords {
         self.lock().insert(t, key, value);
     }
 
-    /// Takes in the writes of `run` to cached tables, just before the run is
-    /// written (a failed write must be followed by `clear`).
-    pub fn write_through(&self, run: &Overlay) {
+    /// Takes in a run's writes to cached table `t` (`cleared`: the run
+    /// deleted ranges of it; `points`: its point writes, `None` a
+    /// deletion), just before the run is written; a failed write must be
+    /// followed by `clear`.
+    pub fn write_through<'r>(
+        &self,
+        t: usize,
+        cleared: bool,
+        points: impl IntoIterator<Item = (&'r Vec<u8>, &'r Option<Vec<u8>>)>,
+    ) {
+        if !self.holds(t) {
+            return;
+        }
         let mut inner = self.lock();
-        for t in (0..self.cached.len()).filter(|&t| self.cached[t]) {
-            if !run.touched(t) {
-                continue;
-            }
-            if run.has_ranges(t) {
-                let n = inner.maps[t].len();
-                inner.maps[t].clear();
-                inner.records -= n;
-            }
-            for (k, v) in run.points(t, &[], None) {
-                match v {
-                    Some(v) => inner.insert(t, k, v),
-                    None => inner.remove(t, k),
-                }
+        if cleared {
+            let n = inner.maps[t].len();
+            inner.maps[t].clear();
+            inner.records -= n;
+        }
+        for (k, v) in points {
+            match v {
+                Some(v) => inner.insert(t, k, v),
+                None => inner.remove(t, k),
             }
         }
     }
@@ -137,11 +137,71 @@ impl HotRecords {
         self.lock().clear();
     }
 
+    /// Every record kept, by table index (tests compare them with the
+    /// store).
+    pub fn records(&self) -> Vec<(usize, Vec<u8>, Vec<u8>)> {
+        let inner = self.lock();
+        let mut out: Vec<_> = (0..inner.maps.len())
+            .flat_map(|t| {
+                inner.maps[t]
+                    .iter()
+                    .map(move |(k, v)| (t, k.clone(), v.to_vec()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Reads answered here, and reads of cached tables that were not.
     pub fn hits_and_misses(&self) -> (u64, u64) {
         (
             self.hits.load(Ordering::Relaxed),
             self.misses.load(Ordering::Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(t: usize, k: &str, v: &str) -> (usize, Vec<u8>, Vec<u8>) {
+        (t, k.as_bytes().to_vec(), v.as_bytes().to_vec())
+    }
+
+    /// Point writes replace or remove what is kept, a range deletion
+    /// forgets the table first, uncached tables keep nothing, and past
+    /// the bound the cache starts again empty.
+    #[test]
+    fn the_cache_takes_in_what_runs_write() {
+        let hot = HotRecords::new(vec![true, false, true]);
+        hot.remember(0, b"a", b"1");
+        hot.remember(0, b"b", b"1");
+        hot.remember(2, b"x", b"1");
+        assert_eq!(hot.get(0, b"a").as_deref(), Some(&b"1"[..]));
+        let writes = [
+            (b"a".to_vec(), Some(b"2".to_vec())),
+            (b"b".to_vec(), None),
+            (b"c".to_vec(), Some(b"3".to_vec())),
+        ];
+        hot.write_through(0, false, writes.iter().map(|(k, v)| (k, v)));
+        hot.write_through(1, false, writes.iter().map(|(k, v)| (k, v)));
+        assert_eq!(
+            hot.records(),
+            vec![rec(0, "a", "2"), rec(0, "c", "3"), rec(2, "x", "1")]
+        );
+        let after_range = [(b"d".to_vec(), Some(b"4".to_vec()))];
+        hot.write_through(0, true, after_range.iter().map(|(k, v)| (k, v)));
+        assert_eq!(hot.records(), vec![rec(0, "d", "4"), rec(2, "x", "1")]);
+        assert_eq!(hot.get(0, b"a"), None);
+        for i in 0..MAX_HOT_RECORDS {
+            hot.remember(2, format!("k{i}").as_bytes(), b"v");
+        }
+        assert!(hot.records().len() <= MAX_HOT_RECORDS);
+        hot.remember(0, b"big", &vec![0; MAX_HOT_RECORD_BYTES + 1]);
+        assert_eq!(hot.get(0, b"big"), None);
+        hot.clear();
+        assert!(hot.records().is_empty());
+        assert_eq!(hot.hits_and_misses(), (1, 2));
     }
 }

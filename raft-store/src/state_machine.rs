@@ -171,7 +171,11 @@ impl StateMachine {
         applier: Arc<dyn Applier>,
     ) -> std::io::Result<StateMachine> {
         let table_set = Tables::new(&db, &tables)?;
-        let hot = Arc::new(HotRecords::new(&table_set, applier.hot_tables()));
+        let hot = Arc::new(HotRecords::new(
+            (0..table_set.len())
+                .map(|t| applier.hot_tables().contains(&table_set.name(t)))
+                .collect(),
+        ));
         Ok(StateMachine {
             tables: Arc::new(table_set),
             hot,
@@ -218,6 +222,15 @@ impl StateMachine {
     /// The cache of records almost every write reads (`hot`).
     pub fn hot_records(&self) -> Arc<HotRecords> {
         self.hot.clone()
+    }
+
+    /// Every record the cache of hot records keeps, by table name.
+    pub fn hot_record_list(&self) -> Vec<(String, Vec<u8>, Vec<u8>)> {
+        self.hot
+            .records()
+            .into_iter()
+            .map(|(t, k, v)| (self.tables.name(t).to_string(), k, v))
+            .collect()
     }
 
     /// Fault injection for apply (tests of divergence detection only).
@@ -445,7 +458,12 @@ impl StateMachine {
         let started = Instant::now();
         let db = &self.snapshots.db;
         let mut batch = WriteBatch::default();
-        self.hot.write_through(&run.overlay);
+        for t in 0..self.tables.len() {
+            if run.overlay.touched(t) {
+                let points = run.overlay.points(t, &[], None);
+                self.hot.write_through(t, run.overlay.has_ranges(t), points);
+            }
+        }
         run.overlay.drain_into(db, &self.tables, &mut batch);
         let meta = cf(db, keys::SM_META_CF)?;
         for p in &run.pending {

@@ -436,6 +436,7 @@ fn apply(
     bounds.sort_unstable();
     bounds.dedup();
     let mut from = 0;
+    let mut kept = 0;
     for to in bounds {
         let slice: Vec<_> = log[from..to]
             .iter()
@@ -444,12 +445,21 @@ fn apply(
             .collect();
         rt.block_on(store.state_machine.apply(stream::iter(slice)))
             .unwrap();
+        // The cache of hot records holds exactly what the store holds.
+        let hot = store.state_machine.hot_record_list();
+        for (table, k, v) in &hot {
+            let cf = store.db.cf_handle(table).unwrap();
+            let stored = store.db.get_cf(cf, k).unwrap();
+            assert_eq!(stored.as_deref(), Some(&v[..]), "hot record of {table}");
+        }
+        kept = kept.max(hot.len());
         if restarts.contains(&to) {
             drop(store);
             store = open(dir.path());
         }
         from = to;
     }
+    assert!(kept > 0, "the cache of hot records kept nothing");
     dump(&store.db)
 }
 

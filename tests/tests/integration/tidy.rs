@@ -45,9 +45,8 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "raft-store",
         &[
-            &[
-                "keys", "codec", "metrics", "memory", "command", "overlay", "pins",
-            ],
+            &["keys", "codec", "metrics", "memory", "command", "hot"],
+            &["overlay", "pins"],
             &["applied", "transient", "archive"],
             &["digest", "snapshot", "log_store"],
             &["snapshot_store"],
