@@ -160,7 +160,6 @@ fn versions_of_a_batch_sort_in_log_order() {
         volume: "vol".into(),
         bucket: "bkt".into(),
         versioning: crate::store::records::ENABLED,
-        ..Default::default()
     }));
     let first = match sm.ok(put("bkt", "k")) {
         command_result::Result::Key(k) => k.key.unwrap().version,

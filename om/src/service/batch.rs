@@ -29,7 +29,8 @@ use crate::apply::MAX_BATCH_WRITES;
 use crate::error::OmError;
 
 /// Entries of writes on their way through Raft at once before writes wait
-/// to go together in the next batch.
+/// to go together in the next batch. `OM_BATCH_IN_FLIGHT` replaces it, for
+/// side-by-side measurements only (`0`: no batches, every write alone).
 pub const MAX_IN_FLIGHT: usize = 2;
 
 /// Most encoded bytes of the writes of one batch entry.
@@ -41,6 +42,8 @@ type Outcome = Result<CommandResult, OmError>;
 pub(crate) struct Proposer {
     raft: Raft,
     state: Mutex<State>,
+    /// `MAX_IN_FLIGHT`, or `None`: no batches.
+    in_flight: Option<usize>,
 }
 
 #[derive(Default)]
@@ -70,9 +73,18 @@ impl Drop for Slot {
 
 impl Proposer {
     pub(crate) fn new(raft: Raft) -> Arc<Proposer> {
+        let in_flight = match std::env::var("OM_BATCH_IN_FLIGHT") {
+            Ok(v) => match v.parse::<usize>() {
+                Ok(0) => None,
+                Ok(n) => Some(n),
+                Err(_) => Some(MAX_IN_FLIGHT),
+            },
+            Err(_) => Some(MAX_IN_FLIGHT),
+        };
         Arc::new(Proposer {
             raft,
             state: Mutex::default(),
+            in_flight,
         })
     }
 
@@ -85,12 +97,12 @@ impl Proposer {
     /// Proposes `cmd` and waits until it is applied: its result, or why
     /// its outcome is not known.
     pub(crate) async fn write(self: &Arc<Self>, cmd: Command) -> Outcome {
-        if !is_batchable(&cmd) {
+        let Some(max) = self.in_flight.filter(|_| is_batchable(&cmd)) else {
             return self.propose(cmd).await;
-        }
+        };
         let alone = {
             let mut s = self.lock();
-            if s.waiting.is_empty() && s.in_flight < MAX_IN_FLIGHT {
+            if s.waiting.is_empty() && s.in_flight < max {
                 s.in_flight += 1;
                 Ok((Slot(self.clone()), cmd))
             } else {
@@ -113,7 +125,7 @@ impl Proposer {
         {
             let mut s = self.lock();
             for cmd in cmds {
-                pending.push(if is_batchable(&cmd) {
+                pending.push(if self.in_flight.is_some() && is_batchable(&cmd) {
                     Ok(enqueue(&mut s, cmd))
                 } else {
                     Err(cmd)
@@ -132,7 +144,7 @@ impl Proposer {
 
     /// Sends the writes waiting as the next entry, if a slot is free.
     fn start_next(self: &Arc<Self>, s: &mut State) {
-        if s.waiting.is_empty() || s.in_flight >= MAX_IN_FLIGHT {
+        if s.waiting.is_empty() || s.in_flight >= self.in_flight.unwrap_or(0) {
             return;
         }
         let mut bytes = 0;
