@@ -22,6 +22,13 @@ const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::heartbeat=e
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // No transparent huge pages for this process: mimalloc commits its
+    // arenas eagerly, and with THP on ("always") every first touch of a 2 MiB
+    // region made it resident whole (+34 MiB of RSS on an idle node).
+    // SAFETY: prctl with PR_SET_THP_DISABLE only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
     // Everything om creates (store files, snapshots, the audit log) is for
     // om's user only.
     // SAFETY: umask only sets the process's file-mode creation mask.

@@ -95,6 +95,11 @@ pub const DELETION_HEAVY_CFS: &[&str] = &[
     DELETED_DIRS_CF,
 ];
 
+/// Tables where writes look up keys that mostly do not exist (a new key's
+/// current version, a write's retry-cache record, a new path): their
+/// memtables keep a whole-key bloom filter.
+pub const POINT_MISS_CFS: &[&str] = &[KEYS_CF, RETRY_CACHE_CF, FILES_CF, DIRECTORIES_CF];
+
 pub const VOLUMES_CF: &str = "volumes";
 pub const BUCKETS_CF: &str = "buckets";
 pub const KEYS_CF: &str = "keys";

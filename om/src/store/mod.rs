@@ -50,8 +50,12 @@ pub fn table_descriptors_with(
             // memtable's skip list or reading an SST block.
             t.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
             o.set_block_based_table_factory(&t);
-            o.set_memtable_whole_key_filtering(true);
-            o.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            // A memtable's filter is allocated whole with the memtable, so
+            // only the tables whose absent keys every write looks up have one.
+            if keys::POINT_MISS_CFS.contains(name) {
+                o.set_memtable_whole_key_filtering(true);
+                o.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            }
             if keys::DELETION_HEAVY_CFS.contains(name) {
                 o.add_compact_on_deletion_collector_factory(
                     DELETION_WINDOW,
@@ -66,8 +70,9 @@ pub fn table_descriptors_with(
 
 /// Bits per key of the tables' SST bloom filters (about 1 % false positives).
 pub const BLOOM_BITS_PER_KEY: f64 = 10.0;
-/// Share of a memtable's budget its whole-key bloom filter takes.
-pub const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
+/// Share of a memtable's budget its whole-key bloom filter takes (64 MiB
+/// memtables of ~300-byte entries: about 25 bits per key).
+pub const MEMTABLE_BLOOM_RATIO: f64 = 0.01;
 
 /// Entries per sliding window of the deletion-triggered compaction collector.
 pub const DELETION_WINDOW: usize = 32 * 1024;
