@@ -14,6 +14,11 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::{BlockStore, ByteStream, READ_CHUNK};
 
+/// Mode of the block directories: the gateway's user only.
+const DIR_MODE: u32 = 0o700;
+/// Mode of a block file.
+const FILE_MODE: u32 = 0o600;
+
 /// Blocks as files under one directory.
 pub struct LocalBlocks {
     root: PathBuf,
@@ -31,11 +36,20 @@ impl Drop for TempFile {
 }
 
 impl LocalBlocks {
-    /// Opens (creating if needed) a block directory.
+    /// Opens (creating if needed) a block directory. Objects' data is for
+    /// the gateway's user only: the directories are 0700 (also those an
+    /// older gateway made 0755) and every block file 0600.
     pub fn open(root: impl Into<PathBuf>) -> io::Result<LocalBlocks> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let root = root.into();
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.recursive(true).mode(DIR_MODE);
+        dirs.create(&root)?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(DIR_MODE))?;
         for i in 0..=255u8 {
-            std::fs::create_dir_all(root.join(format!("{i:02x}")))?;
+            let sub = root.join(format!("{i:02x}"));
+            dirs.create(&sub)?;
+            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(DIR_MODE))?;
         }
         Ok(LocalBlocks { root })
     }
@@ -61,6 +75,7 @@ impl LocalBlocks {
         let mut f = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(FILE_MODE)
             .open(&tmp)
             .await?;
         let guard = TempFile(Some(tmp));
@@ -204,6 +219,26 @@ mod tests {
     async fn collect(s: ByteStream<'static>) -> io::Result<Vec<u8>> {
         let parts: Vec<Bytes> = s.try_collect().await?;
         Ok(parts.concat())
+    }
+
+    /// Block files are 0600 and the directories 0700, whatever the umask,
+    /// and directories an older gateway made 0755 are tightened on open.
+    #[tokio::test]
+    async fn blocks_are_for_the_gateways_user_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("blocks");
+        std::fs::create_dir_all(root.join("07")).unwrap();
+        for d in [&root, &root.join("07")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let s = LocalBlocks::open(&root).unwrap();
+        s.put(0x107, chunks(&[b"secret"])).await.unwrap();
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&root.join("07")), 0o700);
+        assert_eq!(mode(&root.join("ff")), 0o700);
+        assert_eq!(mode(&root.join("07").join("0000000000000107")), 0o600);
     }
 
     #[tokio::test]
