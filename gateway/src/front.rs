@@ -90,17 +90,23 @@ fn name_in_error_body(resp: &mut HttpResponse, id: &RequestId) {
 
 /// Refuses a presigned URL whose `X-Amz-Expires` is not 1..=604800
 /// seconds: S3 answers 403 (s3s accepted any value and answered a negative
-/// one 400).
+/// one 400). The query is read decoded, as s3s reads it, so a parameter
+/// written percent-encoded (`X-Amz-%45xpires`) is the same parameter; one
+/// given twice is refused.
 fn presigned_expiry(query: Option<&str>) -> Result<(), S3Error> {
     let Some(query) = query else { return Ok(()) };
-    let Some(v) = query
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .find(|(k, _)| *k == "X-Amz-Expires")
-        .map(|(_, v)| v)
-    else {
+    let mut given = form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "X-Amz-Expires")
+        .map(|(_, v)| v);
+    let Some(v) = given.next() else {
         return Ok(());
     };
+    if given.next().is_some() {
+        return Err(S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            "X-Amz-Expires is given more than once",
+        ));
+    }
     match v.parse::<i64>() {
         Ok(n) if n > 0 && n <= MAX_PRESIGNED_SECONDS => Ok(()),
         Ok(n) if n > MAX_PRESIGNED_SECONDS => Err(S3Error::with_message(
@@ -152,5 +158,16 @@ mod tests {
             let e = presigned_expiry(Some(&format!("X-Amz-Expires={bad}"))).unwrap_err();
             assert_eq!(e.code(), &S3ErrorCode::AccessDenied, "{bad}");
         }
+        // Percent-encoded names and values are the same parameter.
+        for bad in [
+            "X-Amz-%45xpires=999999999",
+            "X%2DAmz%2DExpires=999999999",
+            "X-Amz-Expires=%39%39%39%39%39%39%39",
+            "X-Amz-Expires=3600&X-Amz-%45xpires=3600",
+        ] {
+            let e = presigned_expiry(Some(bad)).unwrap_err();
+            assert_eq!(e.code(), &S3ErrorCode::AccessDenied, "{bad}");
+        }
+        assert!(presigned_expiry(Some("X-Amz-%45xpires=%33%36%30%30")).is_ok());
     }
 }

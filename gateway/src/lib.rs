@@ -29,6 +29,7 @@ pub mod errors;
 mod front;
 mod host;
 mod http;
+pub mod logging;
 pub mod reclaim;
 pub mod s3;
 

@@ -6,11 +6,11 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn init_logging() {
-    let filter = std::env::var("OM_LOG")
+    let asked = std::env::var("OM_LOG")
         .ok()
-        .and_then(|f| EnvFilter::try_new(f).ok())
-        .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+        .filter(|f| EnvFilter::try_new(f).is_ok())
+        .or_else(|| std::env::var("RUST_LOG").ok());
+    let filter = om_s3::logging::filter(asked.as_deref());
     match std::env::var("OM_LOG_FORMAT").as_deref() {
         Ok("json") => tracing_subscriber::fmt()
             .json()

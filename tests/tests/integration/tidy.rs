@@ -60,7 +60,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway",
         &[
-            &["errors", "blocks", "front", "host"],
+            &["errors", "blocks", "front", "host", "logging"],
             &["auth", "config", "reclaim"],
             &["s3"],
             &["http"],
