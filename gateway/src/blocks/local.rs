@@ -40,16 +40,16 @@ impl LocalBlocks {
     /// the gateway's user only: the directories are 0700 (also those an
     /// older gateway made 0755) and every block file 0600.
     pub fn open(root: impl Into<PathBuf>) -> io::Result<LocalBlocks> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let root = root.into();
         let mut dirs = std::fs::DirBuilder::new();
         dirs.recursive(true).mode(DIR_MODE);
         dirs.create(&root)?;
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(DIR_MODE))?;
+        tighten(&root)?;
         for i in 0..=255u8 {
             let sub = root.join(format!("{i:02x}"));
             dirs.create(&sub)?;
-            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(DIR_MODE))?;
+            tighten(&sub)?;
         }
         Ok(LocalBlocks { root })
     }
@@ -98,6 +98,20 @@ impl LocalBlocks {
         tokio::fs::rename(tmp, to).await?;
         guard.0 = None;
         sync_dir(to).await
+    }
+}
+
+/// Makes the directory `dir` the gateway's user's only. One the gateway
+/// does not own (a volume's mount point given as the store itself) is left
+/// as it is, with a warning.
+fn tighten(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            tracing::warn!(dir = %dir.display(), "block directory is not the gateway user's: its mode is left as it is");
+            Ok(())
+        }
+        r => r,
     }
 }
 
