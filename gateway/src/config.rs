@@ -61,6 +61,11 @@ pub struct Config {
     /// Optional HTTP address for `/healthz` and Prometheus `/metrics`.
     #[arg(long, env = "OM_S3_HTTP")]
     pub http: Option<SocketAddr>,
+    /// Accept requests signed with AWS signature version 2 (off: refused
+    /// with 403). SigV2 requests are then date-checked (15 minutes of skew)
+    /// and their presigned URLs bounded to 7 days, as SigV4's.
+    #[arg(long, env = "OM_S3_ALLOW_SIGV2", default_value_t = false)]
+    pub allow_sigv2: bool,
     /// Most concurrent S3 connections; more wait to be accepted.
     #[arg(long, env = "OM_S3_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,

@@ -1,9 +1,10 @@
 //! What every S3 request passes before s3s: a request id, sent back as
 //! `x-amz-request-id` on every answer and as `<RequestId>` in every error
 //! body (the operations' and s3s's own) (so a client can quote it and it can be
-//! found in the gateway's log), and S3's bounds on a presigned URL's
+//! found in the gateway's log), S3's bounds on a presigned URL's
 //! lifetime, which s3s does not enforce (`X-Amz-Expires` is 1 to 604800
-//! seconds: seven days).
+//! seconds: seven days), and signature version 2: refused unless
+//! `--allow-sigv2`, and then date-checked and bounded as SigV4 is.
 
 use futures::future::BoxFuture;
 use http::HeaderValue;
@@ -23,9 +24,17 @@ impl RequestId {
     }
 }
 
-/// The S3 service behind the request id and the presigned-URL check.
+/// The S3 service behind the request id and the presigned-URL and
+/// signature-version checks.
 #[derive(Clone)]
-pub struct Front(pub S3Service);
+pub struct Front {
+    pub service: S3Service,
+    /// Whether SigV2 requests are accepted (`--allow-sigv2`).
+    pub allow_sigv2: bool,
+}
+
+/// Most a signed request's date may differ from the gateway's clock, as S3.
+pub const MAX_SKEW_SECONDS: i64 = 15 * 60;
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
     type Response = HttpResponse;
@@ -35,11 +44,17 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
         let id = RequestId::new();
         req.extensions_mut().insert(id.clone());
-        let refused = presigned_expiry(req.uri().query()).err().map(|mut e| {
-            e.set_request_id(id.0.clone());
-            e.to_http_response()
-        });
-        let inner = self.0.clone();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let refused = presigned_expiry(req.uri().query())
+            .and_then(|()| sig_v2(req.headers(), req.uri().query(), self.allow_sigv2, now))
+            .err()
+            .map(|mut e| {
+                e.set_request_id(id.0.clone());
+                e.to_http_response()
+            });
+        let inner = self.service.clone();
         Box::pin(async move {
             let mut resp = match refused {
                 Some(Ok(r)) => r,
@@ -120,6 +135,77 @@ fn presigned_expiry(query: Option<&str>) -> Result<(), S3Error> {
     }
 }
 
+/// Refuses a request signed with AWS signature version 2 (an `AWS `
+/// Authorization header, or a presigned URL's `AWSAccessKeyId` and
+/// `Signature`) unless `allow`; an allowed one must be dated within
+/// `MAX_SKEW_SECONDS` of `now` (its `x-amz-date` or `Date`), and a presigned
+/// one expire at most 7 days ahead (s3s checks neither for SigV2).
+fn sig_v2(
+    headers: &http::HeaderMap,
+    query: Option<&str>,
+    allow: bool,
+    now: i64,
+) -> Result<(), S3Error> {
+    let header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS ") && !v.starts_with("AWS4-"));
+    let expires = query.and_then(|q| {
+        let mut signed = false;
+        let mut key = false;
+        let mut expires = None;
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            match &*k {
+                "Signature" => signed = true,
+                "AWSAccessKeyId" => key = true,
+                "Expires" => expires = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        (signed && key).then_some(expires)
+    });
+    if !header && expires.is_none() {
+        return Ok(());
+    }
+    if !allow {
+        return Err(S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            "signature version 2 is turned off on this gateway: sign requests with SigV4",
+        ));
+    }
+    if let Some(expires) = expires {
+        let at = expires.as_deref().and_then(|e| e.parse::<i64>().ok());
+        return match at {
+            Some(at) if at - now <= MAX_PRESIGNED_SECONDS => Ok(()),
+            Some(_) => Err(S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                "a presigned URL may expire at most a week (604800 seconds) ahead",
+            )),
+            None => Err(S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                "a SigV2 presigned URL needs Expires, in seconds since the epoch",
+            )),
+        };
+    }
+    let date = headers
+        .get("x-amz-date")
+        .or_else(|| headers.get(http::header::DATE))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
+        .map(|d| d.timestamp());
+    match date {
+        Some(d) if (d - now).abs() <= MAX_SKEW_SECONDS => Ok(()),
+        Some(_) => Err(S3Error::with_message(
+            S3ErrorCode::RequestTimeTooSkewed,
+            "the difference between the request time and the server's time is too large",
+        )),
+        None => Err(S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            "a SigV2 request needs a Date or x-amz-date header",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +232,62 @@ mod tests {
             .unwrap();
         name_in_error_body(&mut ok, &id);
         assert_eq!(ok.body().bytes().unwrap(), xml.as_bytes());
+    }
+
+    /// SigV2 is refused unless allowed; allowed, a request dated more
+    /// than 15 minutes off (a 2001 date, say) or a presigned URL expiring
+    /// more than a week ahead is refused. SigV4 and anonymous requests pass.
+    #[test]
+    fn sigv2_is_off_unless_allowed_and_then_dated() {
+        let now = 1_800_000_000; // 2027-01-15T08:00:00Z
+        let h = |pairs: &[(&'static str, &str)]| {
+            let mut m = http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, http::HeaderValue::from_str(v).unwrap());
+            }
+            m
+        };
+        let v2 = ("authorization", "AWS AKID:c2lnbmF0dXJl");
+        let fresh = ("date", "Fri, 15 Jan 2027 08:05:00 +0000");
+        let old = ("date", "Mon, 01 Jan 2001 00:00:00 +0000");
+        let code = |r: Result<(), S3Error>| r.unwrap_err().code().clone();
+        // Off (the default).
+        assert_eq!(
+            code(sig_v2(&h(&[v2, fresh]), None, false, now)),
+            S3ErrorCode::AccessDenied
+        );
+        let presigned = format!("AWSAccessKeyId=AKID&Expires={}&Signature=x%2By", now + 60);
+        assert_eq!(
+            code(sig_v2(&h(&[]), Some(&presigned), false, now)),
+            S3ErrorCode::AccessDenied
+        );
+        // On: dated, and bounded.
+        assert!(sig_v2(&h(&[v2, fresh]), None, true, now).is_ok());
+        assert_eq!(
+            code(sig_v2(&h(&[v2, old]), None, true, now)),
+            S3ErrorCode::RequestTimeTooSkewed
+        );
+        assert_eq!(
+            code(sig_v2(&h(&[v2]), None, true, now)),
+            S3ErrorCode::AccessDenied
+        );
+        assert!(sig_v2(&h(&[]), Some(&presigned), true, now).is_ok());
+        let far = format!(
+            "AWSAccessKeyId=AKID&Expires={}&Signature=x",
+            now + 8 * 86_400
+        );
+        assert_eq!(
+            code(sig_v2(&h(&[]), Some(&far), true, now)),
+            S3ErrorCode::AccessDenied
+        );
+        // SigV4, anonymous and plain queries are not SigV2.
+        let v4 = (
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKID/20270115/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=ab",
+        );
+        assert!(sig_v2(&h(&[v4]), None, false, now).is_ok());
+        assert!(sig_v2(&h(&[]), Some("list-type=2&prefix=a"), false, now).is_ok());
+        assert!(sig_v2(&h(&[]), None, false, now).is_ok());
     }
 
     #[test]

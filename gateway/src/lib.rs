@@ -110,6 +110,7 @@ async fn serve(
     listener: TcpListener,
     service: S3Service,
     max_conns: usize,
+    allow_sigv2: bool,
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(max_conns.max(1)));
@@ -140,7 +141,11 @@ async fn serve(
         conns.spawn(async move {
             let _permit = permit;
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), front::Front(service));
+            let front = front::Front {
+                service,
+                allow_sigv2,
+            };
+            let conn = builder.serve_connection(TokioIo::new(stream), front);
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
@@ -208,6 +213,7 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         listener,
         service,
         cfg.max_connections,
+        cfg.allow_sigv2,
         stopped.clone(),
     ));
     if cfg.reclaim {
