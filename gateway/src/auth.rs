@@ -6,8 +6,10 @@
 //! the gateway.
 //!
 //! Secrets are cached for `--secret-cache-seconds` (a revoked key keeps
-//! working at most that long here), unknown keys for a shorter while, and
-//! both maps are bounded. Secrets stay in `SecretKey`, whose `Debug` is
+//! working at most that long here), unknown keys for a shorter while (so an
+//! unknown key costs at most one om read per `MISS_TTL`), and both maps are
+//! bounded. Known and unknown keys are kept apart: requests with made-up
+//! keys never evict a known key's secret. Secrets stay in `SecretKey`, whose `Debug` is
 //! redacted; nothing here logs one.
 
 use std::collections::{HashMap, VecDeque};
@@ -22,8 +24,10 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
 use crate::errors;
 
-/// Most access keys (known or not) cached.
+/// Most known access keys cached.
 const MAX_CACHED_KEYS: usize = 10_000;
+/// Most unknown access keys remembered as unknown.
+const MAX_CACHED_MISSES: usize = 10_000;
 /// Most impersonating clients kept (one per user and groups).
 const MAX_CACHED_USERS: usize = 10_000;
 /// How long an unknown access key is remembered as unknown, at most.
@@ -93,6 +97,8 @@ pub struct Auth {
     om: Arc<OmClient>,
     ttl: Duration,
     keys: Mutex<Bounded<String, Cached>>,
+    /// When each unknown access key was last found unknown.
+    misses: Mutex<Bounded<String, Instant>>,
     clients: Mutex<Bounded<Principal, Arc<OmClient>>>,
 }
 
@@ -104,6 +110,7 @@ impl Auth {
             om,
             ttl,
             keys: Mutex::new(Bounded::new(MAX_CACHED_KEYS)),
+            misses: Mutex::new(Bounded::new(MAX_CACHED_MISSES)),
             clients: Mutex::new(Bounded::new(MAX_CACHED_USERS)),
         })
     }
@@ -147,29 +154,50 @@ impl Auth {
             }
             Err(e) => return Err(errors::from_om(e)),
         };
-        if !self.ttl.is_zero() {
-            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            keys.insert(
-                access_key.to_string(),
-                Cached {
-                    at: Instant::now(),
-                    found: found.clone(),
-                },
-            );
-        }
+        self.remember(access_key, found.clone());
         Ok(found)
+    }
+
+    /// Caches om's answer for `access_key`: a known key's secret with the
+    /// known ones, an unknown key apart, so unknown keys never push a known
+    /// one out.
+    fn remember(&self, access_key: &str, found: Option<(SecretKey, Arc<Identity>)>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let at = Instant::now();
+        match found {
+            Some(found) => {
+                let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+                keys.insert(
+                    access_key.to_string(),
+                    Cached {
+                        at,
+                        found: Some(found),
+                    },
+                );
+            }
+            None => {
+                let mut misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+                misses.insert(access_key.to_string(), at);
+            }
+        }
     }
 
     /// A fresh cached answer for `access_key`, if any.
     fn cached(&self, access_key: &str) -> Option<Option<(SecretKey, Arc<Identity>)>> {
-        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let c = keys.get(&access_key.to_string())?;
-        let ttl = if c.found.is_some() {
-            self.ttl
-        } else {
-            self.ttl.min(MISS_TTL)
-        };
-        (c.at.elapsed() < ttl).then(|| c.found.clone())
+        let key = access_key.to_string();
+        {
+            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = keys.get(&key)
+                && c.at.elapsed() < self.ttl
+            {
+                return Some(c.found.clone());
+            }
+        }
+        let misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+        let at = misses.get(&key)?;
+        (at.elapsed() < self.ttl.min(MISS_TTL)).then_some(None)
     }
 
     /// The om client acting for the request's user. Anonymous requests are
@@ -217,9 +245,11 @@ impl Auth {
         }
     }
 
-    /// Cached access keys and clients (for tests and metrics).
+    /// Cached access keys (known and unknown) and clients (for tests and
+    /// metrics).
     pub fn cache_sizes(&self) -> (usize, usize) {
-        let k = self.keys.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let k = self.keys.lock().unwrap_or_else(|p| p.into_inner()).len()
+            + self.misses.lock().unwrap_or_else(|p| p.into_inner()).len();
         let c = self.clients.lock().unwrap_or_else(|p| p.into_inner()).len();
         (k, c)
     }
@@ -273,6 +303,32 @@ mod tests {
         assert_eq!(auth.cache_sizes(), (0, 0));
         let e = auth.client(None).await.err().unwrap();
         assert_eq!(e.code(), &S3ErrorCode::AccessDenied);
+    }
+
+    /// Any number of unknown keys leaves a known key's secret cached, and
+    /// an unknown key is answered from memory within `MISS_TTL`.
+    #[tokio::test]
+    async fn unknown_keys_never_evict_a_known_one() {
+        let opts = om_client::ClientOptions {
+            deadline: Duration::from_millis(50),
+            ..Default::default()
+        };
+        let om = Arc::new(OmClient::new(&["127.0.0.1:1".to_string()], opts).unwrap());
+        let auth = Auth::new(om, Duration::from_secs(60));
+        let who = Arc::new(Identity {
+            user: "alice".into(),
+            groups: vec![],
+        });
+        auth.remember("OMKNOWN0000000000000", Some((SecretKey::from("s"), who)));
+        for i in 0..MAX_CACHED_MISSES + 100 {
+            auth.remember(&format!("OMMADEUP{i:012}"), None);
+        }
+        // Both answered here: om (nobody listens) is never asked.
+        let known = auth.lookup("OMKNOWN0000000000000").await.unwrap();
+        assert_eq!(known.unwrap().1.user, "alice");
+        let made_up = format!("OMMADEUP{:012}", MAX_CACHED_MISSES + 99);
+        assert!(auth.lookup(&made_up).await.unwrap().is_none());
+        assert_eq!(auth.cache_sizes().0, 1 + MAX_CACHED_MISSES);
     }
 
     #[test]
