@@ -272,6 +272,16 @@ impl S3Auth for SecretLookup {
 mod tests {
     use super::*;
 
+    /// A client of an endpoint nobody listens on: any call that reaches om
+    /// fails.
+    fn unreachable_om() -> Arc<OmClient> {
+        let opts = om_client::ClientOptions {
+            deadline: Duration::from_millis(50),
+            ..Default::default()
+        };
+        Arc::new(OmClient::new(&["127.0.0.1:1".to_string()], opts).unwrap())
+    }
+
     #[test]
     fn bounded_forgets_oldest() {
         let mut b = Bounded::new(2);
@@ -288,14 +298,9 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_keys_never_reach_om() {
-        // An endpoint nobody listens on: a lookup that reached om would fail
-        // with ServiceUnavailable instead of answering "unknown".
-        let opts = om_client::ClientOptions {
-            deadline: Duration::from_millis(50),
-            ..Default::default()
-        };
-        let om = Arc::new(OmClient::new(&["127.0.0.1:1".to_string()], opts).unwrap());
-        let auth = Auth::new(om, Duration::from_secs(10));
+        // A lookup that reached om would fail with ServiceUnavailable
+        // instead of answering "unknown".
+        let auth = Auth::new(unreachable_om(), Duration::from_secs(10));
         for k in ["", "with space", &"A".repeat(200)] {
             assert!(auth.lookup(k).await.unwrap().is_none(), "{k:?}");
         }
@@ -309,12 +314,7 @@ mod tests {
     /// an unknown key is answered from memory within `MISS_TTL`.
     #[tokio::test]
     async fn unknown_keys_never_evict_a_known_one() {
-        let opts = om_client::ClientOptions {
-            deadline: Duration::from_millis(50),
-            ..Default::default()
-        };
-        let om = Arc::new(OmClient::new(&["127.0.0.1:1".to_string()], opts).unwrap());
-        let auth = Auth::new(om, Duration::from_secs(60));
+        let auth = Auth::new(unreachable_om(), Duration::from_secs(60));
         let who = Arc::new(Identity {
             user: "alice".into(),
             groups: vec![],

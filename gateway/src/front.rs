@@ -103,6 +103,11 @@ fn name_in_error_body(resp: &mut HttpResponse, id: &RequestId) {
     *resp.body_mut() = s3s::Body::from(with);
 }
 
+/// A 403 AccessDenied saying `why`.
+fn denied(why: &'static str) -> S3Error {
+    S3Error::with_message(S3ErrorCode::AccessDenied, why)
+}
+
 /// Refuses a presigned URL whose `X-Amz-Expires` is not 1..=604800
 /// seconds: S3 answers 403 (s3s accepted any value and answered a negative
 /// one 400). The query is read decoded, as s3s reads it, so a parameter
@@ -117,21 +122,14 @@ fn presigned_expiry(query: Option<&str>) -> Result<(), S3Error> {
         return Ok(());
     };
     if given.next().is_some() {
-        return Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
-            "X-Amz-Expires is given more than once",
-        ));
+        return Err(denied("X-Amz-Expires is given more than once"));
     }
     match v.parse::<i64>() {
         Ok(n) if n > 0 && n <= MAX_PRESIGNED_SECONDS => Ok(()),
-        Ok(n) if n > MAX_PRESIGNED_SECONDS => Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
+        Ok(n) if n > MAX_PRESIGNED_SECONDS => Err(denied(
             "X-Amz-Expires must be less than a week (in seconds), that is 604800",
         )),
-        _ => Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
-            "X-Amz-Expires must be a positive number of seconds",
-        )),
+        _ => Err(denied("X-Amz-Expires must be a positive number of seconds")),
     }
 }
 
@@ -168,8 +166,7 @@ fn sig_v2(
         return Ok(());
     }
     if !allow {
-        return Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
+        return Err(denied(
             "signature version 2 is turned off on this gateway: sign requests with SigV4",
         ));
     }
@@ -177,12 +174,10 @@ fn sig_v2(
         let at = expires.as_deref().and_then(|e| e.parse::<i64>().ok());
         return match at {
             Some(at) if at - now <= MAX_PRESIGNED_SECONDS => Ok(()),
-            Some(_) => Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
+            Some(_) => Err(denied(
                 "a presigned URL may expire at most a week (604800 seconds) ahead",
             )),
-            None => Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
+            None => Err(denied(
                 "a SigV2 presigned URL needs Expires, in seconds since the epoch",
             )),
         };
@@ -199,10 +194,7 @@ fn sig_v2(
             S3ErrorCode::RequestTimeTooSkewed,
             "the difference between the request time and the server's time is too large",
         )),
-        None => Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
-            "a SigV2 request needs a Date or x-amz-date header",
-        )),
+        None => Err(denied("a SigV2 request needs a Date or x-amz-date header")),
     }
 }
 

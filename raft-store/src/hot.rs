@@ -48,15 +48,17 @@ impl Inner {
             self.remove(t, key);
             return;
         }
+        // A kept record (the bucket every write rewrites) takes its new
+        // value in place; only a new key is copied.
+        if let Some(kept) = self.maps[t].get_mut(key) {
+            *kept = Arc::from(value);
+            return;
+        }
         if self.records >= MAX_HOT_RECORDS {
             self.clear();
         }
-        if self.maps[t]
-            .insert(key.to_vec(), Arc::from(value))
-            .is_none()
-        {
-            self.records += 1;
-        }
+        self.maps[t].insert(key.to_vec(), Arc::from(value));
+        self.records += 1;
     }
 
     fn remove(&mut self, t: usize, key: &[u8]) {

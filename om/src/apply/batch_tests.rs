@@ -5,7 +5,7 @@
 
 use om_proto::store as st;
 
-use super::tests::{Sm, request_digest, setup};
+use super::tests::{Sm, request_digest, setup, versioning};
 use super::*;
 
 fn put(bucket: &str, key: &str) -> Op {
@@ -156,11 +156,7 @@ fn batches_need_their_rules_and_entries_of_older_rules_apply_as_before() {
 fn versions_of_a_batch_sort_in_log_order() {
     let mut sm = Sm::new();
     setup(&mut sm, LAYOUT_OBJECT_STORE);
-    sm.ok(Op::SetBucketVersioning(st::SetBucketVersioning {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        versioning: crate::store::records::ENABLED,
-    }));
+    versioning(&mut sm, crate::store::records::ENABLED);
     let first = match sm.ok(put("bkt", "k")) {
         command_result::Result::Key(k) => k.key.unwrap().version,
         other => panic!("{other:?}"),

@@ -58,13 +58,7 @@ pub(super) fn set_rules(sm: &mut Sm, rules: Vec<LifecycleRule>) {
     }));
 }
 
-pub(super) fn versioning(sm: &mut Sm, v: u32) {
-    sm.ok(Op::SetBucketVersioning(st::SetBucketVersioning {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        versioning: v,
-    }));
-}
+pub(super) use crate::apply::tests::versioning;
 
 pub(super) fn put(sm: &mut Sm, key: &str) -> KeyRecord {
     match sm.ok(Op::PutKey(st::PutKey {

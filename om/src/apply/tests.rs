@@ -156,6 +156,15 @@ impl Sm {
 
 use om_proto::store as st;
 
+/// Sets vol/bkt's versioning to `v`.
+pub(super) fn versioning(sm: &mut Sm, v: u32) {
+    sm.ok(Op::SetBucketVersioning(st::SetBucketVersioning {
+        volume: "vol".into(),
+        bucket: "bkt".into(),
+        versioning: v,
+    }));
+}
+
 pub(super) fn setup(sm: &mut Sm, layout: u32) {
     sm.ok(Op::CreateVolume(st::CreateVolume {
         name: "vol".into(),

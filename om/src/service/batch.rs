@@ -187,20 +187,21 @@ impl Proposer {
             batch: cmds,
             ..Command::default()
         };
-        match self.propose(entry).await {
-            Ok(r) if r.batch.len() == done.len() => {
-                for (result, tx) in r.batch.into_iter().zip(done) {
-                    let _ = tx.send(Ok(result));
-                }
-            }
-            Ok(r) => {
-                let e = OmError::Internal(format!(
-                    "a batch of {} writes applied with {} results",
-                    done.len(),
+        let n = done.len();
+        let results = self.propose(entry).await.and_then(|r| {
+            if r.batch.len() == n {
+                Ok(r.batch)
+            } else {
+                Err(OmError::Internal(format!(
+                    "a batch of {n} writes applied with {} results",
                     r.batch.len()
-                ));
-                for tx in done {
-                    let _ = tx.send(Err(e.clone()));
+                )))
+            }
+        });
+        match results {
+            Ok(results) => {
+                for (result, tx) in results.into_iter().zip(done) {
+                    let _ = tx.send(Ok(result));
                 }
             }
             Err(e) => {

@@ -1,15 +1,7 @@
 use super::*;
-use crate::apply::tests::{Sm, setup};
+use crate::apply::tests::{Sm, setup, versioning};
 use crate::apply::{LAYOUT_FSO, LAYOUT_OBJECT_STORE, into_outcome};
 use om_proto::store::{self as st, command::Op, command_result};
-
-fn versioning(sm: &mut Sm, v: u32) {
-    sm.ok(Op::SetBucketVersioning(st::SetBucketVersioning {
-        volume: "vol".into(),
-        bucket: "bkt".into(),
-        versioning: v,
-    }));
-}
 
 /// Puts `key` with `size` bytes; returns its version id.
 fn put(sm: &mut Sm, key: &str, size: u64) -> String {
