@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing om needs beyond the Rust toolchain, and
 # nothing when it is already there: a C++ compiler and make for RocksDB,
-# libclang for the RocksDB bindings (bindgen), and promtool and prometheus for
+# libclang for the RocksDB bindings (bindgen), the S3 clients the gateway is
+# tested with (s3cmd, rclone, restic, the AWS CLI and boto3), and promtool and prometheus for
 # the alert tests (tests/tests/integration/deploy/; Debian's prometheus package: with
 # systemd running, its postinst also enables and starts prometheus.service on
 # port 9090, which the tests do not use; in containers without an init it
@@ -74,6 +75,19 @@ has_command make || need+=(make)
 have_libclang || need+=(libclang-dev)
 test_need=()
 { has_command promtool && has_command prometheus; } || test_need+=(prometheus)
+# The S3 clients the gateway is tested with (tests/tests/integration/s3_gateway/clients.rs).
+has_command s3cmd || test_need+=(s3cmd)
+has_command rclone || test_need+=(rclone)
+has_command restic || test_need+=(restic)
+has_command aws || test_need+=(awscli)
+has_boto3() {
+  if [ -n "$root" ]; then
+    [ -d "$root/usr/lib/python3/dist-packages/boto3" ]
+  else
+    python3 -c 'import boto3' >/dev/null 2>&1 || /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1
+  fi
+}
+has_boto3 || test_need+=(python3-boto3)
 
 case "${1:-}" in
   --print-needs)

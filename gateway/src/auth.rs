@@ -245,6 +245,14 @@ impl Auth {
         }
     }
 
+    /// The secret of `access_key`, to verify a signature with.
+    pub async fn secret(&self, access_key: &str) -> S3Result<SecretKey> {
+        match self.lookup(access_key).await? {
+            Some((secret, _)) => Ok(secret),
+            None => Err(s3_error!(InvalidAccessKeyId)),
+        }
+    }
+
     /// Cached access keys (known and unknown) and clients (for tests and
     /// metrics).
     pub fn cache_sizes(&self) -> (usize, usize) {
@@ -261,10 +269,7 @@ pub struct SecretLookup(pub Arc<Auth>);
 #[async_trait::async_trait]
 impl S3Auth for SecretLookup {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.0.lookup(access_key).await? {
-            Some((secret, _)) => Ok(secret),
-            None => Err(s3_error!(InvalidAccessKeyId)),
-        }
+        self.0.secret(access_key).await
     }
 }
 

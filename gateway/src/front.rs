@@ -4,7 +4,8 @@
 //! found in the gateway's log), S3's bounds on a presigned URL's
 //! lifetime, which s3s does not enforce (`X-Amz-Expires` is 1 to 604800
 //! seconds: seven days), and signature version 2: refused unless
-//! `--allow-sigv2`, and then date-checked and bounded as SigV4 is.
+//! `--allow-sigv2`, and then date-checked and bounded as SigV4 is; and a
+//! SigV4 credential scope whose region s3s refuses, re-signed (`scope`).
 
 use futures::future::BoxFuture;
 use http::HeaderValue;
@@ -29,6 +30,8 @@ impl RequestId {
 #[derive(Clone)]
 pub struct Front {
     pub service: S3Service,
+    /// Secrets, to re-sign a credential scope s3s refuses (`scope`).
+    pub auth: std::sync::Arc<crate::auth::Auth>,
     /// Whether SigV2 requests are accepted (`--allow-sigv2`).
     pub allow_sigv2: bool,
 }
@@ -55,7 +58,18 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
                 e.to_http_response()
             });
         let inner = self.service.clone();
+        let auth = self.auth.clone();
         Box::pin(async move {
+            let refused = match refused {
+                None => crate::scope::resign(&mut req, &auth)
+                    .await
+                    .err()
+                    .map(|mut e| {
+                        e.set_request_id(id.0.clone());
+                        e.to_http_response()
+                    }),
+                r => r,
+            };
             let mut resp = match refused {
                 Some(Ok(r)) => r,
                 Some(Err(e)) => return Err(HttpError::new(Box::new(e))),

@@ -32,6 +32,7 @@ mod http;
 pub mod logging;
 pub mod reclaim;
 pub mod s3;
+mod scope;
 
 pub use config::Config;
 
@@ -109,6 +110,7 @@ async fn ensure_volume(om: &OmClient, volume: &str) -> Result<()> {
 async fn serve(
     listener: TcpListener,
     service: S3Service,
+    auth: Arc<auth::Auth>,
     max_conns: usize,
     allow_sigv2: bool,
     mut stop: watch::Receiver<bool>,
@@ -137,12 +139,14 @@ async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
+        let auth = auth.clone();
         let mut stop = stop.clone();
         conns.spawn(async move {
             let _permit = permit;
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let front = front::Front {
                 service,
+                auth,
                 allow_sigv2,
             };
             let conn = builder.serve_connection(TokioIo::new(stream), front);
@@ -187,7 +191,7 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         store.clone(),
         cfg.volume.clone(),
     ));
-    builder.set_auth(auth::SecretLookup(auth));
+    builder.set_auth(auth::SecretLookup(auth.clone()));
     let domains = cfg.domains();
     if !domains.is_empty() {
         builder.set_host(host::Domains::new(domains));
@@ -212,6 +216,7 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
     tasks.spawn(serve(
         listener,
         service,
+        auth,
         cfg.max_connections,
         cfg.allow_sigv2,
         stopped.clone(),

@@ -6,8 +6,10 @@
 //! `headers`: conditional writes, stored headers, request ids, presigned
 //! URL bounds;
 //! `large`: a 5 GiB multipart object with declared parts; `stores`: blocks
-//! kept in an S3 bucket instead of a directory.
+//! kept in an S3 bucket instead of a directory; `clients`: s3cmd, rclone,
+//! restic, the AWS CLI and boto3 with their defaults.
 
+mod clients;
 mod faults;
 mod headers;
 mod large;
