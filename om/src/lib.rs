@@ -24,7 +24,7 @@ pub mod limits;
 pub mod listing;
 pub mod memory;
 pub mod metrics;
-pub mod net;
+pub use om_tls::net;
 pub mod peers;
 pub mod restore;
 pub mod rules;

@@ -13,6 +13,9 @@
 //! support, so that a reload reaches new connections without rebuilding
 //! channels or servers, and so the server can read the client's certificate
 //! chain from the connection it accepted.
+//!
+//! `net` holds the listening sockets every port of om and om-s3 serves on:
+//! capped, with idle and proof timeouts and per-source limits.
 
 use std::future::Future;
 use std::io;
@@ -30,6 +33,8 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+pub mod net;
 
 pub use rustls;
 pub use tokio_rustls::client::TlsStream as ClientTlsStream;

@@ -28,7 +28,6 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "backup",
                 "audit",
                 "peers",
-                "net",
                 "descriptors",
                 "memory",
             ],
@@ -60,8 +59,10 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway",
         &[
-            &["errors", "blocks", "front", "host", "logging"],
+            &["errors", "blocks", "host", "logging"],
             &["auth", "config", "reclaim"],
+            &["scope"],
+            &["front"],
             &["s3"],
             &["http"],
         ],
@@ -93,7 +94,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         ],
     ),
     ("proto", &[]),
-    ("tls", &[]),
+    ("tls", &[&["net"]]),
     ("backup-format", &[]),
 ];
 

@@ -354,13 +354,13 @@ impl<A: Acceptor> LimitedListener<A> {
     /// The listener as the stream of connections tonic serves, over TLS when
     /// `tls` is given; it never yields an error. A connection proves itself
     /// as `proof` says. Handshakes run in their own tasks (each bounded by
-    /// the port's `prove_timeout` and `om_tls::HANDSHAKE_TIMEOUT`, and holding
+    /// the port's `prove_timeout` and `crate::HANDSHAKE_TIMEOUT`, and holding
     /// its connection's permits), so a slow client delays no other; a failed
     /// handshake closes the connection and is counted. The accept task ends
     /// when the server drops the stream, releasing the port.
     pub fn into_incoming(
         self,
-        tls: Option<Arc<om_tls::ServerTls>>,
+        tls: Option<Arc<crate::ServerTls>>,
         proof: ProveBy,
     ) -> std::pin::Pin<Box<dyn futures::Stream<Item = io::Result<Conn>> + Send>> {
         let Some(tls) = tls else {
@@ -371,7 +371,7 @@ impl<A: Acceptor> LimitedListener<A> {
                     if matches!(proof, ProveBy::Request) {
                         s.prove_by_others();
                     }
-                    Some((Ok(om_tls::MaybeTls::Plain(s)), (l, proof)))
+                    Some((Ok(crate::MaybeTls::Plain(s)), (l, proof)))
                 },
             ));
         };
@@ -389,7 +389,7 @@ impl<A: Acceptor> LimitedListener<A> {
                 let stats = l.stats.clone();
                 tokio::spawn(async move {
                     let t = match tls.accept(s).await {
-                        Ok(t) => om_tls::MaybeTls::Tls(Box::new(t)),
+                        Ok(t) => crate::MaybeTls::Tls(Box::new(t)),
                         Err(e) => {
                             metrics::counter!("om_net_tls_handshake_failures_total", "port" => port)
                                 .increment(1);
@@ -397,7 +397,7 @@ impl<A: Acceptor> LimitedListener<A> {
                             return;
                         }
                     };
-                    let om_tls::MaybeTls::Tls(inner) = &t else {
+                    let crate::MaybeTls::Tls(inner) = &t else {
                         unreachable!()
                     };
                     let stream = inner.get_ref().0;
@@ -445,24 +445,24 @@ pub enum ProveBy {
 pub type Admit = Arc<dyn Fn(&ConnInfo) -> bool + Send + Sync>;
 
 /// A connection a gRPC port serves: plain, or TLS over a `LimitedStream`.
-pub type Conn = om_tls::ServerStream<LimitedStream>;
+pub type Conn = crate::ServerStream<LimitedStream>;
 
 /// What a request knows of its connection.
-pub use om_tls::ConnInfo;
+pub use crate::ConnInfo;
 
-impl om_tls::PeerAddr for LimitedStream {
+impl crate::PeerAddr for LimitedStream {
     fn peer_addr(&self) -> Option<SocketAddr> {
         self.inner.peer_addr().ok()
     }
 
-    fn close_handle(&self) -> Option<om_tls::ConnHook> {
+    fn close_handle(&self) -> Option<crate::ConnHook> {
         let conn = self.conn.clone();
-        Some(om_tls::ConnHook(Arc::new(move || conn.close())))
+        Some(crate::ConnHook(Arc::new(move || conn.close())))
     }
 
-    fn prove_handle(&self) -> Option<om_tls::ConnHook> {
+    fn prove_handle(&self) -> Option<crate::ConnHook> {
         let proof = self.proof.clone();
-        Some(om_tls::ConnHook(Arc::new(move || proof.prove())))
+        Some(crate::ConnHook(Arc::new(move || proof.prove())))
     }
 }
 
