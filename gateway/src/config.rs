@@ -66,9 +66,20 @@ pub struct Config {
     /// and their presigned URLs bounded to 7 days, as SigV4's.
     #[arg(long, env = "OM_S3_ALLOW_SIGV2", default_value_t = false)]
     pub allow_sigv2: bool,
-    /// Most concurrent S3 connections; more wait to be accepted.
+    /// Most concurrent S3 connections; one past it is reset at once. One
+    /// source address holds at most an eighth of them, and connections that
+    /// have sent nothing yet at most a quarter (the oldest closed first).
     #[arg(long, env = "OM_S3_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Bytes of POST form uploads (browser uploads) held in memory at once;
+    /// also the largest one. Larger objects go by PUT or multipart upload,
+    /// which stream. [default: 256 MiB]
+    #[arg(long, env = "OM_S3_POST_MEMORY_BYTES", default_value_t = 256 << 20)]
+    pub post_memory_bytes: u64,
+    /// A connection on which no byte moved for this many seconds is closed
+    /// (longer than `--om-timeout`: a request waiting on om moves none).
+    #[arg(long, env = "OM_S3_IDLE_TIMEOUT", default_value_t = 120)]
+    pub idle_timeout_seconds: u64,
     /// Give up on an om call after this many seconds, retries included.
     #[arg(long, env = "OM_S3_OM_TIMEOUT", default_value_t = 30)]
     pub om_timeout: u64,

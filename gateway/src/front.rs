@@ -5,12 +5,16 @@
 //! lifetime, which s3s does not enforce (`X-Amz-Expires` is 1 to 604800
 //! seconds: seven days), and signature version 2: refused unless
 //! `--allow-sigv2`, and then date-checked and bounded as SigV4 is; and a
-//! SigV4 credential scope whose region s3s refuses, re-signed (`scope`).
+//! SigV4 credential scope whose region s3s refuses, re-signed (`scope`);
+//! and POST form uploads, refused before their file is read unless signed,
+//! and held to a memory budget (`post`).
 
 use futures::future::BoxFuture;
 use http::HeaderValue;
 use s3s::service::S3Service;
 use s3s::{HttpError, HttpResponse, S3Error, S3ErrorCode};
+
+use crate::post;
 
 /// The longest a presigned URL may live: seven days, as S3 allows.
 pub const MAX_PRESIGNED_SECONDS: i64 = 7 * 24 * 3600;
@@ -34,6 +38,8 @@ pub struct Front {
     pub auth: std::sync::Arc<crate::auth::Auth>,
     /// Whether SigV2 requests are accepted (`--allow-sigv2`).
     pub allow_sigv2: bool,
+    /// Bytes of POST form uploads held at once (`post`).
+    pub post_budget: crate::post::Budget,
 }
 
 /// Most a signed request's date may differ from the gateway's clock, as S3.
@@ -47,33 +53,15 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
         let id = RequestId::new();
         req.extensions_mut().insert(id.clone());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let refused = presigned_expiry(req.uri().query())
-            .and_then(|()| sig_v2(req.headers(), req.uri().query(), self.allow_sigv2, now))
-            .err()
-            .map(|mut e| {
-                e.set_request_id(id.0.clone());
-                e.to_http_response()
-            });
-        let inner = self.service.clone();
-        let auth = self.auth.clone();
+        let front = self.clone();
         Box::pin(async move {
-            let refused = match refused {
-                None => crate::scope::resign(&mut req, &auth)
-                    .await
-                    .err()
-                    .map(|mut e| {
-                        e.set_request_id(id.0.clone());
-                        e.to_http_response()
-                    }),
-                r => r,
-            };
-            let mut resp = match refused {
-                Some(Ok(r)) => r,
-                Some(Err(e)) => return Err(HttpError::new(Box::new(e))),
-                None => hyper::service::Service::call(&inner, req).await?,
+            let mut resp = match front.pass(req).await {
+                Ok(r) => r,
+                Err(mut e) => {
+                    e.set_request_id(id.0.clone());
+                    e.to_http_response()
+                        .map_err(|e| HttpError::new(Box::new(e)))?
+                }
             };
             if let Ok(v) = HeaderValue::from_str(&id.0) {
                 resp.headers_mut().insert("x-amz-request-id", v);
@@ -81,6 +69,34 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
             name_in_error_body(&mut resp, &id);
             Ok(resp)
         })
+    }
+}
+
+impl Front {
+    /// The checks s3s does not make, then s3s; an `Err` is a refusal.
+    async fn pass(
+        self,
+        mut req: http::Request<hyper::body::Incoming>,
+    ) -> Result<HttpResponse, S3Error> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        presigned_expiry(req.uri().query())?;
+        sig_v2(req.headers(), req.uri().query(), self.allow_sigv2, now)?;
+        let unanswered = |e: HttpError| {
+            tracing::debug!(error = ?e, "s3s gave no answer");
+            S3Error::new(S3ErrorCode::InternalError)
+        };
+        if let Some(boundary) = post::form_boundary(&req) {
+            let admitted = post::admit(req, &boundary, self.allow_sigv2, &self.post_budget).await?;
+            let resp = self.service.call(admitted.req).await.map_err(unanswered);
+            drop(admitted.permit);
+            return resp;
+        }
+        crate::scope::resign(&mut req, &self.auth).await?;
+        hyper::service::Service::call(&self.service, req)
+            .await
+            .map_err(unanswered)
     }
 }
 

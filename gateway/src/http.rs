@@ -11,7 +11,6 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Installs the process-wide recorder once and returns its handle.
@@ -50,19 +49,21 @@ fn route(prom: &PrometheusHandle, req: &Request<hyper::body::Incoming>) -> Respo
     }
 }
 
-/// Serves `/healthz` and `/metrics` until `stop` turns true.
-pub async fn serve(listener: TcpListener, prom: PrometheusHandle, mut stop: watch::Receiver<bool>) {
+/// Most connections the HTTP port holds (probes and a scraper need few).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Serves `/healthz` and `/metrics` until `stop` turns true, on a port with
+/// the S3 port's limits (`om_tls::net`).
+pub async fn serve(
+    mut listener: om_tls::net::LimitedListener,
+    prom: PrometheusHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    let closer = listener.closer();
     loop {
         let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
+            (s, _) = listener.accept_limited() => s,
+            _ = stop.changed() => break,
         };
         let prom = prom.clone();
         tokio::spawn(async move {
@@ -71,8 +72,11 @@ pub async fn serve(listener: TcpListener, prom: PrometheusHandle, mut stop: watc
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(crate::HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
     }
+    closer.close();
 }

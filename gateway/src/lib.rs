@@ -17,9 +17,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use om_client::OmClient;
-use s3s::service::{S3Service, S3ServiceBuilder};
+use om_tls::net::{LimitedListener, PortPolicy};
+use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub mod auth;
@@ -30,6 +31,7 @@ mod front;
 mod host;
 mod http;
 pub mod logging;
+mod post;
 pub mod reclaim;
 pub mod s3;
 mod scope;
@@ -106,49 +108,34 @@ async fn ensure_volume(om: &OmClient, volume: &str) -> Result<()> {
     }
 }
 
-/// Serves S3 on `listener` until `stop` turns true, then drains.
+/// How long a request's head may take to arrive, and a kept-alive
+/// connection may wait for its next request.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves S3 on `listener` until `stop` turns true, then drains. The port is
+/// om's kind (`om_tls::net`): capped, one source at most an eighth of the
+/// connections, a connection that sends nothing or goes idle closed, and a
+/// request's head due within `HEADER_READ_TIMEOUT`.
 async fn serve(
-    listener: TcpListener,
-    service: S3Service,
-    auth: Arc<auth::Auth>,
-    max_conns: usize,
-    allow_sigv2: bool,
+    mut listener: LimitedListener,
+    front: front::Front,
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(max_conns.max(1)));
+    let closer = listener.closer();
     let mut conns = JoinSet::new();
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = stop.changed() => break,
-        };
         let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // Out of descriptors, typically: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            (s, _) = listener.accept_limited() => s,
             _ = stop.changed() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let auth = auth.clone();
+        let front = front.clone();
         let mut stop = stop.clone();
         conns.spawn(async move {
-            let _permit = permit;
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let front = front::Front {
-                service,
-                auth,
-                allow_sigv2,
-            };
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             let conn = builder.serve_connection(TokioIo::new(stream), front);
             tokio::pin!(conn);
             tokio::select! {
@@ -167,6 +154,7 @@ async fn serve(
     }
     drop(listener);
     let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
+    closer.close();
 }
 
 /// Starts a gateway: connects to om, makes sure the volume exists, opens
@@ -192,6 +180,17 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         cfg.volume.clone(),
     ));
     builder.set_auth(auth::SecretLookup(auth.clone()));
+    // POST forms: s3s reads a signed form's file into memory; the front
+    // end holds all of them to `--post-memory-bytes` (see `post`).
+    let post_budget = post::Budget::new(cfg.post_memory_bytes);
+    let mut limits = s3s::config::S3Config::default();
+    limits.post_object_max_file_size = post_budget.bytes();
+    limits.form_max_field_size = post::MAX_FORM_FIELDS_BYTES;
+    limits.form_max_fields_size = post::MAX_FORM_FIELDS_BYTES;
+    limits.form_max_parts = post::MAX_FORM_PARTS + 1;
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        limits,
+    ))));
     let domains = cfg.domains();
     if !domains.is_empty() {
         builder.set_host(host::Domains::new(domains));
@@ -207,18 +206,35 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
             .await
             .with_context(|| format!("binding --http {a}"))?;
         http_addr = Some(l.local_addr()?);
-        tasks.spawn(http::serve(l, prom, stopped.clone()));
+        let policy = PortPolicy::new(
+            "s3-http",
+            http::MAX_CONNECTIONS,
+            Duration::from_secs(cfg.idle_timeout_seconds.max(1)),
+        );
+        tasks.spawn(http::serve(
+            LimitedListener::new(l, policy),
+            prom,
+            stopped.clone(),
+        ));
     }
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding --listen {}", cfg.listen))?;
     let addr = listener.local_addr()?;
-    tasks.spawn(serve(
-        listener,
+    let policy = PortPolicy::new(
+        "s3",
+        cfg.max_connections,
+        Duration::from_secs(cfg.idle_timeout_seconds.max(1)),
+    );
+    let front = front::Front {
         service,
         auth,
-        cfg.max_connections,
-        cfg.allow_sigv2,
+        allow_sigv2: cfg.allow_sigv2,
+        post_budget,
+    };
+    tasks.spawn(serve(
+        LimitedListener::new(listener, policy),
+        front,
         stopped.clone(),
     ));
     if cfg.reclaim {

@@ -61,7 +61,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["errors", "blocks", "host", "logging"],
             &["auth", "config", "reclaim"],
-            &["scope"],
+            &["scope", "post"],
             &["front"],
             &["s3"],
             &["http"],

@@ -255,7 +255,8 @@ async fn real_clients_with_their_defaults() {
     .await;
 
     // boto3: a client with the endpoint and keys, and its transfer
-    // manager's defaults (multipart above 8 MiB); presigned GETs.
+    // manager's defaults (multipart above 8 MiB); presigned GETs; a form
+    // upload (POST).
     let script = r#"
 import os, sys, urllib.request, urllib.error, boto3
 from botocore.config import Config
@@ -284,6 +285,18 @@ v4 = boto3.client("s3", endpoint_url=os.environ["EP"],
                   region_name="us-east-1", config=Config(signature_version="s3v4"))
 url = v4.generate_presigned_url("get_object", Params=params)
 assert urllib.request.urlopen(url).read() == open("src/sub/b c+d.bin", "rb").read()
+# A browser's form upload, signed by generate_presigned_post.
+post = v4.generate_presigned_post("boto-bucket", "form.bin")
+data = open("src/sub/b c+d.bin", "rb").read()
+body = b"".join(
+    b'--FoRm\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % (k.encode(), v.encode())
+    for k, v in post["fields"].items()
+) + b'--FoRm\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n' + data + b"\r\n--FoRm--\r\n"
+req = urllib.request.Request(post["url"], data=body, method="POST",
+                             headers={"Content-Type": "multipart/form-data; boundary=FoRm"})
+assert urllib.request.urlopen(req).status == 204
+assert s3.get_object(Bucket="boto-bucket", Key="form.bin")["Body"].read() == data
+keys.append("form.bin")
 s3.delete_objects(Bucket="boto-bucket", Delete={"Objects": [{"Key": k} for k in keys]})
 s3.delete_bucket(Bucket="boto-bucket")
 print("ok")

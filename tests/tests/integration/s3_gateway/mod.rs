@@ -7,13 +7,15 @@
 //! URL bounds;
 //! `large`: a 5 GiB multipart object with declared parts; `stores`: blocks
 //! kept in an S3 bucket instead of a directory; `clients`: s3cmd, rclone,
-//! restic, the AWS CLI and boto3 with their defaults.
+//! restic, the AWS CLI and boto3 with their defaults; `refusals`: what
+//! nobody authenticated can cost (POST forms, silent sockets).
 
 mod clients;
 mod faults;
 mod headers;
 mod large;
 mod objects;
+mod refusals;
 mod stores;
 
 use std::path::{Path, PathBuf};

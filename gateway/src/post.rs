@@ -1,0 +1,359 @@
+//! POST form uploads (`PostObject`, a browser's upload) read nothing of
+//! the file before the form is known to be signed, and hold a bounded
+//! amount of memory.
+//!
+//! s3s parses the form, verifies its policy signature before it reads the
+//! file, but then reads the whole file into memory (up to its
+//! `post_object_max_file_size`) before the operation runs; an unsigned form
+//! was read whole before the access check refused it. So the front end
+//! reads the form's fields itself, at most `MAX_FORM_FIELDS_BYTES`, up to
+//! the file part, and
+//! - refuses a form that carries no signature (`x-amz-signature`, or
+//!   `signature` of SigV2 when `--allow-sigv2`): om has no anonymous user,
+//!   so it could only be refused after the upload;
+//! - refuses a form without Content-Length (411), or whose length exceeds
+//!   the POST memory budget (`--post-memory-bytes`: 400 EntityTooLarge);
+//! - reserves the form's length from that budget for as long as the request
+//!   runs, or answers 503 SlowDown when the budget is taken.
+//!
+//! The fields read are handed on to s3s in front of the rest of the body,
+//! which s3s then reads as it would have. So unsigned forms cost at most the
+//! fields' bytes, and signed ones at most the budget in all. A larger object
+//! goes by PUT or a multipart upload, which stream.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use s3s::{S3Error, S3ErrorCode};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Most bytes of a form before its file part (S3 bounds a POST policy to
+/// 20 KB; the other fields are a few names and values).
+pub const MAX_FORM_FIELDS_BYTES: usize = 64 * 1024;
+/// Most fields a form may have before its file part.
+pub const MAX_FORM_PARTS: usize = 64;
+/// The budget is counted in units of this many bytes.
+const UNIT: u64 = 1024;
+
+/// The POST memory budget: bytes of POST uploads held at once.
+#[derive(Clone)]
+pub struct Budget {
+    bytes: u64,
+    units: Arc<Semaphore>,
+}
+
+impl Budget {
+    pub fn new(bytes: u64) -> Budget {
+        let units = (bytes / UNIT).clamp(1, u64::from(u32::MAX));
+        Budget {
+            bytes: units * UNIT,
+            units: Arc::new(Semaphore::new(units as usize)),
+        }
+    }
+
+    /// The most one form may be (and all of them together).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn take(&self, len: u64) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(len.div_ceil(UNIT).max(1)).ok()?;
+        self.units.clone().try_acquire_many_owned(n).ok()
+    }
+}
+
+/// The boundary of a `multipart/form-data` POST, or `None` for any other
+/// request.
+pub fn form_boundary<B>(req: &Request<B>) -> Option<String> {
+    if req.method() != http::Method::POST {
+        return None;
+    }
+    let ct = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    let mut parts = ct.split(';');
+    if !parts
+        .next()?
+        .trim()
+        .eq_ignore_ascii_case("multipart/form-data")
+    {
+        return None;
+    }
+    parts.find_map(|p| {
+        let (k, v) = p.trim().split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// What the bytes read so far of a form say.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// More bytes are needed.
+    More,
+    /// The file part's headers end at this offset; the fields before it
+    /// (names in lower case).
+    File(usize, Vec<(String, String)>),
+    Malformed(&'static str),
+}
+
+fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    hay.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
+
+/// The `name` of a part's `Content-Disposition: form-data; name="..."`.
+fn part_name(headers: &str) -> Option<String> {
+    let line = headers.split("\r\n").find(|l| {
+        l.split_once(':')
+            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("content-disposition"))
+    })?;
+    let (_, v) = line.split_once(':')?;
+    v.split(';').find_map(|p| {
+        let (k, v) = p.trim().split_once('=')?;
+        (k.trim() == "name").then(|| v.trim().trim_matches('"').to_ascii_lowercase())
+    })
+}
+
+/// Reads the fields of a form (as s3s does: parts until the one named
+/// `file`) from `buf`, the first bytes of its body.
+fn scan(buf: &[u8], boundary: &str) -> Scan {
+    let delim = format!("--{boundary}");
+    let Some(first) = find(buf, delim.as_bytes(), 0) else {
+        return Scan::More;
+    };
+    let mut at = first + delim.len();
+    let mut fields = Vec::new();
+    loop {
+        match buf.get(at..at + 2) {
+            None => return Scan::More,
+            Some(b"\r\n") => at += 2,
+            Some(_) => return Scan::Malformed("the form ends before its file part"),
+        }
+        let Some(head_end) = find(buf, b"\r\n\r\n", at) else {
+            return Scan::More;
+        };
+        let Ok(headers) = std::str::from_utf8(&buf[at..head_end]) else {
+            return Scan::Malformed("a form part's headers are not UTF-8");
+        };
+        let Some(name) = part_name(headers) else {
+            return Scan::Malformed("a form part has no name");
+        };
+        let body = head_end + 4;
+        if name == "file" {
+            return Scan::File(body, fields);
+        }
+        if fields.len() >= MAX_FORM_PARTS {
+            return Scan::Malformed("the form has too many fields");
+        }
+        let end_delim = format!("\r\n{delim}");
+        let Some(end) = find(buf, end_delim.as_bytes(), body) else {
+            return Scan::More;
+        };
+        let value = String::from_utf8_lossy(&buf[body..end]).into_owned();
+        fields.push((name, value));
+        at = end + end_delim.len();
+    }
+}
+
+fn error(code: S3ErrorCode, why: &'static str) -> S3Error {
+    S3Error::with_message(code, why)
+}
+
+/// A form POST checked and ready for s3s: its body (the fields read, then
+/// the rest), and its share of the budget, held until the request ends.
+pub struct Admitted {
+    pub req: Request<s3s::Body>,
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Reads the fields of the form POST `req` (boundary `boundary`) and
+/// admits it, or refuses it before reading its file.
+pub async fn admit(
+    req: Request<Incoming>,
+    boundary: &str,
+    allow_sigv2: bool,
+    budget: &Budget,
+) -> Result<Admitted, S3Error> {
+    let len = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| {
+            error(
+                S3ErrorCode::MissingContentLength,
+                "a POST form upload needs a Content-Length",
+            )
+        })?;
+    if len > budget.bytes() {
+        return Err(error(
+            S3ErrorCode::EntityTooLarge,
+            "a POST form upload may be at most --post-memory-bytes: use PUT or a multipart upload",
+        ));
+    }
+    let (parts, mut body) = req.into_parts();
+    let mut buf: Vec<u8> = Vec::new();
+    let (file_at, fields) = loop {
+        match scan(&buf, boundary) {
+            Scan::File(at, fields) => break (at, fields),
+            Scan::Malformed(why) => return Err(error(S3ErrorCode::MalformedPOSTRequest, why)),
+            Scan::More => {}
+        }
+        if buf.len() > MAX_FORM_FIELDS_BYTES {
+            return Err(error(
+                S3ErrorCode::MalformedPOSTRequest,
+                "the form's fields before its file exceed 64 KiB",
+            ));
+        }
+        match body.frame().await {
+            None => {
+                return Err(error(
+                    S3ErrorCode::MalformedPOSTRequest,
+                    "the form ends before its file part",
+                ));
+            }
+            Some(Err(_)) => {
+                return Err(error(
+                    S3ErrorCode::IncompleteBody,
+                    "the form's body ended early",
+                ));
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    };
+    if file_at > MAX_FORM_FIELDS_BYTES {
+        return Err(error(
+            S3ErrorCode::MalformedPOSTRequest,
+            "the form's fields before its file exceed 64 KiB",
+        ));
+    }
+    let has = |n: &str| fields.iter().any(|(k, _)| k == n);
+    if !has("x-amz-signature") {
+        if !has("signature") {
+            return Err(error(
+                S3ErrorCode::AccessDenied,
+                "anonymous requests are not accepted: sign the form's policy",
+            ));
+        }
+        if !allow_sigv2 {
+            return Err(error(
+                S3ErrorCode::AccessDenied,
+                "signature version 2 is turned off on this gateway: sign requests with SigV4",
+            ));
+        }
+    }
+    let permit = budget.take(len).ok_or_else(|| {
+        error(
+            S3ErrorCode::SlowDown,
+            "too many POST form uploads at once: retry",
+        )
+    })?;
+    // The fields and the file part's headers as one piece (what s3s parses
+    // them from), then what was read of the file, then the rest.
+    let rest = buf.split_off(file_at);
+    let head = futures::stream::iter([Bytes::from(buf), Bytes::from(rest)])
+        .filter(|b| std::future::ready(!b.is_empty()))
+        .map(|b| Ok::<_, hyper::Error>(Frame::data(b)));
+    let tail = body.into_data_stream().map(|r| r.map(Frame::data));
+    let stream = http_body_util::StreamBody::new(head.chain(tail));
+    let req = Request::from_parts(parts, s3s::Body::http_body_unsync(stream));
+    Ok(Admitted { req, permit })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(fields: &[(&str, &str)], file: &str) -> Vec<u8> {
+        let mut b = String::new();
+        for (k, v) in fields {
+            b.push_str(&format!(
+                "--XyZ\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
+            ));
+        }
+        b.push_str(&format!(
+            "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\
+             Content-Type: text/plain\r\n\r\n{file}\r\n--XyZ--\r\n"
+        ));
+        b.into_bytes()
+    }
+
+    #[test]
+    fn fields_are_read_up_to_the_file() {
+        let b = form(&[("key", "k"), ("X-Amz-Signature", "ab")], "data");
+        let Scan::File(at, fields) = scan(&b, "XyZ") else {
+            panic!("{:?}", scan(&b, "XyZ"));
+        };
+        assert!(b[at..].starts_with(b"data\r\n--XyZ--"));
+        assert_eq!(
+            fields,
+            vec![
+                ("key".to_string(), "k".to_string()),
+                ("x-amz-signature".to_string(), "ab".to_string())
+            ]
+        );
+        // Any prefix short of the file part's headers needs more.
+        let head = at - 1;
+        for n in 0..head {
+            assert_eq!(scan(&b[..n], "XyZ"), Scan::More, "{n}");
+        }
+        // A form with no file part, or a part without a name, is refused.
+        let no_file =
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n--XyZ--\r\n";
+        assert!(matches!(scan(no_file, "XyZ"), Scan::Malformed(_)));
+        let nameless = b"--XyZ\r\nContent-Type: text/plain\r\n\r\nk\r\n--XyZ--\r\n";
+        assert!(matches!(scan(nameless, "XyZ"), Scan::Malformed(_)));
+    }
+
+    #[test]
+    fn boundaries_are_found() {
+        let r = |ct: &str| {
+            Request::builder()
+                .method("POST")
+                .header("content-type", ct)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(
+            form_boundary(&r("multipart/form-data; boundary=XyZ")).as_deref(),
+            Some("XyZ")
+        );
+        assert_eq!(
+            form_boundary(&r("Multipart/Form-Data; charset=x; boundary=\"a b\"")).as_deref(),
+            Some("a b")
+        );
+        assert_eq!(form_boundary(&r("application/xml")), None);
+        let put = Request::builder()
+            .method("PUT")
+            .header("content-type", "multipart/form-data; boundary=x")
+            .body(())
+            .unwrap();
+        assert_eq!(form_boundary(&put), None);
+    }
+
+    #[test]
+    fn the_budget_bounds_forms_in_all() {
+        let b = Budget::new(10 * 1024);
+        assert_eq!(b.bytes(), 10 * 1024);
+        let one = b.take(6 * 1024).unwrap();
+        assert!(b.take(6 * 1024).is_none());
+        let two = b.take(4 * 1024).unwrap();
+        drop(one);
+        assert!(b.take(6 * 1024).is_some());
+        drop(two);
+    }
+}
