@@ -493,11 +493,17 @@ pub async fn head(
         expiration: expiration(&k),
         ..Default::default()
     };
-    Ok(if partial {
+    let mut resp = if partial {
         S3Response::with_status(out, http::StatusCode::PARTIAL_CONTENT)
     } else {
         S3Response::new(out)
-    })
+    };
+    // As GET sends it (s3s's HeadObjectOutput has no field for it).
+    if k.tag_count > 0 {
+        resp.headers
+            .insert("x-amz-tagging-count", http::HeaderValue::from(k.tag_count));
+    }
+    Ok(resp)
 }
 
 #[cfg(test)]

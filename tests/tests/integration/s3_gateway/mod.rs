@@ -290,12 +290,17 @@ async fn body(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
 
 /// A plain HTTP/1.1 GET of `url`: the status and the body.
 async fn http_get(url: &str) -> (u16, String) {
+    http_request("GET", url).await
+}
+
+/// A plain HTTP/1.1 request of `url`: the status and the whole answer.
+async fn http_request(method: &str, url: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap());
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .await
     .unwrap();

@@ -370,6 +370,29 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .unwrap();
     assert_eq!(tags.tag_set().len(), 1);
     assert_eq!(tags.tag_set()[0].key(), "k");
+    // GET and HEAD say how many tags the object has.
+    let got = c
+        .get_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.tag_count(), Some(1));
+    let head = c
+        .head_object()
+        .bucket("photos")
+        .key("2026/a.txt")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(60)).unwrap())
+        .await
+        .unwrap();
+    let (status, text) = http_request("HEAD", head.uri()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("\r\nx-amz-tagging-count: 1\r\n"),
+        "{text}"
+    );
 
     // Versioning and delete markers.
     c.create_bucket().bucket("docs").send().await.unwrap();
