@@ -4,7 +4,7 @@
 //! allowed). A GRANT is `user:NAME:RIGHTS`, `group:NAME:RIGHTS` or
 //! `world::RIGHTS`, as Ozone's shell writes them; RIGHTS are Ozone's letters
 //! (r READ, w WRITE, c CREATE, l LIST, d DELETE, x READ_ACL, y WRITE_ACL,
-//! a ALL) or comma-separated names (READ,LIST, IMPERSONATE).
+//! a ALL) or comma-separated names (READ,LIST, IMPERSONATE, RECLAIM).
 
 use anyhow::{Result, bail};
 use om_client::OmClient;
@@ -44,7 +44,7 @@ const LETTERS: [(char, AclRight); 8] = [
     ('a', AclRight::All),
 ];
 
-const NAMES: [(&str, AclRight); 9] = [
+const NAMES: [(&str, AclRight); 10] = [
     ("READ", AclRight::Read),
     ("WRITE", AclRight::Write),
     ("CREATE", AclRight::Create),
@@ -54,6 +54,7 @@ const NAMES: [(&str, AclRight); 9] = [
     ("WRITE_ACL", AclRight::WriteAcl),
     ("ALL", AclRight::All),
     ("IMPERSONATE", AclRight::Impersonate),
+    ("RECLAIM", AclRight::Reclaim),
 ];
 
 /// `/` → the cluster, `VOL` → a volume, `VOL/BUCKET` → a bucket.
@@ -88,7 +89,7 @@ fn parse_rights(s: &str) -> Result<Vec<i32>> {
             Some((_, r)) => out.push(*r as i32),
             None => bail!(
                 "unknown right {name:?} (READ, WRITE, CREATE, LIST, DELETE, READ_ACL, \
-                 WRITE_ACL, ALL, IMPERSONATE)"
+                 WRITE_ACL, ALL, IMPERSONATE, RECLAIM)"
             ),
         }
     }

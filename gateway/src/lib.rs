@@ -72,8 +72,9 @@ impl Running {
     }
 }
 
-/// Creates the gateway's volume unless it exists. om may still be starting:
-/// unavailability is retried for a while.
+/// Creates the gateway's volume unless it exists (an admin gateway), or
+/// checks that it does. om may still be starting: unavailability is retried
+/// for a while.
 async fn ensure_volume(om: &OmClient, volume: &str) -> Result<()> {
     let started = std::time::Instant::now();
     loop {
@@ -95,9 +96,18 @@ async fn ensure_volume(om: &OmClient, volume: &str) -> Result<()> {
                 Ok(())
             }
             Err(e) if e.reason() == "VOLUME_ALREADY_EXISTS" => Ok(()),
+            // A gateway is no admin (it holds IMPERSONATE and RECLAIM): an
+            // admin makes its volume, which it may not even read.
             Err(e) if e.code() == tonic::Code::PermissionDenied => {
                 match om.get_volume(volume).await {
                     Ok(_) => Ok(()),
+                    Err(g) if g.code() == tonic::Code::PermissionDenied => {
+                        tracing::info!(
+                            volume,
+                            "the gateway may not create or read the volume; an admin made it"
+                        );
+                        Ok(())
+                    }
                     Err(_) => bail!(
                         "volume {volume} does not exist and the gateway may not create it: {e}"
                     ),

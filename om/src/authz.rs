@@ -42,12 +42,17 @@ pub const WRITE_ACL: u32 = 1 << 6;
 pub const ALL: u32 = (1 << 7) - 1;
 /// Acting for another user (cluster ACL only).
 pub const IMPERSONATE: u32 = 1 << 7;
+/// Listing and acknowledging the deleted-blocks table (cluster ACL only,
+/// from rules 13: `rules::RECLAIM_RIGHT`).
+pub const RECLAIM: u32 = 1 << 8;
+/// The rights outside ALL a cluster grant may hold.
+pub const CLUSTER_EXTRAS: u32 = IMPERSONATE | RECLAIM;
 
 pub const KIND_USER: u32 = 1;
 pub const KIND_GROUP: u32 = 2;
 pub const KIND_WORLD: u32 = 3;
 
-const NAMES: [(u32, &str); 8] = [
+const NAMES: [(u32, &str); 9] = [
     (READ, "READ"),
     (WRITE, "WRITE"),
     (CREATE, "CREATE"),
@@ -56,6 +61,7 @@ const NAMES: [(u32, &str); 8] = [
     (READ_ACL, "READ_ACL"),
     (WRITE_ACL, "WRITE_ACL"),
     (IMPERSONATE, "IMPERSONATE"),
+    (RECLAIM, "RECLAIM"),
 ];
 
 /// The names of the rights in `bits`: `ALL` for all seven, else each one.
@@ -65,7 +71,7 @@ pub fn right_names(bits: u32) -> Vec<&'static str> {
         out.push("ALL");
     }
     for (bit, name) in NAMES {
-        if bits & bit != 0 && (bit == IMPERSONATE || bits & ALL != ALL) {
+        if bits & bit != 0 && (bit & CLUSTER_EXTRAS != 0 || bits & ALL != ALL) {
             out.push(name);
         }
     }
@@ -136,10 +142,23 @@ pub fn is_admin(db: &(impl StateRead + ?Sized), c: &Caller) -> Result<bool, OmEr
 pub fn cluster_rights(cluster: &[AclGrant], c: &Caller) -> u32 {
     let rights = granted(cluster, c);
     if c.admin || rights & ALL == ALL {
-        ALL | IMPERSONATE
+        ALL | CLUSTER_EXTRAS
     } else {
         rights
     }
+}
+
+/// Whether `c` is a cluster admin under the cluster's grants `cluster`.
+pub fn is_admin_under(cluster: &[AclGrant], c: &Caller) -> bool {
+    cluster_rights(cluster, c) & ALL == ALL
+}
+
+/// Whether `c` holds a right no impersonator may borrow: an admin's, or
+/// IMPERSONATE itself. Only an admin may act for (or read the S3 secrets
+/// of) such a user.
+pub fn is_delegate(cluster: &[AclGrant], c: &Caller) -> bool {
+    let r = cluster_rights(cluster, c);
+    r & ALL == ALL || r & IMPERSONATE != 0
 }
 
 /// The rights `c` holds on `r`; `None` when `r` does not exist.
@@ -265,9 +284,21 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// Checks grants for resource `r`: known kinds, valid names (none for the
-/// world), at least one right each, only ALL and IMPERSONATE on the cluster
-/// and no IMPERSONATE elsewhere, at most `MAX_GRANTS`.
-pub fn check_grants(r: Resource<'_>, grants: &[AclGrant]) -> Result<(), OmError> {
+/// world), at least one right each, only ALL, IMPERSONATE and (from
+/// `rules::RECLAIM_RIGHT`) RECLAIM on the cluster and neither elsewhere, at
+/// most `MAX_GRANTS`; under apply rules `rules`.
+pub fn check_grants(r: Resource<'_>, grants: &[AclGrant], rules: u32) -> Result<(), OmError> {
+    let (extras, cluster_msg) = if crate::rules::RECLAIM_RIGHT.holds(rules) {
+        (
+            CLUSTER_EXTRAS,
+            "the cluster takes ALL (admin), IMPERSONATE and RECLAIM only",
+        )
+    } else {
+        (
+            IMPERSONATE,
+            "the cluster takes ALL (admin) and IMPERSONATE only",
+        )
+    };
     if grants.len() > MAX_GRANTS {
         return Err(OmError::invalid(
             "TOO_MANY_GRANTS",
@@ -309,12 +340,12 @@ pub fn check_grants(r: Resource<'_>, grants: &[AclGrant]) -> Result<(), OmError>
             }
         }
         let allowed = match r {
-            Resource::Cluster => ALL | IMPERSONATE,
+            Resource::Cluster => ALL | extras,
             _ => ALL,
         };
         if g.rights == 0 || g.rights & !allowed != 0 {
             let msg = match r {
-                Resource::Cluster => "the cluster takes ALL (admin) and IMPERSONATE only",
+                Resource::Cluster => cluster_msg,
                 _ => {
                     "volumes and buckets take READ, WRITE, CREATE, LIST, DELETE, READ_ACL,                       WRITE_ACL or ALL"
                 }
@@ -333,7 +364,7 @@ pub fn check_grants(r: Resource<'_>, grants: &[AclGrant]) -> Result<(), OmError>
             return Err(OmError::invalid(
                 "INVALID_RIGHTS",
                 format!("{field}.rights"),
-                "the cluster takes ALL (admin) and IMPERSONATE only",
+                cluster_msg,
             ));
         }
     }
@@ -476,9 +507,15 @@ mod tests {
 
     #[test]
     fn grants_are_checked_for_their_resource() {
-        let ok = |r, g: AclGrant| check_grants(r, &[g]).is_ok();
+        let cur = crate::rules::CURRENT;
+        let ok = |r, g: AclGrant| check_grants(r, &[g], cur).is_ok();
         assert!(ok(Resource::Cluster, grant(KIND_USER, "ops", ALL)));
         assert!(ok(Resource::Cluster, grant(KIND_USER, "gw", IMPERSONATE)));
+        // RECLAIM from rules 13, on the cluster only.
+        let reclaim = grant(KIND_USER, "gw", IMPERSONATE | RECLAIM);
+        assert!(ok(Resource::Cluster, reclaim.clone()));
+        assert!(check_grants(Resource::Cluster, &[reclaim.clone()], 12).is_err());
+        assert!(!ok(Resource::Volume("v"), grant(KIND_USER, "gw", RECLAIM)));
         assert!(!ok(Resource::Cluster, grant(KIND_USER, "ops", READ)));
         assert!(!ok(
             Resource::Volume("v"),
@@ -496,13 +533,17 @@ mod tests {
         let many: Vec<_> = (0..=MAX_GRANTS)
             .map(|i| grant(KIND_USER, &format!("u{i}"), READ))
             .collect();
-        assert!(check_grants(Resource::Volume("v"), &many).is_err());
+        assert!(check_grants(Resource::Volume("v"), &many, cur).is_err());
     }
 
     #[test]
     fn right_names_spell_all_once() {
         assert_eq!(right_names(ALL), vec!["ALL"]);
         assert_eq!(right_names(ALL | IMPERSONATE), vec!["ALL", "IMPERSONATE"]);
+        assert_eq!(
+            right_names(IMPERSONATE | RECLAIM),
+            vec!["IMPERSONATE", "RECLAIM"]
+        );
         assert_eq!(right_names(READ | DELETE), vec!["READ", "DELETE"]);
         assert_eq!(right_names(0), Vec::<&str>::new());
     }

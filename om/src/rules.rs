@@ -22,7 +22,7 @@ impl Rule {
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (see ARCHITECTURE.md, "What apply may read"). An entry of a
 /// newer version stops the state machine rather than diverge.
-pub const CURRENT: u32 = 12;
+pub const CURRENT: u32 = 13;
 
 /// Usage counters (a volume's used bytes, a bucket's key and directory
 /// counts) and the quotas enforced on them.
@@ -71,6 +71,9 @@ pub const RETRY_GENERATIONS: Rule = Rule { since: 11 };
 /// Batch entries (`Command.batch`): several writes in one entry, each
 /// taking its ids below its slot.
 pub const BATCHED_WRITES: Rule = Rule { since: 12 };
+/// The cluster right RECLAIM: granted on `/`, and enough (without ALL) to
+/// acknowledge deleted blocks.
+pub const RECLAIM_RIGHT: Rule = Rule { since: 13 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -96,6 +99,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("LEGACY_PREFIX_RULES", LEGACY_PREFIX_RULES),
     ("RETRY_GENERATIONS", RETRY_GENERATIONS),
     ("BATCHED_WRITES", BATCHED_WRITES),
+    ("RECLAIM_RIGHT", RECLAIM_RIGHT),
 ];
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ impl Operation for om_proto::store::SetAcl {
         Resource::of(&self.volume, &self.bucket).to_string()
     }
 
-    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
         if !self.volume.is_empty() {
             limits::name("volume", &self.volume)?;
         }
@@ -41,6 +41,7 @@ impl Operation for om_proto::store::SetAcl {
         crate::authz::check_grants(
             crate::authz::Resource::of(&self.volume, &self.bucket),
             &self.grants,
+            rules,
         )?;
         Ok(())
     }
@@ -64,10 +65,10 @@ impl Ctx<'_> {
             ));
         }
         let r = Resource::of(&c.volume, &c.bucket);
-        authz::check_grants(r, &c.grants)?;
+        authz::check_grants(r, &c.grants, self.rules)?;
         let merged = |old: &[om_proto::store::AclGrant]| {
             let new = authz::merge(old, c.mode, &c.grants);
-            authz::check_grants(r, &new).map(|()| new)
+            authz::check_grants(r, &new, self.rules).map(|()| new)
         };
         let (owner, grants) = match r {
             Resource::Cluster => {

@@ -176,8 +176,13 @@ impl Operation for om_proto::store::ExpireOpenKeys {
 }
 
 impl Operation for om_proto::store::AckDeletedBlocks {
-    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
-        vec![(Resource::Cluster, authz::ALL)]
+    fn rights(&self, rules: u32) -> Vec<(Resource<'_>, u32)> {
+        let right = if crate::rules::RECLAIM_RIGHT.holds(rules) {
+            authz::RECLAIM
+        } else {
+            authz::ALL
+        };
+        vec![(Resource::Cluster, right)]
     }
 
     fn target(&self) -> String {

@@ -11,7 +11,7 @@ use crate::error::OmError;
 use crate::service::OmService;
 use crate::validate;
 
-const RIGHTS: [(AclRight, u32); 9] = [
+const RIGHTS: [(AclRight, u32); 10] = [
     (AclRight::Read, authz::READ),
     (AclRight::Write, authz::WRITE),
     (AclRight::Create, authz::CREATE),
@@ -21,6 +21,7 @@ const RIGHTS: [(AclRight, u32); 9] = [
     (AclRight::WriteAcl, authz::WRITE_ACL),
     (AclRight::All, authz::ALL),
     (AclRight::Impersonate, authz::IMPERSONATE),
+    (AclRight::Reclaim, authz::RECLAIM),
 ];
 
 /// The API's grants in stored form; `authz::check_grants` then checks
@@ -84,7 +85,7 @@ pub fn api_grants(grants: Vec<st::AclGrant>) -> Vec<AclGrant> {
             for (right, bit) in RIGHTS {
                 let shown = match right {
                     AclRight::All => false,
-                    AclRight::Impersonate => true,
+                    AclRight::Impersonate | AclRight::Reclaim => true,
                     _ => g.rights & authz::ALL != authz::ALL,
                 };
                 if shown && g.rights & bit == bit {
@@ -142,7 +143,7 @@ pub async fn set_acl(svc: &OmService, r: SetAclRequest) -> Result<SetAclResponse
         }
     };
     let grants = stored_grants(r.grants)?;
-    authz::check_grants(resource, &grants)?;
+    authz::check_grants(resource, &grants, crate::rules::CURRENT)?;
     let op = Op::SetAcl(st::SetAcl {
         volume: r.volume,
         bucket: r.bucket,

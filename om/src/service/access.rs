@@ -80,14 +80,15 @@ impl OmService {
             admin: policy.admins.contains(&imp.user),
             by: p.name.clone(),
         };
-        // Acting for an admin would make any impersonator one.
-        let admin = |c: &Caller| authz::cluster_rights(&cluster, c) & authz::ALL == authz::ALL;
-        if !admin(&me) && admin(&target) {
+        // Acting for an admin would make any impersonator one, and acting
+        // for another impersonator would reach whoever that one may act for.
+        if !authz::is_admin_under(&cluster, &me) && authz::is_delegate(&cluster, &target) {
             return Err(OmError::Denied {
                 right: "ALL".to_string(),
                 resource: "/".to_string(),
                 message: format!(
-                    "{:?} may not impersonate the cluster admin {:?}",
+                    "{:?} may not impersonate {:?}: a cluster admin or a holder of IMPERSONATE \
+                     (only an admin may)",
                     crate::validate::quote_prefix(&p.name),
                     crate::validate::quote_prefix(&imp.user)
                 ),

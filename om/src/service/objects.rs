@@ -328,7 +328,8 @@ impl OmService {
         max: u32,
         mut convert: impl FnMut(DeletedId, DeletedBlocksRecord) -> (T, usize),
     ) -> Result<DeletedPage<T>, OmError> {
-        self.read_as(c, crate::authz::Resource::Cluster, crate::authz::ALL)
+        // RECLAIM: admins, and gateways granted it.
+        self.read_as(c, crate::authz::Resource::Cluster, crate::authz::RECLAIM)
             .await?;
         let start = match after {
             None => Start::Beginning,

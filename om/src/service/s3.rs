@@ -49,7 +49,7 @@ impl OmService {
         let caller = self.caller()?;
         let rights = match &caller {
             Some(c) => authz::cluster_rights(&authz::cluster_acl(&self.db)?, c),
-            None => authz::ALL | IMPERSONATE,
+            None => authz::ALL | authz::CLUSTER_EXTRAS,
         };
         Ok((caller, rights))
     }
@@ -67,7 +67,9 @@ impl OmService {
     }
 
     /// A credential with its secret key. Needs IMPERSONATE on the cluster
-    /// (gateways; admins hold it) or to be the credential's user.
+    /// (gateways; admins hold it) or to be the credential's user; and
+    /// another user's credential whose user is an admin or holds
+    /// IMPERSONATE only an admin may read (a gateway would act as them).
     pub async fn get_s3_secret(
         &self,
         c: Consistency,
@@ -85,6 +87,29 @@ impl OmService {
                 format!("/s3-secrets/{access_key}"),
                 "may read only their own S3 credentials without IMPERSONATE".to_string(),
             ));
+        }
+        if let (Some(who), Some(r)) = (&caller, &rec)
+            && r.user != who.user
+            && rights & authz::ALL != authz::ALL
+        {
+            let cluster = authz::cluster_acl(&self.db)?;
+            let target = Caller {
+                user: r.user.clone(),
+                groups: r.groups.clone(),
+                admin: self.configured_admin(&r.user),
+                by: String::new(),
+            };
+            if authz::is_delegate(&cluster, &target) {
+                return Err(self.refuse(
+                    who,
+                    format!("/s3-secrets/{access_key}"),
+                    format!(
+                        "may not read the S3 credential of {:?}, a cluster admin or a holder \
+                         of IMPERSONATE (only an admin may)",
+                        crate::validate::quote_prefix(&r.user)
+                    ),
+                ));
+            }
         }
         rec.ok_or_else(|| {
             OmError::not_found(

@@ -303,3 +303,146 @@ async fn s3_credentials_belong_to_their_users_and_gateways_read_them() {
     }
     c.shutdown().await;
 }
+
+/// A gateway holds IMPERSONATE and RECLAIM on the cluster and nothing else;
+/// walking every right it holds reaches no admin's power: it may not act
+/// for an admin or for another holder of IMPERSONATE, nor read either's S3
+/// secret (a gateway would then act as them), nor anything an admin may
+/// (ACLs of `/`, others' credentials, membership); it may act for plain
+/// users, read their secrets and reclaim blocks. Each refusal changes
+/// nothing and is audited; an admin may do what the gateway may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateways_rights_reach_no_admin_power() {
+    let c = cluster(3).await;
+    let (ops, gw) = (c.client(OPS), c.client(GW));
+    for (who, rights) in [
+        ("gw", &[AclRight::Impersonate, AclRight::Reclaim][..]),
+        ("bob", &[AclRight::Impersonate][..]),
+    ] {
+        set_acl(
+            &ops,
+            "",
+            "",
+            AclMode::Add,
+            grant(GranteeKind::User, who, rights),
+        )
+        .await;
+    }
+    let shown = ops.get_acl(GetAclRequest::default()).await.unwrap();
+    assert!(shown.grants.iter().any(|g| g.name == "gw"
+        && g.rights == vec![AclRight::Impersonate as i32, AclRight::Reclaim as i32]));
+    let admin_key = new_secret(&ops, "ops", &[]).await;
+    let delegate_key = new_secret(&ops, "bob", &[]).await;
+    let user_key = new_secret(&ops, "alice", &["eng"]).await;
+    let key = |r: &CreateS3SecretResponse| r.credential.clone().unwrap().access_key;
+    let before = c.settled().await;
+
+    // Secrets: a plain user's, yes; an admin's or another delegate's, no.
+    assert_eq!(
+        secret_of(&gw, &key(&user_key)).await.unwrap().secret_key,
+        user_key.secret_key
+    );
+    for k in [key(&admin_key), key(&delegate_key)] {
+        assert_reason(
+            secret_of(&gw, &k).await,
+            tonic::Code::PermissionDenied,
+            "ACCESS_DENIED",
+        );
+    }
+    // Acting for: a plain user, yes; an admin or a delegate, no.
+    let as_alice = c.acting_for(GW, "alice").who_am_i().await.unwrap();
+    assert_eq!(
+        (as_alice.user.as_str(), as_alice.impersonated_by.as_str()),
+        ("alice", "gw")
+    );
+    for target in ["ops", "bob"] {
+        assert_reason(
+            c.acting_for(GW, target).who_am_i().await,
+            tonic::Code::PermissionDenied,
+            "ACCESS_DENIED",
+        );
+    }
+    // Through a plain user it reaches no more: alice holds no IMPERSONATE.
+    assert_reason(
+        secret_of(&c.acting_for(GW, "alice"), &key(&admin_key)).await,
+        tonic::Code::PermissionDenied,
+        "ACCESS_DENIED",
+    );
+    // An admin's own powers: ACLs of `/`, everyone's credentials, making
+    // credentials for others, membership.
+    let r = gw
+        .set_acl(SetAclRequest {
+            mode: AclMode::Add as i32,
+            grants: vec![grant(GranteeKind::User, "gw", &[AclRight::All])],
+            ..Default::default()
+        })
+        .await;
+    assert_denied(r, "ALL", "/");
+    assert_reason(
+        list_secrets(&gw, "ops", "", 0).await,
+        tonic::Code::PermissionDenied,
+        "ACCESS_DENIED",
+    );
+    assert_reason(
+        gw.create_s3_secret(CreateS3SecretRequest {
+            user: "ops".into(),
+            ..Default::default()
+        })
+        .await,
+        tonic::Code::PermissionDenied,
+        "ACCESS_DENIED",
+    );
+    assert_denied(gw.transfer_leader(2).await, "ALL", "/");
+    assert_eq!(c.settled().await, before, "a refusal changed state");
+
+    // What RECLAIM is for: the deleted-blocks table, listed and acknowledged.
+    gw.list_deleted_blocks(ListDeletedBlocksRequest::default())
+        .await
+        .unwrap();
+    let acked = gw
+        .ack_deleted_blocks(AckDeletedBlocksRequest {
+            ids: vec![format!("{:016x}{:08x}", u64::MAX, 0)],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(acked.acknowledged, 0);
+    // Without RECLAIM (bob) neither.
+    let bob = c.client(BOB);
+    assert_denied(
+        bob.list_deleted_blocks(ListDeletedBlocksRequest::default())
+            .await,
+        "RECLAIM",
+        "/",
+    );
+
+    // An admin may do what the gateway may not.
+    assert_eq!(
+        secret_of(&ops, &key(&delegate_key))
+            .await
+            .unwrap()
+            .secret_key,
+        delegate_key.secret_key
+    );
+    let as_bob = c.acting_for(OPS, "bob").who_am_i().await.unwrap();
+    assert_eq!(as_bob.user, "bob");
+
+    // The refusals are audited.
+    let lines = c.audit_lines();
+    let admin_resource = format!("\"resource\":\"/s3-secrets/{}\"", key(&admin_key));
+    let delegate_resource = format!("\"resource\":\"/s3-secrets/{}\"", key(&delegate_key));
+    for needles in [
+        vec!["\"operation\":\"GetS3Secret\"", admin_resource.as_str()],
+        vec!["\"operation\":\"GetS3Secret\"", delegate_resource.as_str()],
+        vec!["\"operation\":\"WhoAmI\"", "\"impersonated_user\":\"ops\""],
+        vec!["\"operation\":\"WhoAmI\"", "\"impersonated_user\":\"bob\""],
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains("\"principal\":\"gw\"")
+                && l.contains("\"result\":\"ACCESS_DENIED\"")
+                && needles.iter().all(|n| l.contains(n))),
+            "no refusal audited with {needles:?}: {lines:#?}"
+        );
+    }
+    c.shutdown().await;
+}

@@ -115,6 +115,29 @@ impl Env {
         (child, format!("http://{listen}"))
     }
 
+    /// Volume `name`, owned by ops, in which alice may create, list and
+    /// read buckets.
+    async fn volume_for_alice(&self, name: &str) {
+        let ops = self.om(OPS);
+        ops.create_volume(name, "ops").await.unwrap();
+        ops.set_acl(SetAclRequest {
+            volume: name.into(),
+            mode: AclMode::Add as i32,
+            grants: vec![AclGrant {
+                kind: GranteeKind::User as i32,
+                name: "alice".into(),
+                rights: vec![
+                    AclRight::Create as i32,
+                    AclRight::List as i32,
+                    AclRight::Read as i32,
+                ],
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+
     fn blocks(&self) -> PathBuf {
         self.dir.path().join("blocks")
     }
@@ -181,9 +204,9 @@ async fn env_opts(
     let options = ClusterOptions::default().tweak(move |id, args| {
         args.token_file = Some(tokens.clone());
         args.insecure = true;
-        // The gateway reclaims blocks (an admin's right; admins
-        // also hold IMPERSONATE).
-        args.admins = Some("ops,gw".to_string());
+        // The gateway is no admin: it is granted IMPERSONATE and RECLAIM
+        // below, what deploy/ grants it.
+        args.admins = Some("ops".to_string());
         args.audit_log = Some(audit_dir.join(format!("audit-{id}.log")));
         tweak(args);
     });
@@ -198,24 +221,19 @@ async fn env_opts(
         addrs,
     };
     let ops = env.om(OPS);
-    // The gateway's volume, owned by ops; alice may create buckets in it.
-    ops.create_volume("s3v", "ops").await.unwrap();
     ops.set_acl(SetAclRequest {
-        volume: "s3v".into(),
         mode: AclMode::Add as i32,
         grants: vec![AclGrant {
             kind: GranteeKind::User as i32,
-            name: "alice".into(),
-            rights: vec![
-                AclRight::Create as i32,
-                AclRight::List as i32,
-                AclRight::Read as i32,
-            ],
+            name: "gw".into(),
+            rights: vec![AclRight::Impersonate as i32, AclRight::Reclaim as i32],
         }],
         ..Default::default()
     })
     .await
     .unwrap();
+    // The gateways' volumes, owned by ops; alice may create buckets in them.
+    env.volume_for_alice("s3v").await;
     let _ = env.gateway.wait();
     let blocks = env.blocks();
     let mut args = vec![
