@@ -354,13 +354,18 @@ fn build_service(
     .with_backups(storage.backups.clone())
     .with_peer_tls(security.peer_tls())
     .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
-    .with_leader_window(cfg.election_timeout * 2)
-    .with_forwarder(crate::service::Forwarder::start(
-        raft.clone(),
-        cfg.node_id,
-        security.peer_tls(),
-        cfg.request_timeout,
-    ));
+    .with_leader_window(cfg.election_timeout * 2);
+    // A forwarded write names its client, which the leader believes only
+    // from a member proven by TLS: with authentication on and no TLS a
+    // follower does not forward (its clients are sent to the leader).
+    if !security.authenticator.required || security.tls.is_some() {
+        service = service.with_forwarder(crate::service::Forwarder::start(
+            raft.clone(),
+            cfg.node_id,
+            security.peer_tls(),
+            cfg.request_timeout,
+        ));
+    }
     if security.authenticator.required {
         service = service.with_authorization(crate::service::Policy {
             admins: cfg.admins.clone(),

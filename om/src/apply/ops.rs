@@ -63,6 +63,13 @@ macro_rules! ops {
             }
         }
 
+        /// The operation's name, for the audit log.
+        pub fn name(op: &Op) -> &'static str {
+            match op {
+                $(Op::$op(_) => stringify!($op),)*
+            }
+        }
+
         /// What `op` acts on, for the audit log.
         pub fn target(op: &Op) -> String {
             match op {

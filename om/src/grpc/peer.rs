@@ -32,6 +32,9 @@ pub struct PeerGrpc {
     cluster_id: Arc<crate::cluster_id::ClusterId>,
     /// Proposes the writes followers forward (`ForwardWrites`).
     service: Arc<OmService>,
+    /// Whether every caller of this port proved membership (TLS, with
+    /// `MembersOnly`): only then is a forwarded write's principal believed.
+    members_proven: bool,
 }
 
 impl PeerGrpc {
@@ -41,6 +44,7 @@ impl PeerGrpc {
         divergence: Arc<Divergence>,
         cluster_id: Arc<crate::cluster_id::ClusterId>,
         service: Arc<OmService>,
+        members_proven: bool,
     ) -> RaftPeerServer<Self> {
         RaftPeerServer::new(PeerGrpc {
             raft,
@@ -48,6 +52,7 @@ impl PeerGrpc {
             divergence,
             cluster_id,
             service,
+            members_proven,
         })
         // Table digests of a large store (up to 16,384 chunk digests per
         // table) and forwarded batches with their results.
@@ -62,14 +67,26 @@ impl RaftPeer for PeerGrpc {
         &self,
         req: Request<ForwardWritesRequest>,
     ) -> Result<Response<ForwardWritesResponse>, Status> {
-        let writes = req.into_inner().writes;
+        let req = req.into_inner();
+        let (from, mut writes) = (req.node_id, req.writes);
         if writes.len() > MAX_FORWARD_WRITES {
             return Err(Status::invalid_argument(format!(
                 "a forwarded batch holds at most {MAX_FORWARD_WRITES} writes, not {}",
                 writes.len()
             )));
         }
-        let outcomes = self.service.propose_forwarded(writes).await;
+        // Without TLS anyone may call this port, so the identity a caller
+        // names is not believed: the writes carry none, and a leader that
+        // authorizes refuses them (followers do not forward then).
+        if !self.members_proven {
+            for w in &mut writes {
+                w.principal = None;
+            }
+        }
+        let outcomes = self
+            .service
+            .propose_forwarded(writes, from, self.members_proven)
+            .await;
         Ok(Response::new(ForwardWritesResponse { outcomes }))
     }
 

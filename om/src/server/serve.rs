@@ -82,6 +82,8 @@ pub(super) fn raft_port(
             p.divergence.clone(),
             p.cluster_id.clone(),
             p.service.clone(),
+            // Only TLS proves a caller of this port a member.
+            security.tls.is_some(),
         ),
         MembersOnly(members_only),
     );

@@ -102,7 +102,7 @@ impl OmService {
                 .unwrap_or_else(|| (String::new(), "/".to_string()));
             return Err(OmError::Denied {
                 message: format!(
-                    "a member forwarded a write without its client's identity, and this leader authorizes every write (it needs {right} on {resource})"
+                    "a write was forwarded without its client's identity (or over a Raft port without TLS, where no caller proves itself a member), and this leader authorizes every write (it needs {right} on {resource})"
                 ),
                 right,
                 resource,
@@ -126,9 +126,83 @@ impl OmService {
         self.resolve(policy, &ctx).map(Some)
     }
 
-    /// The leader's side of `ForwardWrites`: checks, stamps and proposes
-    /// each write, and answers each once it is applied or failed, in order.
-    pub async fn propose_forwarded(&self, writes: Vec<ForwardedWrite>) -> Vec<ForwardedOutcome> {
+    /// The leader's side of `ForwardWrites` from member `from` (`proven`:
+    /// by TLS): checks, stamps and proposes each write, and answers each
+    /// once it is applied or failed, in order. Every write applied or
+    /// refused is audited here too, naming the forwarding member.
+    pub async fn propose_forwarded(
+        &self,
+        writes: Vec<ForwardedWrite>,
+        from: u64,
+        proven: bool,
+    ) -> Vec<ForwardedOutcome> {
+        let audited: Vec<_> = writes
+            .iter()
+            .map(|w| {
+                let op = w.command.as_ref().and_then(|c| c.op.as_ref());
+                (
+                    w.principal.clone(),
+                    op.map_or("", crate::apply::ops::name),
+                    op.map_or_else(|| "/".to_string(), crate::apply::ops::target),
+                )
+            })
+            .collect();
+        let outcomes = self.propose_forwarded_writes(writes).await;
+        if self.audit.is_some() {
+            for ((p, op, target), o) in audited.into_iter().zip(&outcomes) {
+                self.audit_forwarded(p.as_ref(), op, target, o, from, proven);
+            }
+        }
+        outcomes
+    }
+
+    /// One audit line of a forwarded write's outcome on the leader (none
+    /// for a write it did not take: another member leads, or it timed out).
+    fn audit_forwarded(
+        &self,
+        p: Option<&ForwardedPrincipal>,
+        op: &str,
+        target: String,
+        o: &ForwardedOutcome,
+        from: u64,
+        proven: bool,
+    ) {
+        use om_proto::store::command_result;
+        let Some(log) = &self.audit else { return };
+        let (result, right, refusal) = match &o.outcome {
+            Some(forwarded_outcome::Outcome::Result(r)) => match &r.result {
+                Some(command_result::Result::Rejected(r)) => (
+                    r.reason.clone(),
+                    r.right.clone(),
+                    r.reason == "ACCESS_DENIED",
+                ),
+                _ => ("OK".to_string(), String::new(), false),
+            },
+            _ => return,
+        };
+        log.record(crate::audit::Event {
+            time_ms: self.now_ms(),
+            request_id: String::new(),
+            principal: p.map(|p| p.name.clone()).unwrap_or_default(),
+            via: "forwarded",
+            impersonated_user: p
+                .filter(|p| p.impersonates)
+                .map(|p| p.impersonate_user.clone())
+                .unwrap_or_default(),
+            operation: op.to_string(),
+            resource: target,
+            result,
+            right,
+            detail: if proven {
+                format!("forwarded by member {from}")
+            } else {
+                format!("forwarded by node {from} (unproven: no TLS on the Raft port)")
+            },
+            refusal,
+        });
+    }
+
+    async fn propose_forwarded_writes(&self, writes: Vec<ForwardedWrite>) -> Vec<ForwardedOutcome> {
         let n = writes.len();
         if let Err(e) = self.check_not_diverged() {
             return vec![refused(e); n];

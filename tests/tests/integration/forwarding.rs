@@ -1,7 +1,9 @@
 //! Writes a follower takes: forwarded to the leader in batches, answered as
 //! the leader would answer them (results, refusals, retries), authorized by
 //! the leader against its state, and named back to the client (`om-leader`)
-//! so a client that follows the leader goes there next.
+//! so a client that follows the leader goes there next. Without TLS on the
+//! Raft port a forwarded principal is not believed (`tls::raft_port` covers
+//! forwarding with TLS).
 
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use om_client::v1::ozone_manager_client::OzoneManagerClient;
 use om_client::v1::{BucketLayout, PutKeyRequest};
 use om_client::{ClientError, ClientOptions, OmClient};
 use om_proto::raft::raft_peer_client::RaftPeerClient;
-use om_proto::raft::{ForwardWritesRequest, ForwardedWrite, forwarded_outcome};
+use om_proto::raft::{ForwardWritesRequest, ForwardedPrincipal, ForwardedWrite, forwarded_outcome};
 use om_proto::store::{Command, command::Op, command_result};
 use om_tests::{ClusterOptions, MemberAddrs, TestCluster, TestNode, token_file, wait_for};
 use tonic::transport::Channel;
@@ -221,11 +223,13 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         dir.path(),
         &[("ops", OPS, ""), ("alice", ALICE, ""), ("bob", BOB, "")],
     );
-    let options = ClusterOptions::default().tweak(move |_, args| {
+    let audit_dir = dir.path().to_path_buf();
+    let options = ClusterOptions::default().tweak(move |id, args| {
         args.token_file = Some(tokens.clone());
         // Tokens over plaintext on loopback: for tests only.
         args.insecure = true;
         args.admins = Some("ops".to_string());
+        args.audit_log = Some(audit_dir.join(format!("audit-{id}.log")));
     });
     let cluster = TestCluster::start_with(3, options).await;
     let addrs = cluster.addrs();
@@ -299,6 +303,44 @@ async fn forwarded_writes_are_authorized_by_the_leader() {
         },
         other => panic!("{other:?}"),
     }
+    // Without TLS nobody on the Raft port proves membership, so a principal
+    // it names is not believed: a forged admin's volume is refused too.
+    let forged = ForwardedWrite {
+        command: Some(Command {
+            client_id: "forger".into(),
+            seq: 1,
+            op: Some(Op::CreateVolume(om_proto::store::CreateVolume {
+                name: "stolen".into(),
+                owner: "ops".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        principal: Some(ForwardedPrincipal {
+            name: "ops".into(),
+            ..Default::default()
+        }),
+    };
+    let got = forward(leader_addr, vec![forged]).await.unwrap();
+    assert_eq!(refusal(&got[0]), "ACCESS_DENIED");
     assert_eq!(settled(&cluster).await, before, "nothing written");
+    // The leader audits what it was forwarded, naming the forwarding node
+    // (refusals go to the refusals file).
+    let path = om::audit::refusals_path(&dir.path().join(format!("audit-{leader}.log")));
+    wait_for(
+        Duration::from_secs(10),
+        "the forwarded refusal audited",
+        || {
+            let audit = std::fs::read_to_string(&path).unwrap_or_default();
+            let found = audit.lines().any(|l| {
+                l.contains("\"via\":\"forwarded\"")
+                    && l.contains("\"operation\":\"CreateVolume\"")
+                    && l.contains("\"result\":\"ACCESS_DENIED\"")
+                    && l.contains("forwarded by node 9 (unproven")
+            });
+            async move { found.then_some(()) }
+        },
+    )
+    .await;
     cluster.shutdown().await;
 }

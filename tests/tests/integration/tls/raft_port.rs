@@ -317,3 +317,50 @@ async fn closed_after_handshake(addr: &str, tls: &ClientTls) -> bool {
         }
     }
 }
+
+/// Over TLS a follower forwards its clients' writes and the leader believes
+/// the principal a member names: an admin's write through a follower is
+/// applied, a user without rights is refused by the leader's check of that
+/// user (the clients are pinned to the follower, so only forwarding can
+/// answer them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_forward_their_clients_principals_over_tls() {
+    let sc = secure_cluster(3).await;
+    let admin = client(&sc.addrs, Some(sc.admin.clone()), Duration::from_secs(20));
+    admin.create_volume("vol1", "").await.unwrap();
+    admin
+        .create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    let leader = admin.cluster_status().await.unwrap().leader_id;
+    let follower = sc.addrs.iter().find(|a| a.id != leader).unwrap();
+    let pinned = |tls: Arc<ClientTls>| {
+        om_client::OmClient::new(
+            std::slice::from_ref(&follower.grpc),
+            om_client::ClientOptions {
+                spread: true,
+                deadline: Duration::from_secs(20),
+                tls: Some(tls),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    pinned(sc.admin.clone())
+        .put_key("vol1", "bkt1", "by-admin", 1)
+        .await
+        .unwrap();
+    admin.lookup_key("vol1", "bkt1", "by-admin").await.unwrap();
+    let alice_cert = sc.ca.issue(sc.dir.path(), "alice", &["alice.example"]);
+    let alice = pinned(identity(&sc.ca_path, Some(&alice_cert)));
+    match alice.put_key("vol1", "bkt1", "by-alice", 1).await {
+        Err(om_client::ClientError::Api { code, reason, .. }) => {
+            assert_eq!(
+                (code, reason.as_str()),
+                (tonic::Code::PermissionDenied, "ACCESS_DENIED")
+            );
+        }
+        other => panic!("expected ACCESS_DENIED, got {other:?}"),
+    }
+    sc.shutdown().await;
+}
