@@ -110,6 +110,31 @@ fn is_sha256(s: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// Creates `p` (and its parents) and makes it private: 0700. A backup holds
+/// the whole state, credentials included, so nobody but its owner reads it.
+pub fn private_dir(p: &Path) -> Result<(), FormatError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::create_dir_all(p).map_err(io(format!("creating {}", p.display())))?;
+    fs::set_permissions(p, fs::Permissions::from_mode(0o700))
+        .map_err(io(format!("making {} private", p.display())))
+}
+
+/// Creates (or truncates) file `p`, readable by its owner only: 0600.
+pub fn private_file(p: &Path) -> Result<File, FormatError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = File::options()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(p)
+        .map_err(io(format!("writing {}", p.display())))?;
+    // A file that was there before keeps its mode on open: tighten it.
+    f.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(io(format!("making {} private", p.display())))?;
+    Ok(f)
+}
+
 pub fn sync_dir(p: &Path) -> Result<(), FormatError> {
     File::open(p)
         .and_then(|d| d.sync_all())
@@ -120,14 +145,19 @@ pub fn sync_dir(p: &Path) -> Result<(), FormatError> {
 pub struct DestLock(#[allow(dead_code)] File);
 
 pub fn lock(dest: &Path) -> Result<DestLock, FormatError> {
-    fs::create_dir_all(dest.join(OBJECTS)).map_err(io(format!("creating {}", dest.display())))?;
+    private_dir(dest)?;
+    private_dir(&dest.join(OBJECTS))?;
     let p = dest.join(LOCK);
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .map_err(io(format!("opening {}", p.display())))?;
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&p)
+            .map_err(io(format!("opening {}", p.display())))?
+    };
     match f.try_lock() {
         Ok(()) => Ok(DestLock(f)),
         Err(fs::TryLockError::WouldBlock) => Err(FormatError::Invalid(format!(
@@ -372,11 +402,11 @@ pub fn reusable(dest: &Path) -> Result<HashMap<(String, String, u64), String>, F
 
 pub fn write_manifest(dest: &Path, m: &Manifest) -> Result<(), FormatError> {
     let dir = dest.join(&m.id);
-    fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    private_dir(&dir)?;
     let tmp = dir.join(format!("{TMP_PREFIX}{MANIFEST}"));
     let text = serde_json::to_vec_pretty(m)
         .map_err(|e| FormatError::Invalid(format!("encoding the manifest: {e}")))?;
-    let mut f = File::create(&tmp).map_err(io(format!("writing {}", tmp.display())))?;
+    let mut f = private_file(&tmp)?;
     f.write_all(&text)
         .and_then(|()| f.sync_all())
         .map_err(io(format!("writing {}", tmp.display())))?;

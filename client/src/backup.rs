@@ -7,7 +7,7 @@
 //! that file, and is not transferred again.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -240,7 +240,7 @@ async fn fetch(
     progress: &mut Progress,
 ) -> Result<String, BackupError> {
     let tmp = objects.join(format!("{TMP_PREFIX}{}-{}", started.session, f.name));
-    let mut out = File::create(&tmp).map_err(io(format!("writing {}", tmp.display())))?;
+    let mut out = om_backup_format::private_file(&tmp)?;
     let mut stream = cluster
         .read_backup_file(ReadBackupFileRequest {
             session: started.session.clone(),

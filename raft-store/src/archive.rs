@@ -112,9 +112,16 @@ pub struct Start {
 
 impl LogArchive {
     /// Archives into `dir` (the lineage's subdirectory, see `lineage_dir`).
-    pub fn open(dir: &Path, start: Start) -> std::io::Result<LogArchive> {
-        let dir = lineage_dir(dir, &start.lineage);
+    pub fn open(root: &Path, start: Start) -> std::io::Result<LogArchive> {
+        let dir = lineage_dir(root, &start.lineage);
         std::fs::create_dir_all(&dir)?;
+        // The log holds the whole state, credentials included: private.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            for d in [root, dir.as_path()] {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+            }
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let d = dir.clone();
         let thread = std::thread::Builder::new()
@@ -213,7 +220,14 @@ fn write_loop(dir: &Path, start: &Start, rx: Receiver<Record>) -> std::io::Resul
                 lineage: start.lineage.clone(),
             };
             let p = dir.join(segment_name(log_id.index));
-            let f = File::options().create_new(true).write(true).open(&p)?;
+            let f = {
+                use std::os::unix::fs::OpenOptionsExt;
+                File::options()
+                    .create_new(true)
+                    .write(true)
+                    .mode(0o600)
+                    .open(&p)?
+            };
             let mut w = BufWriter::with_capacity(1 << 20, f);
             let h = header_bytes(&header);
             w.write_all(&h)?;

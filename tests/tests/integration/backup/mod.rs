@@ -260,6 +260,9 @@ async fn backups_restore_into_a_new_cluster() {
         omctl(&members[0].grpc, &["backup", "list", dest_s]),
         "backup list",
     );
+    // A backup holds the whole state, S3 secrets included: nobody but its
+    // owner may read it.
+    private(&dest);
     for id in [&quiet.id, &loaded.id, &during.id] {
         assert!(listed.contains(id.as_str()), "{listed}");
         ok(
@@ -498,6 +501,21 @@ async fn force_new_cluster_recovers_from_a_lost_majority() {
     );
 }
 
+/// Asserts `p` is its owner's alone: directories 0700 (all the way down),
+/// files readable by nobody else.
+fn private(p: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    if p.is_dir() {
+        assert_eq!(mode, 0o700, "{}", p.display());
+        for e in std::fs::read_dir(p).unwrap() {
+            private(&e.unwrap().path());
+        }
+    } else {
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", p.display());
+    }
+}
+
 /// With `--archive-log`, a restore replays past its backup to exactly the
 /// index or time asked for: the keys written at or before it, none after;
 /// an archive that does not reach the target is refused, nothing written.
@@ -526,6 +544,8 @@ async fn point_in_time_restore_lands_on_the_chosen_index() {
     // Let the archive's writer sync what was applied.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(procs[0].terminate(Duration::from_secs(30)));
+    // The archive holds every write, S3 secrets included: private.
+    private(&archive);
 
     let restore_to = |what: &str, extra: &[&str]| {
         let one = cluster_addrs(1);
