@@ -286,6 +286,16 @@ impl<T> Reloading<T> {
         })
     }
 
+    /// When this side's own certificate (the chain's leaf) expires, in
+    /// seconds since the epoch; `None` without one.
+    fn not_after(&self) -> Option<i64> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let pem = state.0.first()?.as_ref()?;
+        let leaf = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&leaf).ok()?;
+        Some(cert.validity().not_after.timestamp())
+    }
+
     fn current(&self) -> Arc<T> {
         self.state
             .read()
@@ -304,6 +314,17 @@ impl<T> Reloading<T> {
         let cfg = (self.build)(&self.files, &snap, self.auth)?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = (snap, cfg);
         Ok(true)
+    }
+}
+
+/// Exports when the certificate `name` uses expires
+/// (`om_tls_certificate_expiry_timestamp_seconds{name}`), so an alert fires
+/// before it does, whatever renews it (cert-manager's CSI driver renews the
+/// members' own, which no Certificate resource reports).
+fn publish_expiry(name: &str, not_after: Option<i64>) {
+    if let Some(t) = not_after {
+        metrics::gauge!("om_tls_certificate_expiry_timestamp_seconds", "name" => name.to_string())
+            .set(t as f64);
     }
 }
 
@@ -343,10 +364,12 @@ impl ServerTls {
     /// Loads `files` for the port called `name`; fails when they cannot be
     /// read or do not make a valid configuration.
     pub fn load(name: &str, files: TlsFiles, auth: ClientAuth) -> Result<Arc<Self>, TlsError> {
-        Ok(Arc::new(ServerTls {
+        let t = ServerTls {
             name: name.to_string(),
             inner: Reloading::load(files, auth, server_config)?,
-        }))
+        };
+        publish_expiry(name, t.inner.not_after());
+        Ok(Arc::new(t))
     }
 
     /// Completes the server side of a handshake on `stream`, within
@@ -364,7 +387,11 @@ impl ServerTls {
 
 impl Reloader for ServerTls {
     fn reload(&self) -> Result<bool, TlsError> {
-        self.inner.reload()
+        let changed = self.inner.reload()?;
+        if changed {
+            publish_expiry(&self.name, self.inner.not_after());
+        }
+        Ok(changed)
     }
     fn name(&self) -> &str {
         &self.name
@@ -380,10 +407,12 @@ pub struct ClientTls {
 
 impl ClientTls {
     pub fn load(name: &str, files: TlsFiles) -> Result<Arc<Self>, TlsError> {
-        Ok(Arc::new(ClientTls {
+        let t = ClientTls {
             name: name.to_string(),
             inner: Reloading::load(files, ClientAuth::None, |f, s, _| client_config(f, s))?,
-        }))
+        };
+        publish_expiry(name, t.inner.not_after());
+        Ok(Arc::new(t))
     }
 
     /// Completes the client side of a handshake on `stream` to `addr`
@@ -404,7 +433,11 @@ impl ClientTls {
 
 impl Reloader for ClientTls {
     fn reload(&self) -> Result<bool, TlsError> {
-        self.inner.reload()
+        let changed = self.inner.reload()?;
+        if changed {
+            publish_expiry(&self.name, self.inner.not_after());
+        }
+        Ok(changed)
     }
     fn name(&self) -> &str {
         &self.name

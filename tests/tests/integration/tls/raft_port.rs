@@ -362,5 +362,19 @@ async fn members_forward_their_clients_principals_over_tls() {
         }
         other => panic!("expected ACCESS_DENIED, got {other:?}"),
     }
+    // Each port's certificate expiry is exported, for the alert.
+    let m = om_tests::http_get(sc.nodes[0].node.http_addr, "/metrics").await;
+    for name in ["grpc", "raft", "raft-client"] {
+        let line = format!("om_tls_certificate_expiry_timestamp_seconds{{name=\"{name}\"}} ");
+        let at: f64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("no {line} in {m}"))
+            .trim()
+            .parse()
+            .unwrap();
+        // rcgen's certificates run to 4096.
+        assert!(at > 4_000_000_000.0, "{name}: {at}");
+    }
     sc.shutdown().await;
 }
