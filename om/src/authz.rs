@@ -514,7 +514,7 @@ mod tests {
         // RECLAIM from rules 13, on the cluster only.
         let reclaim = grant(KIND_USER, "gw", IMPERSONATE | RECLAIM);
         assert!(ok(Resource::Cluster, reclaim.clone()));
-        assert!(check_grants(Resource::Cluster, &[reclaim.clone()], 12).is_err());
+        assert!(check_grants(Resource::Cluster, std::slice::from_ref(&reclaim), 12).is_err());
         assert!(!ok(Resource::Volume("v"), grant(KIND_USER, "gw", RECLAIM)));
         assert!(!ok(Resource::Cluster, grant(KIND_USER, "ops", READ)));
         assert!(!ok(
