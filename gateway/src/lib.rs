@@ -35,6 +35,7 @@ mod post;
 pub mod reclaim;
 pub mod s3;
 mod scope;
+mod uri;
 
 pub use config::Config;
 

@@ -22,6 +22,7 @@ use s3s::{S3Error, S3ErrorCode};
 use sha2::{Digest, Sha256};
 
 use crate::auth::Auth;
+use crate::uri;
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 
@@ -107,20 +108,6 @@ impl Scope {
     }
 }
 
-/// SigV4's URI encoding: unreserved characters as they are, `/` kept
-/// unless `slash`, every other byte `%XX`.
-fn uri_encode(out: &mut String, s: &str, slash: bool) {
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'~' | b'.' => {
-                out.push(b as char)
-            }
-            b'/' if !slash => out.push('/'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-}
-
 /// The parts of a request a canonical request is made of.
 struct Parts<'a> {
     method: &'a Method,
@@ -143,20 +130,15 @@ impl Parts<'_> {
         if raw {
             c.push_str(self.path);
         } else {
-            let decoded = percent_decode(self.path)?;
-            uri_encode(&mut c, &decoded, false);
+            let decoded = uri::decode(self.path, false)?;
+            uri::encode_into(&mut c, &decoded, true);
         }
         c.push('\n');
         let mut q: Vec<(String, String)> = self
             .query
             .iter()
             .filter(|(k, _)| k != "X-Amz-Signature")
-            .map(|(k, v)| {
-                let (mut ek, mut ev) = (String::new(), String::new());
-                uri_encode(&mut ek, k, true);
-                uri_encode(&mut ev, v, true);
-                (ek, ev)
-            })
+            .map(|(k, v)| (uri::encode(k, false), uri::encode(v, false)))
             .collect();
         q.sort_by(|a, b| a.0.cmp(&b.0));
         let q: Vec<String> = q.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -187,23 +169,6 @@ impl Parts<'_> {
         c.push_str(payload);
         Some(c)
     }
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 fn mismatch() -> S3Error {

@@ -38,41 +38,12 @@ pub fn request_version(v: Option<&str>) -> String {
 /// Percent-encodes everything but unreserved characters and `/`, as S3's
 /// `encoding-type=url` does.
 pub fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    crate::uri::encode(s, true)
 }
 
 /// `s` URL-encoded when `encode` is set.
 pub fn maybe_encode(s: String, encode: bool) -> String {
     if encode { url_encode(&s) } else { s }
-}
-
-/// Decodes `application/x-www-form-urlencoded` text (`+` is a space).
-fn form_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The tags of an `x-amz-tagging` header (`k1=v1&k2=v2`, URL-encoded).
@@ -84,7 +55,7 @@ pub fn parse_tagging(h: Option<&str>) -> S3Result<BTreeMap<String, String>> {
     };
     for pair in h.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let (Some(k), Some(v)) = (form_decode(k), form_decode(v)) else {
+        let (Some(k), Some(v)) = (crate::uri::decode(k, true), crate::uri::decode(v, true)) else {
             return Err(s3_error!(
                 InvalidArgument,
                 "x-amz-tagging is not URL-encoded"
@@ -133,8 +104,6 @@ mod tests {
     fn url_encoding() {
         assert_eq!(url_encode("a b/c+d%é"), "a%20b/c%2Bd%25%C3%A9");
         assert_eq!(url_encode("plain-key_1.txt~"), "plain-key_1.txt~");
-        assert_eq!(form_decode("a+b%2Fc").as_deref(), Some("a b/c"));
-        assert_eq!(form_decode("%zz"), None);
     }
 
     #[test]

@@ -59,7 +59,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway",
         &[
-            &["errors", "blocks", "host", "logging"],
+            &["errors", "blocks", "host", "logging", "uri"],
             &["auth", "config", "reclaim"],
             &["scope", "post"],
             &["front"],
@@ -94,7 +94,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         ],
     ),
     ("proto", &[]),
-    ("tls", &[&["net"]]),
+    ("tls", &[&["names", "net"]]),
     ("backup-format", &[]),
 ];
 
