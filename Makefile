@@ -22,7 +22,8 @@ build: setup
 	$(CARGO) build --release --workspace --bins
 
 run: build
-	$(CARGO) run --release -p om --bin om -- --data-dir $(DATA_DIR)
+	$(CARGO) run --release -p om --bin om -- --data-dir $(DATA_DIR) \
+	  --secrets-key-file "$$(bash scripts/dev-secrets-key.sh $(DATA_DIR))"
 
 # A single-node om and the S3 gateway om-s3 (127.0.0.1:9878) in front of it.
 run-s3: build

@@ -14,7 +14,7 @@ make -s build >/dev/null
 work="$(mktemp -d)"
 trap 'kill "${gw_pid:-}" 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
 base=${BENCH_PORT_BASE:-24000}
-cluster_start om "$base"
+cluster_start om "$base" --secrets-key-file "$(bash scripts/dev-secrets-key.sh "$work")"
 cluster_wait_ready "$base"
 eps=$(cluster_eps "$base")
 listen="127.0.0.1:$((base + 30))"

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}/release"
 data="${DATA_DIR:-data}"
 mkdir -p "$data"
-"$target/om" --data-dir "$data" &
+"$target/om" --data-dir "$data" --secrets-key-file "$(bash scripts/dev-secrets-key.sh "$data")" &
 om_pid=$!
 trap 'kill "$om_pid" 2>/dev/null; wait "$om_pid" 2>/dev/null || true' EXIT INT TERM
 for _ in $(seq 1 100); do

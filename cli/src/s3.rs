@@ -1,5 +1,6 @@
 //! `omctl s3 secret create|show|list|revoke`: S3 credentials, replicated in
-//! om, for S3 gateways (`om-s3`) to verify signatures with.
+//! om, for S3 gateways (`om-s3`) to verify signatures with; `new-key` and
+//! `rotate-key`: the keys om seals them under at rest.
 //!
 //! `create USER --output json` prints `access_key` and `secret_key`, the
 //! pair an S3 client is configured with (`aws configure`, boto3).
@@ -45,6 +46,14 @@ pub enum SecretCmd {
     },
     /// Revokes a credential; gateways refuse it within their cache time.
     Revoke { access_key: String },
+    /// Prints a new secrets key line, `ID HEX`, for om's
+    /// `--secrets-key-file` (made here, from the OS's randomness; nothing is
+    /// sent). Put it first in the file to seal new secrets under it.
+    NewKey { id: String },
+    /// Seals every stored secret under the current (first) key of
+    /// `--secrets-key-file` (admins only); afterwards older keys may leave
+    /// the file.
+    RotateKey,
 }
 
 fn credential_json(c: &S3Credential) -> Value {
@@ -76,9 +85,49 @@ fn print_credential(out: Output, c: &S3Credential, secret: Option<&str>) {
     println!("created:    {}", iso_time(c.created_ms));
 }
 
+/// A key file line: `id` and 32 random bytes in hex.
+fn new_key_line(id: &str) -> Result<String> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        anyhow::bail!("a key id is 1 to 64 characters of [A-Za-z0-9._-]");
+    }
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| anyhow::anyhow!("no randomness from the OS"))?;
+    Ok(format!("{id} {}", hex::encode(key)))
+}
+
 pub async fn run(c: &OmClient, out: Output, cmd: S3Cmd) -> Result<()> {
     let S3Cmd::Secret(cmd) = cmd;
     match cmd {
+        SecretCmd::NewKey { id } => println!("{}", new_key_line(&id)?),
+        SecretCmd::RotateKey => {
+            let r = c
+                .rotate_s3_secret_key(RotateS3SecretKeyRequest::default())
+                .await?;
+            if out == Output::Json {
+                println!(
+                    "{}",
+                    json!({"key_id": r.key_id, "resealed": r.resealed,
+                        "unchanged": r.unchanged, "unreadable": r.unreadable})
+                );
+            } else {
+                println!(
+                    "key {}: {} sealed anew, {} already under it",
+                    r.key_id, r.resealed, r.unchanged
+                );
+            }
+            if !r.unreadable.is_empty() {
+                anyhow::bail!(
+                    "sealed under a key the file lacks (give it back to read them): {}",
+                    r.unreadable.join(" ")
+                );
+            }
+        }
         SecretCmd::Create { user, groups } => {
             let r = c
                 .create_s3_secret(CreateS3SecretRequest {

@@ -655,6 +655,8 @@ impl OmClient {
         create_s3_secret(CreateS3SecretRequest) -> CreateS3SecretResponse;
         /// Revokes an S3 credential.
         revoke_s3_secret(RevokeS3SecretRequest) -> RevokeS3SecretResponse;
+        /// Seals every S3 secret under the current secrets key (admins only).
+        rotate_s3_secret_key(RotateS3SecretKeyRequest) -> RotateS3SecretKeyResponse;
     }
 
     read_rpcs! {

@@ -79,6 +79,12 @@ pub struct Args {
     /// Reread when the file changes.
     #[arg(long, env = "OM_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Keys S3 secrets are sealed under at rest (AES-256-GCM), one `ID HEX`
+    /// line each, the sealing key first (`omctl s3 secret new-key ID` makes a
+    /// line). Give every member the same file. Without it, om refuses to
+    /// create S3 secrets unless --insecure. Reread when the file changes.
+    #[arg(long, env = "OM_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// Cluster admins, comma-separated principal names (certificate or token
     /// names). With authentication on (a CA or a token file), requests are
     /// authorized against ACLs; admins may do everything. Give every member
@@ -258,6 +264,7 @@ struct FileConfig {
     tls_crl: Option<PathBuf>,
     insecure: Option<bool>,
     token_file: Option<PathBuf>,
+    secrets_key_file: Option<PathBuf>,
     admins: Option<String>,
     audit_log: Option<PathBuf>,
     audit_log_max_bytes: Option<u64>,
@@ -310,6 +317,11 @@ pub struct Config {
     pub tls: om_tls::TlsFiles,
     /// Bearer tokens of the public port.
     pub token_file: Option<PathBuf>,
+    /// Keys S3 secrets are sealed under.
+    pub secrets_key_file: Option<PathBuf>,
+    /// Serve plaintext beyond loopback, and keep S3 secrets in plain text
+    /// without a secrets key.
+    pub insecure: bool,
     /// Cluster admins by configuration.
     pub admins: std::collections::BTreeSet<String>,
     /// Audit log file, its rotation size and rotated files kept.
@@ -503,6 +515,8 @@ impl Config {
             join,
             tls,
             token_file,
+            secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
+            insecure,
             admins,
             audit_log: args.audit_log.or(file.audit_log),
             audit_log_max_bytes: args

@@ -507,6 +507,8 @@ rpcs! {
             = "ListS3Secrets" s3::list;
         rpc revoke_s3_secret(RevokeS3SecretRequest) -> RevokeS3SecretResponse
             = "RevokeS3Secret" s3::revoke;
+        rpc rotate_s3_secret_key(RotateS3SecretKeyRequest) -> RotateS3SecretKeyResponse
+            = "RotateS3SecretKey" s3::rotate_key;
     }
 }
 

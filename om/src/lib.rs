@@ -28,6 +28,7 @@ pub use om_tls::net;
 pub mod peers;
 pub mod restore;
 pub mod rules;
+pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -22,7 +22,7 @@ impl Rule {
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (see ARCHITECTURE.md, "What apply may read"). An entry of a
 /// newer version stops the state machine rather than diverge.
-pub const CURRENT: u32 = 13;
+pub const CURRENT: u32 = 14;
 
 /// Usage counters (a volume's used bytes, a bucket's key and directory
 /// counts) and the quotas enforced on them.
@@ -74,6 +74,9 @@ pub const BATCHED_WRITES: Rule = Rule { since: 12 };
 /// The cluster right RECLAIM: granted on `/`, and enough (without ALL) to
 /// acknowledge deleted blocks.
 pub const RECLAIM_RIGHT: Rule = Rule { since: 13 };
+/// S3 secrets sealed at rest: CreateS3Secret may carry its secret sealed
+/// (`sealed`), and ResealS3Secrets seals stored ones anew.
+pub const SEALED_SECRETS: Rule = Rule { since: 14 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -100,6 +103,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("RETRY_GENERATIONS", RETRY_GENERATIONS),
     ("BATCHED_WRITES", BATCHED_WRITES),
     ("RECLAIM_RIGHT", RECLAIM_RIGHT),
+    ("SEALED_SECRETS", SEALED_SECRETS),
 ];
 
 #[cfg(test)]

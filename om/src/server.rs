@@ -354,7 +354,8 @@ fn build_service(
     .with_backups(storage.backups.clone())
     .with_peer_tls(security.peer_tls())
     .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
-    .with_leader_window(cfg.election_timeout * 2);
+    .with_leader_window(cfg.election_timeout * 2)
+    .with_secrets(security.keyring.clone(), cfg.insecure);
     // A forwarded write names its client, which the leader believes only
     // from a member proven by TLS: with authentication on and no TLS a
     // follower does not forward (its clients are sent to the leader).

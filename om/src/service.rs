@@ -107,6 +107,11 @@ pub struct OmService {
     legacy_retry_clear_term: std::sync::atomic::AtomicU64,
     /// Proposes writes, several per entry under load (`batch`).
     proposer: Arc<batch::Proposer>,
+    /// The keys S3 secrets are sealed under (`--secrets-key-file`).
+    keyring: Option<Arc<crate::secrets::Keyring>>,
+    /// Whether S3 secrets may be stored in plain text without a keyring
+    /// (`--insecure`).
+    plaintext_secrets: bool,
 }
 
 /// Default response byte budget of listings: 3 MiB, a quarter under the
@@ -185,7 +190,21 @@ impl OmService {
             backups: None,
             forwarder: None,
             legacy_retry_clear_term: std::sync::atomic::AtomicU64::new(0),
+            keyring: None,
+            plaintext_secrets: true,
         }
+    }
+
+    /// Seals S3 secrets under `keyring`; without one, stores them in plain
+    /// text only if `plaintext` (else refuses to create them).
+    pub fn with_secrets(
+        mut self,
+        keyring: Option<Arc<crate::secrets::Keyring>>,
+        plaintext: bool,
+    ) -> Self {
+        self.keyring = keyring;
+        self.plaintext_secrets = plaintext;
+        self
     }
 
     /// Refuses every read and write once `d` says this replica diverged.

@@ -147,6 +147,24 @@ pub fn token_file(dir: &Path, tokens: &[(&str, &str, &str)]) -> PathBuf {
     p
 }
 
+/// The secrets key test nodes seal S3 secrets under unless a test gives
+/// another: `test-key`, all bytes 0x5a.
+pub const TEST_SECRETS_KEY: &str =
+    "test-key 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// A file holding `TEST_SECRETS_KEY`, written once per test process.
+pub fn test_secrets_key_file() -> PathBuf {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("om-test-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("secrets key dir");
+        let p = dir.join("secrets.key");
+        std::fs::write(&p, format!("{TEST_SECRETS_KEY}\n")).expect("secrets key file");
+        p
+    })
+    .clone()
+}
+
 /// A loopback port for a test server, taken from below the kernel's ephemeral
 /// range (which starts at 32768 on Linux), so no outgoing connection of this or
 /// another test can grab it between the choice and the bind. Each test process

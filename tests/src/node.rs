@@ -49,6 +49,7 @@ impl TestNode {
             grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
             http_addr: Some("127.0.0.1:0".parse().unwrap()),
             raft_addr: Some("127.0.0.1:0".parse().unwrap()),
+            secrets_key_file: Some(crate::test_secrets_key_file()),
             ..Args::default()
         };
         if let Some(p) = mtls() {
@@ -201,6 +202,7 @@ impl TestNode {
             heartbeat_ms: Some(50),
             election_timeout_ms: Some(300),
             request_timeout_ms: Some(3000),
+            secrets_key_file: Some(crate::test_secrets_key_file()),
             ..Args::default()
         };
         if let Some(p) = mtls() {

@@ -151,6 +151,7 @@ ops! {
     // S3 credentials (`s3.rs`).
     CreateS3Secret,
     RevokeS3Secret,
+    ResealS3Secrets,
     // The cluster and the retry cache (`cluster.rs`, `retry.rs`).
     InitCluster,
     VerifyMark,
@@ -200,6 +201,7 @@ pub fn batchable(op: &Op) -> bool {
         | Op::LifecycleScan(_)
         | Op::CreateS3Secret(_)
         | Op::RevokeS3Secret(_)
+        | Op::ResealS3Secrets(_)
         | Op::InitCluster(_)
         | Op::VerifyMark(_)
         | Op::ExpireRetryCache(_) => false,

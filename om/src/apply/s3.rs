@@ -1,4 +1,5 @@
-//! S3 credentials (rules 9): CreateS3Secret and RevokeS3Secret.
+//! S3 credentials (rules 9): CreateS3Secret and RevokeS3Secret; from rules
+//! 14 secrets sealed at rest (`crate::secrets`) and ResealS3Secrets.
 //!
 //! A credential is an access key (public, names it) and a secret key (what
 //! signatures are made with), acting for one user and, when an admin gave
@@ -9,7 +10,8 @@
 //! proposing, with the same function.
 
 use om_proto::store::{
-    Caller, CommandResult, CreateS3Secret, RevokeS3Secret, S3SecretRecord, command_result,
+    Caller, CommandResult, CountResult, CreateS3Secret, ResealS3Secrets, RevokeS3Secret,
+    S3SecretRecord, SealedSecret, command_result,
 };
 use om_raft_store::EntryWrites;
 
@@ -38,9 +40,19 @@ impl Operation for om_proto::store::CreateS3Secret {
         format!("/s3-secrets/{}", self.access_key)
     }
 
-    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
         access_key(&self.access_key)?;
-        if !valid_secret_key(&self.secret_key) {
+        if let Some(s) = &self.sealed {
+            sealed_rules(rules)?;
+            if !self.secret_key.is_empty() {
+                return Err(OmError::invalid(
+                    "INVALID_SECRET_KEY",
+                    "secret_key",
+                    "a sealed secret's credential carries no plain secret",
+                ));
+            }
+            sealed("sealed", s)?;
+        } else if !valid_secret_key(&self.secret_key) {
             return Err(OmError::invalid(
                 "INVALID_SECRET_KEY",
                 "secret_key",
@@ -53,6 +65,54 @@ impl Operation for om_proto::store::CreateS3Secret {
 
     fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
         ctx.create_s3_secret(b, self)
+    }
+}
+
+impl Operation for ResealS3Secrets {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Cluster, authz::ALL)]
+    }
+
+    fn target(&self) -> String {
+        "/s3-secrets".to_string()
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        sealed_rules(rules)?;
+        if self.items.is_empty() || self.items.len() > MAX_RESEAL_ITEMS {
+            return Err(OmError::invalid(
+                "INVALID_ITEMS",
+                "items",
+                format!("1 to {MAX_RESEAL_ITEMS} credentials per command"),
+            ));
+        }
+        for (i, r) in self.items.iter().enumerate() {
+            if !valid_access_key(&r.access_key)
+                || self.items[..i].iter().any(|o| o.access_key == r.access_key)
+            {
+                return Err(OmError::invalid(
+                    "INVALID_ACCESS_KEY",
+                    format!("items[{i}].access_key"),
+                    "an access key is OM and 18 characters of [A-Z0-9], once per command",
+                ));
+            }
+            if let Some(x) = &r.expect {
+                sealed(&format!("items[{i}].expect"), x)?;
+            }
+            let s = r.sealed.as_ref().ok_or_else(|| {
+                OmError::invalid(
+                    "INVALID_SEALED_SECRET",
+                    format!("items[{i}].sealed"),
+                    "missing",
+                )
+            })?;
+            sealed(&format!("items[{i}].sealed"), s)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.reseal_s3_secrets(b, self)
     }
 }
 
@@ -81,6 +141,37 @@ impl Operation for om_proto::store::RevokeS3Secret {
     fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
         ctx.revoke_s3_secret(b, self)
     }
+}
+
+/// Most credentials one ResealS3Secrets carries.
+pub const MAX_RESEAL_ITEMS: usize = 256;
+
+fn sealed_rules(rules: u32) -> Result<(), OmError> {
+    if !crate::rules::SEALED_SECRETS.holds(rules) {
+        return Err(OmError::invalid(
+            "UNSUPPORTED_COMMAND",
+            "op",
+            "sealed S3 secrets need apply rules 14",
+        ));
+    }
+    Ok(())
+}
+
+/// A sealed secret's shape: a key id, a 12-byte nonce, and a secret key's
+/// length of ciphertext with its tag.
+fn sealed(field: &str, s: &SealedSecret) -> Result<(), OmError> {
+    if !crate::secrets::well_formed(s, SECRET_KEY_LEN) {
+        return Err(OmError::invalid(
+            "INVALID_SEALED_SECRET",
+            field,
+            format!(
+                "a sealed secret names a key (1 to {} characters of [A-Za-z0-9._-]) and carries                  a 12-byte nonce and {} bytes of ciphertext",
+                crate::secrets::MAX_KEY_ID_LEN,
+                SECRET_KEY_LEN + 16
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Characters of an access key: `OM` and 18 of `[A-Z0-9]`.
@@ -213,6 +304,7 @@ fn not_found(access_key: &str) -> OmError {
 /// CreateS3Secret's carry it.
 pub fn without_secret(mut r: S3SecretRecord) -> S3SecretRecord {
     r.secret_key.clear();
+    r.sealed = None;
     r
 }
 
@@ -258,6 +350,7 @@ impl Ctx<'_> {
             user: c.user.clone(),
             groups: c.groups.clone(),
             created_ms: self.now,
+            sealed: c.sealed.clone(),
         };
         table::put::<S3SecretTable>(self.db, b, &keys::s3_secret_key(&c.access_key), &mut rec)?;
         b.put_cf(
@@ -266,6 +359,31 @@ impl Ctx<'_> {
             [],
         );
         ok(command_result::Result::S3Secret(rec))
+    }
+
+    /// Seals each credential that still holds what its item expects.
+    pub(super) fn reseal_s3_secrets(
+        &self,
+        b: &mut EntryWrites<'_>,
+        r: &ResealS3Secrets,
+    ) -> Result<CommandResult, OmError> {
+        self.s3_rules()?;
+        let mut count = 0;
+        for item in &r.items {
+            // Items name distinct credentials (`limits`).
+            let key = keys::s3_secret_key(&item.access_key);
+            let Some(mut rec) = table::get::<S3SecretTable>(self.db, &key)? else {
+                continue;
+            };
+            if rec.sealed != item.expect {
+                continue;
+            }
+            rec.secret_key.clear();
+            rec.sealed = item.sealed.clone();
+            table::put::<S3SecretTable>(self.db, b, &key, &mut rec)?;
+            count += 1;
+        }
+        ok(command_result::Result::Count(CountResult { count }))
     }
 
     pub(super) fn revoke_s3_secret(
@@ -315,7 +433,83 @@ mod tests {
             secret_key: "s".repeat(SECRET_KEY_LEN),
             user: user.into(),
             groups: vec![],
+            sealed: None,
         })
+    }
+
+    fn sealed(key_id: &str, fill: u8) -> SealedSecret {
+        SealedSecret {
+            key_id: key_id.into(),
+            nonce: vec![fill; 12],
+            ciphertext: vec![fill; SECRET_KEY_LEN + 16],
+        }
+    }
+
+    fn reseal(items: Vec<(usize, Option<SealedSecret>, SealedSecret)>) -> Op {
+        Op::ResealS3Secrets(ResealS3Secrets {
+            items: items
+                .into_iter()
+                .map(|(n, expect, s)| om_proto::store::Reseal {
+                    access_key: format!("OM{n:018}"),
+                    expect,
+                    sealed: Some(s),
+                })
+                .collect(),
+        })
+    }
+
+    /// A sealed create stores no plain secret; a reseal replaces only what
+    /// it expects (plain text, or one sealed secret) and skips the rest;
+    /// malformed sealed secrets and older rules are refused.
+    #[test]
+    fn sealed_secrets_are_stored_and_resealed_only_as_expected() {
+        let mut sm = crate::apply::tests::Sm::new();
+        sm.ok(create(1, "alice"));
+        let Op::CreateS3Secret(mut c) = create(2, "alice") else {
+            unreachable!()
+        };
+        c.secret_key.clear();
+        c.sealed = Some(sealed("k1", 1));
+        assert_eq!(
+            sm.rejected_rules(Op::CreateS3Secret(c.clone()), 13),
+            "UNSUPPORTED_COMMAND"
+        );
+        let mut short = c.clone();
+        short.sealed.as_mut().unwrap().ciphertext.pop();
+        assert_eq!(
+            sm.rejected(Op::CreateS3Secret(short)),
+            "INVALID_SEALED_SECRET"
+        );
+        match sm.ok(Op::CreateS3Secret(c)) {
+            command_result::Result::S3Secret(r) => {
+                assert!(r.secret_key.is_empty());
+                assert_eq!(r.sealed, Some(sealed("k1", 1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // 1 is plain, 2 sealed as 1; 3 does not exist.
+        let op = reseal(vec![
+            (1, None, sealed("k2", 7)),
+            (2, Some(sealed("k1", 9)), sealed("k2", 8)),
+            (3, None, sealed("k2", 6)),
+        ]);
+        assert_eq!(sm.rejected_rules(op.clone(), 13), "UNSUPPORTED_COMMAND");
+        match sm.ok(op) {
+            command_result::Result::Count(n) => assert_eq!(n.count, 1),
+            other => panic!("{other:?}"),
+        }
+        let one = get(&sm.db, &format!("OM{:018}", 1)).unwrap().unwrap();
+        assert_eq!(
+            (one.secret_key.as_str(), one.sealed),
+            ("", Some(sealed("k2", 7)))
+        );
+        match sm.ok(reseal(vec![(2, Some(sealed("k1", 1)), sealed("k2", 8))])) {
+            command_result::Result::Count(n) => assert_eq!(n.count, 1),
+            other => panic!("{other:?}"),
+        }
+        let twice = reseal(vec![(1, None, sealed("k2", 7)), (1, None, sealed("k2", 7))]);
+        assert_eq!(sm.rejected(twice), "INVALID_ACCESS_KEY");
+        assert_eq!(sm.rejected(reseal(vec![])), "INVALID_ITEMS");
     }
 
     /// Apply stores exactly what the command carries, answers a user's

@@ -1,7 +1,9 @@
 //! Handlers of the S3 credential RPCs (CreateS3Secret, GetS3Secret,
 //! ListS3Secrets, RevokeS3Secret). The leader draws the keys
 //! (`service::s3::new_s3_keys`) before proposing; a retried create is
-//! answered from the retry cache with the keys of the first attempt.
+//! answered from the retry cache with the keys of the first attempt. The
+//! secret is sealed before proposing and opened for the answer
+//! (`service::s3`).
 
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
@@ -44,33 +46,33 @@ pub async fn create(
     check_user("user", &r.user)?;
     check_groups(&r.groups)?;
     let (access_key, secret_key) = new_s3_keys();
+    let (secret_key, sealed) = svc.seal_new(&access_key, &r.user, secret_key)?;
     let op = Op::CreateS3Secret(st::CreateS3Secret {
         access_key,
         secret_key,
         user: r.user,
         groups: r.groups,
+        sealed,
     });
+    // The answer (a retry's too, from the retry cache) carries the secret
+    // as stored: opened here.
     match svc.propose(id, op).await? {
-        command_result::Result::S3Secret(mut rec) => {
-            let secret_key = std::mem::take(&mut rec.secret_key);
-            Ok(CreateS3SecretResponse {
-                credential: Some(credential(rec)),
-                secret_key,
-            })
-        }
+        command_result::Result::S3Secret(rec) => Ok(CreateS3SecretResponse {
+            secret_key: svc.secret_of(&rec)?,
+            credential: Some(credential(rec)),
+        }),
         other => Err(unexpected(other)),
     }
 }
 
 pub async fn get(svc: &OmService, r: GetS3SecretRequest) -> Result<GetS3SecretResponse, OmError> {
     access_key("access_key", &r.access_key)?;
-    let mut rec = svc
+    let rec = svc
         .get_s3_secret(consistency(&r.read), &r.access_key)
         .await?;
-    let secret_key = std::mem::take(&mut rec.secret_key);
     Ok(GetS3SecretResponse {
+        secret_key: svc.secret_of(&rec)?,
         credential: Some(credential(rec)),
-        secret_key,
     })
 }
 
@@ -101,6 +103,22 @@ pub async fn list(
     Ok(ListS3SecretsResponse {
         credentials: page.credentials.into_iter().map(credential).collect(),
         truncated: page.truncated,
+    })
+}
+
+/// Seals every stored secret under the current key (admins only). The
+/// work is idempotent, so a retry does it again rather than replay.
+pub async fn rotate_key(
+    svc: &OmService,
+    r: RotateS3SecretKeyRequest,
+) -> Result<RotateS3SecretKeyResponse, OmError> {
+    write_id(&r.header, &r)?;
+    let done = svc.reseal_s3_secrets(false, false).await?;
+    Ok(RotateS3SecretKeyResponse {
+        key_id: done.key_id,
+        resealed: done.resealed,
+        unchanged: done.unchanged,
+        unreadable: done.unreadable,
     })
 }
 

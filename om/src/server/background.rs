@@ -97,6 +97,11 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
         i.cfg.lifecycle,
         stop.clone(),
     ));
+    tasks.spawn(crate::tasks::secrets::run(
+        svc.clone(),
+        crate::tasks::secrets::INTERVAL,
+        stop.clone(),
+    ));
     tasks.spawn(crate::tasks::lifecycle::compact_after_passes(
         svc.clone(),
         stop,

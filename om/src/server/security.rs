@@ -42,6 +42,8 @@ pub(super) struct Security {
     pub tls: Option<NodeTls>,
     pub audit: Option<Arc<AuditLog>>,
     pub authenticator: Arc<Authenticator>,
+    /// The keys S3 secrets are sealed under.
+    pub keyring: Option<Arc<crate::secrets::Keyring>>,
 }
 
 impl Security {
@@ -64,6 +66,20 @@ impl Security {
         };
         if let Some(t) = &tokens {
             om_tls::spawn_reload(t.clone(), reload_every);
+        }
+        let keyring = match &cfg.secrets_key_file {
+            Some(p) => Some(crate::secrets::Keyring::load(p)?),
+            None => None,
+        };
+        match &keyring {
+            Some(k) => {
+                om_tls::spawn_reload(k.clone(), reload_every);
+                tracing::info!(key = k.keys().current(), "S3 secrets are sealed at rest");
+            }
+            None if cfg.insecure => tracing::warn!(
+                "no --secrets-key-file: S3 secrets are stored in plain text (--insecure)"
+            ),
+            None => tracing::info!("no --secrets-key-file: creating S3 secrets is refused"),
         }
         let authenticator = Arc::new(Authenticator::new(
             cfg.tls.ca.is_some() || tokens.is_some(),
@@ -100,6 +116,7 @@ impl Security {
             tls,
             audit,
             authenticator,
+            keyring,
         })
     }
 

@@ -3,7 +3,7 @@
 //! admins, impersonation, the audit log, and `omctl acl`. This file holds
 //! the helpers and the replicated grants; `principals` impersonation, `omctl
 //! acl` and the retry cache's owners; `effects` what lifecycle, listings, the
-//! audit log and stale reads may do; `s3` S3 credentials.
+//! audit log and stale reads may do; `s3` S3 credentials; `sealed` their secrets at rest.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use om_tests::{ClusterOptions, MemberAddrs, TestCluster, TestNode, wait_for};
 mod effects;
 mod principals;
 mod s3;
+mod sealed;
 
 const OPS: &str = "omt_000000000000000a_ops-secret-ops-secret-ops-secret-ops";
 const ALICE: &str = "omt_000000000000000b_alice-secret-alice-secret-alice-secret";
