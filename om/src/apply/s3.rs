@@ -68,7 +68,7 @@ impl Operation for om_proto::store::CreateS3Secret {
     }
 }
 
-impl Operation for ResealS3Secrets {
+impl Operation for om_proto::store::ResealS3Secrets {
     fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
         vec![(Resource::Cluster, authz::ALL)]
     }

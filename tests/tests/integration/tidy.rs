@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "peers",
                 "descriptors",
                 "memory",
+                "secrets",
             ],
             &["authz", "listing", "lifecycle", "divergence", "incarnation"],
             &["apply", "verify"],
