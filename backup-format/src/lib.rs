@@ -6,7 +6,10 @@
 //!   their bytes, so a file two backups share is stored once; and
 //! - `ID/manifest.json`: one backup: where it was taken (cluster, node,
 //!   applied log id, membership), every table's entry count and digest, and
-//!   its files (name in the store, bytes, SHA-256).
+//!   its files (name in the store, bytes, SHA-256); and
+//! - `ID/manifest.mac`, with a backup key (`keys`): `KEY_ID HEX`, the
+//!   HMAC-SHA256 of the manifest's bytes. The manifest names every file by
+//!   its digest, so the tag vouches for every byte of the backup.
 //!
 //! A backup exists once its manifest does: objects are written (and synced)
 //! first, the manifest last, by rename. Writers (taking a backup, `prune`)
@@ -14,6 +17,8 @@
 //! backup being written. Shipping `DEST` to object storage with any sync
 //! tool is safe in that order too: objects never change, and a copied
 //! manifest names only objects that were complete before it.
+
+pub mod keys;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
@@ -26,6 +31,7 @@ use serde::{Deserialize, Serialize};
 /// The manifest's version.
 pub const FORMAT: u32 = 1;
 pub const MANIFEST: &str = "manifest.json";
+pub const MANIFEST_MAC: &str = "manifest.mac";
 pub const OBJECTS: &str = "objects";
 const LOCK: &str = ".lock";
 /// Prefix of a file being written (renamed into place once complete).
@@ -400,12 +406,26 @@ pub fn reusable(dest: &Path) -> Result<HashMap<(String, String, u64), String>, F
     Ok(out)
 }
 
-pub fn write_manifest(dest: &Path, m: &Manifest) -> Result<(), FormatError> {
+/// Writes `m` as `DEST/ID/manifest.json`, last; with `keys`, its tag
+/// (`manifest.mac`) before it.
+pub fn write_manifest(
+    dest: &Path,
+    m: &Manifest,
+    keys: Option<&keys::MacKeys>,
+) -> Result<(), FormatError> {
     let dir = dest.join(&m.id);
     private_dir(&dir)?;
     let tmp = dir.join(format!("{TMP_PREFIX}{MANIFEST}"));
     let text = serde_json::to_vec_pretty(m)
         .map_err(|e| FormatError::Invalid(format!("encoding the manifest: {e}")))?;
+    if let Some(k) = keys {
+        let line = format!("{} {}\n", k.current(), hex::encode(k.tag(&[&text])));
+        let p = dir.join(MANIFEST_MAC);
+        let mut f = private_file(&p)?;
+        f.write_all(line.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(io(format!("writing {}", p.display())))?;
+    }
     let mut f = private_file(&tmp)?;
     f.write_all(&text)
         .and_then(|()| f.sync_all())
@@ -413,6 +433,49 @@ pub fn write_manifest(dest: &Path, m: &Manifest) -> Result<(), FormatError> {
     fs::rename(&tmp, dir.join(MANIFEST)).map_err(io(format!("writing {}", dir.display())))?;
     sync_dir(&dir)?;
     sync_dir(dest)
+}
+
+/// Checks the backup in `dir` (`DEST/ID`) against its tag under `keys`:
+/// the key id it was signed under. A manifest without a tag, or whose tag
+/// does not match its bytes, is refused naming the file.
+pub fn authenticate(dir: &Path, keys: &keys::MacKeys) -> Result<String, FormatError> {
+    let read = |name: &str, max: u64| -> Result<Vec<u8>, FormatError> {
+        let p = dir.join(name);
+        let f = File::open(&p).map_err(io(format!("reading {}", p.display())))?;
+        let mut bytes = Vec::new();
+        f.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io(format!("reading {}", p.display())))?;
+        Ok(bytes)
+    };
+    let manifest = dir.join(MANIFEST);
+    let mac = dir.join(MANIFEST_MAC);
+    if !mac.exists() {
+        return Err(FormatError::Invalid(format!(
+            "{} carries no tag ({} is missing): the backup is not authenticated, and a backup \
+             key was given",
+            manifest.display(),
+            mac.display()
+        )));
+    }
+    let text = read(MANIFEST, MAX_MANIFEST_BYTES)?;
+    let line = String::from_utf8(read(MANIFEST_MAC, 1024)?).unwrap_or_default();
+    let mut words = line.split_whitespace();
+    let (Some(id), Some(tag), None) = (words.next(), words.next(), words.next()) else {
+        return Err(FormatError::Invalid(format!(
+            "{} is not `KEY_ID HEX`",
+            mac.display()
+        )));
+    };
+    let tag = hex::decode(tag).unwrap_or_default();
+    keys.check(id, &[&text], &tag).map_err(|why| {
+        FormatError::Invalid(format!(
+            "{} was altered or is not this key's: {why} ({})",
+            manifest.display(),
+            mac.display()
+        ))
+    })?;
+    Ok(id.to_string())
 }
 
 /// Table digests of a manifest, by table name.
@@ -456,7 +519,7 @@ mod tests {
             files: entries,
             new_bytes: 0,
         };
-        write_manifest(dest, &m).unwrap();
+        write_manifest(dest, &m, None).unwrap();
         m
     }
 

@@ -27,12 +27,23 @@ pub enum BackupCmd {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Signs the manifest (`manifest.mac`, HMAC-SHA256) under the first
+        /// key of this file (`ID HEX` lines; `omctl s3 secret new-key ID`
+        /// makes one); `verify` and `om restore` given it refuse a backup
+        /// altered since.
+        #[arg(long, env = "OM_BACKUP_KEY_FILE")]
+        backup_key_file: Option<PathBuf>,
     },
     /// Lists the complete backups in DEST, oldest first.
     List { dest: PathBuf },
     /// Re-reads every byte of a backup (DEST/ID, or DEST for its newest)
-    /// and checks it against the manifest's digests.
-    Verify { backup: PathBuf },
+    /// and checks it against the manifest's digests; with a backup key,
+    /// first the manifest against its tag (refused when it has none).
+    Verify {
+        backup: PathBuf,
+        #[arg(long, env = "OM_BACKUP_KEY_FILE")]
+        backup_key_file: Option<PathBuf>,
+    },
     /// Keeps the newest N backups in DEST and removes the rest, with the
     /// files only they used.
     Prune {
@@ -122,7 +133,9 @@ pub async fn run(c: &OmClient, out: Output, cmd: BackupCmd) -> Result<()> {
             dest,
             rate_mib,
             quiet,
+            backup_key_file,
         } => {
+            let keys = backup_keys(backup_key_file.as_deref())?;
             let bar = Bar {
                 started: Instant::now(),
                 last: Mutex::new(Instant::now()),
@@ -135,6 +148,7 @@ pub async fn run(c: &OmClient, out: Output, cmd: BackupCmd) -> Result<()> {
                 CreateOptions {
                     bytes_per_second: rate_mib.map_or(0, |r| r.max(1) << 20),
                     progress: (!quiet).then_some(show),
+                    keys: keys.as_ref(),
                 },
             )
             .await?;
@@ -187,7 +201,14 @@ pub async fn run(c: &OmClient, out: Output, cmd: BackupCmd) -> Result<()> {
                 }
             }
         }
-        BackupCmd::Verify { backup: path } => verify(&path, out)?,
+        BackupCmd::Verify {
+            backup: path,
+            backup_key_file,
+        } => verify(
+            &path,
+            backup_keys(backup_key_file.as_deref())?.as_ref(),
+            out,
+        )?,
         BackupCmd::Copy { dest, url, keep } => {
             let r = crate::backup_copy::copy(&dest, &url, keep).await?;
             match out {
@@ -233,17 +254,28 @@ pub async fn run(c: &OmClient, out: Output, cmd: BackupCmd) -> Result<()> {
     Ok(())
 }
 
-fn verify(path: &Path, out: Output) -> Result<()> {
+fn backup_keys(path: Option<&Path>) -> Result<Option<backup::MacKeys>> {
+    path.map(|p| backup::MacKeys::load(p).map_err(anyhow::Error::msg))
+        .transpose()
+}
+
+fn verify(path: &Path, keys: Option<&backup::MacKeys>, out: Output) -> Result<()> {
     let (dest, m) = backup::resolve(path)?;
+    let signed = match keys {
+        Some(k) => Some(backup::authenticate(&dest.join(&m.id), k)?),
+        None => None,
+    };
     let v = backup::verify(&dest, &m)?;
     match out {
         Output::Json => println!(
             "{}",
-            json!({"id": m.id, "ok": true, "files": v.files, "bytes": v.bytes})
+            json!({"id": m.id, "ok": true, "files": v.files, "bytes": v.bytes,
+                "signed_by": signed})
         ),
         Output::Table => println!(
-            "backup {} is whole: {} files, {:.1} MiB read back",
+            "backup {} is whole{}: {} files, {:.1} MiB read back",
             m.id,
+            signed.map_or(String::new(), |k| format!(" and signed under key {k}")),
             v.files,
             mib(v.bytes)
         ),

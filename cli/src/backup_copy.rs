@@ -170,6 +170,19 @@ pub async fn copy(dest: &Path, url: &str, keep: Option<usize>) -> Result<Copied>
             out.objects += 1;
             out.bytes += n;
         }
+        // Its tag, if it has one, before the manifest.
+        if let Ok(tag) = std::fs::read(dest.join(&m.id).join(backup::MANIFEST_MAC)) {
+            store
+                .put(
+                    &prefix
+                        .clone()
+                        .join(m.id.as_str())
+                        .join(backup::MANIFEST_MAC),
+                    PutPayload::from(tag),
+                )
+                .await
+                .with_context(|| format!("writing the manifest tag of {}", m.id))?;
+        }
         // The manifest last: the backup exists there once it does.
         let text = std::fs::read(dest.join(&m.id).join(MANIFEST))
             .with_context(|| format!("reading the manifest of {}", m.id))?;
@@ -191,6 +204,13 @@ pub async fn copy(dest: &Path, url: &str, keep: Option<usize>) -> Result<Copied>
                 .delete(&prefix.clone().join(id.as_str()).join(MANIFEST))
                 .await
                 .with_context(|| format!("removing the manifest of {id}"))?;
+            let tag = prefix.clone().join(id.as_str()).join(backup::MANIFEST_MAC);
+            match store.delete(&tag).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("removing the manifest tag of {id}"));
+                }
+            }
             out.removed.push(id.clone());
         }
         let kept: BTreeSet<&str> = all

@@ -12,9 +12,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+pub use om_backup_format::keys::MacKeys;
 pub use om_backup_format::{
-    FORMAT, FileEntry, FormatError, MANIFEST, MAX_MANIFEST_BYTES, Manifest, Member, OBJECTS,
-    Pruned, Table, Verified, hash_file, list, prune, read_manifest, resolve, table_digests, verify,
+    FORMAT, FileEntry, FormatError, MANIFEST, MANIFEST_MAC, MAX_MANIFEST_BYTES, Manifest, Member,
+    OBJECTS, Pruned, Table, Verified, authenticate, hash_file, list, prune, read_manifest, resolve,
+    table_digests, verify,
 };
 use om_backup_format::{TMP_PREFIX, lock, reusable, safe_name, sync_dir, write_manifest};
 use om_proto::v1::cluster_client::ClusterClient;
@@ -62,6 +64,8 @@ pub struct CreateOptions<'a> {
     /// Read rate asked of the server (0: its default, at most its cap).
     pub bytes_per_second: u64,
     pub progress: Option<&'a (dyn Fn(&Progress) + Sync)>,
+    /// Signs the manifest (`manifest.mac`) under the first key.
+    pub keys: Option<&'a MacKeys>,
 }
 
 /// How long the server may take to copy and describe its store.
@@ -146,7 +150,7 @@ pub async fn create(
         files,
         new_bytes,
     };
-    write_manifest(dest, &m)?;
+    write_manifest(dest, &m, opts.keys)?;
     Ok(m)
 }
 

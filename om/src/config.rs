@@ -211,6 +211,13 @@ pub struct Args {
     /// "Backups and restore").
     #[arg(long, env = "OM_ARCHIVE_LOG")]
     pub archive_log: Option<PathBuf>,
+    /// HMAC keys, one `ID HEX` line each (`omctl s3 secret new-key ID`
+    /// makes one): this node signs its log archive under the first; `om
+    /// restore` given it refuses a backup or archive segment that is
+    /// unsigned or was altered, naming the file. Give `omctl backup` the
+    /// same file.
+    #[arg(long, env = "OM_BACKUP_KEY_FILE", global = true)]
+    pub backup_key_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -265,6 +272,7 @@ struct FileConfig {
     insecure: Option<bool>,
     token_file: Option<PathBuf>,
     secrets_key_file: Option<PathBuf>,
+    backup_key_file: Option<PathBuf>,
     admins: Option<String>,
     audit_log: Option<PathBuf>,
     audit_log_max_bytes: Option<u64>,
@@ -319,6 +327,8 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Keys S3 secrets are sealed under.
     pub secrets_key_file: Option<PathBuf>,
+    /// Keys backups and the log archive are signed and checked under.
+    pub backup_key_file: Option<PathBuf>,
     /// Serve plaintext beyond loopback, and keep S3 secrets in plain text
     /// without a secrets key.
     pub insecure: bool,
@@ -516,6 +526,7 @@ impl Config {
             tls,
             token_file,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
+            backup_key_file: args.backup_key_file.or(file.backup_key_file),
             insecure,
             admins,
             audit_log: args.audit_log.or(file.audit_log),

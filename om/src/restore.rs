@@ -107,6 +107,20 @@ pub fn restore(cfg: &Config, from: &Path, target: &Target) -> Result<Restored, S
         ));
     }
     let (dest, m) = backup::resolve(from).map_err(|e| e.to_string())?;
+    let keys = match &cfg.backup_key_file {
+        Some(k) => Some(Arc::new(backup::keys::MacKeys::load(k)?)),
+        None => None,
+    };
+    match &keys {
+        Some(k) => {
+            let id = backup::authenticate(&dest.join(&m.id), k).map_err(|e| e.to_string())?;
+            tracing::info!(backup = %m.id, key = %id, "the backup's manifest matches its tag");
+        }
+        None => tracing::warn!(
+            backup = %m.id,
+            "no --backup-key-file: the backup (and any archive replayed) is not authenticated"
+        ),
+    }
     let checked = backup::verify(&dest, &m).map_err(|e| e.to_string())?;
     tracing::info!(
         backup = %m.id,
@@ -118,7 +132,7 @@ pub fn restore(cfg: &Config, from: &Path, target: &Target) -> Result<Restored, S
     std::fs::set_permissions(data, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", data.display()))?;
     let staging = data.join(STAGING);
-    let result = assemble(&staging, &dest, &m, &members, target);
+    let result = assemble(&staging, &dest, &m, &members, target, keys);
     let (applied_index, index) = match result {
         Ok(i) => i,
         Err(e) => {
@@ -160,6 +174,7 @@ fn assemble(
     m: &Manifest,
     members: &BTreeMap<u64, OmNode>,
     target: &Target,
+    keys: Option<Arc<backup::keys::MacKeys>>,
 ) -> Result<(u64, u64), String> {
     if staging.exists() {
         std::fs::remove_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
@@ -211,6 +226,7 @@ fn assemble(
         cluster_id: m.cluster_id.clone(),
         lineage: om_raft_store::archive_lineage(&db)
             .map_err(|e| format!("reading the archive lineage: {e}"))?,
+        keys,
     };
     let applied_index = replay(&mut sm, &history, m.applied_index, target)?;
     forget_cluster_id(&db)?;

@@ -17,6 +17,14 @@
 //! Segments written before headers existed (`<first index>.omlog`, records
 //! only) are still read.
 //!
+//! With a backup key (`--backup-key-file`) a segment is **signed**: its
+//! header names the key (`mac_key_id`), and each record is followed by a
+//! 32-byte HMAC-SHA256 tag over the previous tag, the index and the entry,
+//! the chain starting from a tag over the header. A replay given the keys
+//! refuses a record whose tag does not match (an altered or appended
+//! record), and an unsigned segment it would take an entry from, naming the
+//! file; without keys it reads signed segments unverified.
+//!
 //! A store restored from a backup starts a new **lineage** (its history
 //! forks from the backup's at the backup's index) and archives into
 //! `DIR/<lineage>/`, never beside the history it forked from.
@@ -108,7 +116,21 @@ pub struct Start {
     /// first it will archive.
     pub applied: Option<LogId>,
     pub label: Option<LabelSource>,
+    /// Signs segments under the first key.
+    pub keys: Option<Arc<om_backup_format::keys::MacKeys>>,
 }
+
+/// Where a signed segment's tag chain starts: the tag of its header.
+pub(crate) fn header_tag(
+    keys: &om_backup_format::keys::MacKeys,
+    key_id: &str,
+    header_body: &[u8],
+) -> Result<[u8; TAG_LEN], om_backup_format::keys::Refused> {
+    keys.tag_with(key_id, &[b"om-archive-header\0", header_body])
+}
+
+/// Bytes of a record's tag in a signed segment.
+pub const TAG_LEN: usize = om_backup_format::keys::TAG_LEN;
 
 impl LogArchive {
     /// Archives into `dir` (the lineage's subdirectory, see `lineage_dir`).
@@ -171,18 +193,19 @@ fn segment_name(first: u64) -> String {
     format!("{first:020}-{:016x}{SUFFIX}", crate::nonce())
 }
 
-fn header_bytes(h: &pb::ArchiveSegmentHeader) -> Vec<u8> {
-    let body = h.encode_to_vec();
+fn header_bytes(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + body.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&crc32fast::hash(body).to_be_bytes());
+    out.extend_from_slice(body);
     out
 }
 
 fn write_loop(dir: &Path, start: &Start, rx: Receiver<Record>) -> std::io::Result<()> {
     let mut out: Option<(BufWriter<File>, u64)> = None;
+    // The last tag of a signed segment.
+    let mut chain: Option<[u8; TAG_LEN]> = None;
     let mut synced = Instant::now();
     // The last entry written, or the store's applied one before any.
     let mut last: Option<LogId> = start.applied;
@@ -218,6 +241,15 @@ fn write_loop(dir: &Path, start: &Start, rx: Receiver<Record>) -> std::io::Resul
                 },
                 first: Some(codec::log_id_to_pb(&log_id)),
                 lineage: start.lineage.clone(),
+                mac_key_id: start
+                    .keys
+                    .as_ref()
+                    .map_or(String::new(), |k| k.current().to_string()),
+            };
+            let body = header.encode_to_vec();
+            chain = match &start.keys {
+                Some(k) => Some(header_tag(k, k.current(), &body).map_err(io_err)?),
+                None => None,
             };
             let p = dir.join(segment_name(log_id.index));
             let f = {
@@ -229,7 +261,7 @@ fn write_loop(dir: &Path, start: &Start, rx: Receiver<Record>) -> std::io::Resul
                     .open(&p)?
             };
             let mut w = BufWriter::with_capacity(1 << 20, f);
-            let h = header_bytes(&header);
+            let h = header_bytes(&body);
             w.write_all(&h)?;
             File::open(dir)?.sync_all()?;
             out = Some((w, h.len() as u64));
@@ -240,6 +272,12 @@ fn write_loop(dir: &Path, start: &Start, rx: Receiver<Record>) -> std::io::Resul
         w.write_all(&crc32fast::hash(&bytes).to_be_bytes())?;
         w.write_all(&bytes)?;
         *n += 16 + bytes.len() as u64;
+        if let (Some(k), Some(prev)) = (&start.keys, &mut chain) {
+            let tag = k.tag(&[&prev[..], &log_id.index.to_be_bytes(), &bytes]);
+            w.write_all(&tag)?;
+            *n += TAG_LEN as u64;
+            *prev = tag;
+        }
         last = Some(log_id);
         if synced.elapsed() >= SYNC_EVERY {
             w.flush()?;

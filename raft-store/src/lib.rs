@@ -207,6 +207,8 @@ pub struct StoreOptions {
     pub archive_log: Option<std::path::PathBuf>,
     /// What each new archive segment says about its writer.
     pub archive_label: Option<archive::LabelSource>,
+    /// Signs archive segments under the first of these keys.
+    pub archive_keys: Option<Arc<om_backup_format::keys::MacKeys>>,
 }
 
 /// Live WAL bytes past which RocksDB flushes the memtables pinning the
@@ -313,6 +315,7 @@ pub fn open_with(
                 lineage,
                 applied,
                 label: store.archive_label.clone(),
+                keys: store.archive_keys.clone(),
             },
         )?));
     }

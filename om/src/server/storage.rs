@@ -64,15 +64,25 @@ impl Storage {
                 }
             })
         });
+        let keys = match (&cfg.archive_log, &cfg.backup_key_file) {
+            (Some(_), Some(k)) => Some(Arc::new(
+                om_backup_format::keys::MacKeys::load(k).map_err(std::io::Error::other)?,
+            )),
+            _ => None,
+        };
         let store = open_store(
             &cfg.data_dir,
             max_open_files,
             memory,
-            cfg.archive_log.as_deref().map(|a| (a, label)),
+            cfg.archive_log.as_deref().map(|a| (a, label, keys.clone())),
         )
         .await?;
         if let Some(a) = &cfg.archive_log {
-            tracing::info!(dir = %a.display(), "archiving every applied entry");
+            tracing::info!(
+                dir = %a.display(),
+                signed_under = keys.as_ref().map(|k| k.current()),
+                "archiving every applied entry"
+            );
         }
         let db = store.db.clone();
         let cluster_id = ClusterId::new(db.clone());
@@ -170,7 +180,11 @@ async fn open_store(
     dir: &std::path::Path,
     max_open_files: u64,
     memory: om_raft_store::memory::MemoryBudget,
-    archive_log: Option<(&std::path::Path, om_raft_store::archive::LabelSource)>,
+    archive_log: Option<(
+        &std::path::Path,
+        om_raft_store::archive::LabelSource,
+        Option<Arc<om_backup_format::keys::MacKeys>>,
+    )>,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
     // The store is the cluster's metadata and ACLs: readable by om's user
     // only, whatever the umask (files inside inherit the protection).
@@ -187,8 +201,9 @@ async fn open_store(
         // appends are held in memory, unflushed and unacknowledged.
         hold_wal_flush_while: std::env::var_os("OM_TEST_HOLD_WAL_FLUSH").map(Into::into),
         memory: Some(memory),
-        archive_log: archive_log.as_ref().map(|(a, _)| a.to_path_buf()),
-        archive_label: archive_log.map(|(_, l)| l),
+        archive_log: archive_log.as_ref().map(|(a, _, _)| a.to_path_buf()),
+        archive_keys: archive_log.as_ref().and_then(|(_, _, k)| k.clone()),
+        archive_label: archive_log.map(|(_, l, _)| l),
     };
     loop {
         let tables = crate::store::table_descriptors_with(opts.memory.as_ref());

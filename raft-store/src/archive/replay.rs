@@ -4,11 +4,16 @@
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use om_backup_format::keys::MacKeys;
 
 use om_proto::raft as pb;
 use prost::Message;
 
-use super::{MAGIC, MAX_ENTRY_BYTES, MAX_HEADER_BYTES, SUFFIX, read_exact_or_end};
+use super::{
+    MAGIC, MAX_ENTRY_BYTES, MAX_HEADER_BYTES, SUFFIX, TAG_LEN, header_tag, read_exact_or_end,
+};
 use crate::{Entry, LogId, codec, io_err};
 
 /// Why a replay stopped.
@@ -34,6 +39,9 @@ pub struct History {
     pub cluster_id: String,
     /// The backup store's lineage: segments of another are skipped.
     pub lineage: String,
+    /// With keys, every entry replayed must come from a signed segment
+    /// whose tags match.
+    pub keys: Option<Arc<MacKeys>>,
 }
 
 /// One segment file, as listed.
@@ -41,13 +49,23 @@ struct Segment {
     path: PathBuf,
     first: u64,
     header: Option<pb::ArchiveSegmentHeader>,
+    /// The header's encoded bytes (a signed segment's tags start from them).
+    header_body: Vec<u8>,
     /// Where its records begin.
     records_at: u64,
 }
 
 /// Reads a segment's header, if it has one (`None` for a segment written
-/// before headers existed).
+/// before headers existed), with where its records begin.
+#[cfg(test)]
 pub(super) fn read_header(path: &Path) -> std::io::Result<Option<(pb::ArchiveSegmentHeader, u64)>> {
+    Ok(read_header_bytes(path)?.map(|(h, _, at)| (h, at)))
+}
+
+/// `read_header` with the header's encoded bytes.
+fn read_header_bytes(
+    path: &Path,
+) -> std::io::Result<Option<(pb::ArchiveSegmentHeader, Vec<u8>, u64)>> {
     let mut f = File::open(path)?;
     let mut magic = [0u8; 8];
     if read_exact_or_end(&mut f, &mut magic)?.is_none() || magic != MAGIC {
@@ -67,7 +85,7 @@ pub(super) fn read_header(path: &Path) -> std::io::Result<Option<(pb::ArchiveSeg
         return Err(bad());
     }
     let h = pb::ArchiveSegmentHeader::decode(&body[..]).map_err(|_| bad())?;
-    Ok(Some((h, 16 + u64::from(len))))
+    Ok(Some((h, body, 16 + u64::from(len))))
 }
 
 /// The segments in `dir` and in its subdirectories (lineages), sorted by
@@ -92,14 +110,15 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<Segment>> {
                 continue;
             };
             let path = e.path();
-            let (header, records_at) = match read_header(&path)? {
-                Some((h, at)) => (Some(h), at),
-                None => (None, 0),
+            let (header, header_body, records_at) = match read_header_bytes(&path)? {
+                Some((h, body, at)) => (Some(h), body, at),
+                None => (None, Vec::new(), 0),
             };
             out.push(Segment {
                 path,
                 first,
                 header,
+                header_body,
                 records_at,
             });
         }
@@ -118,16 +137,31 @@ enum Prev {
     Unknown,
 }
 
+/// How a segment's records are authenticated.
+enum Signing {
+    /// No tags.
+    Unsigned,
+    /// Tags, read past unverified (no keys given).
+    Unchecked,
+    /// Tags checked under the key `id`; the last one read.
+    Checked {
+        keys: Arc<MacKeys>,
+        id: String,
+        last: [u8; TAG_LEN],
+    },
+}
+
 /// A segment being read, one record ahead.
 struct Cursor {
     path: PathBuf,
     reader: BufReader<File>,
     prev: Prev,
     next: Option<Entry>,
+    signing: Signing,
 }
 
 impl Cursor {
-    fn open(s: &Segment) -> std::io::Result<Cursor> {
+    fn open(s: &Segment, keys: Option<&Arc<MacKeys>>) -> std::io::Result<Cursor> {
         let mut f = File::open(&s.path)?;
         f.seek(SeekFrom::Start(s.records_at))?;
         let prev = match (&s.header, s.header.as_ref().and_then(|h| h.prev.as_ref())) {
@@ -135,11 +169,23 @@ impl Cursor {
             (Some(_), None) if s.first <= 1 => Prev::Origin,
             _ => Prev::Unknown,
         };
+        let signed = s.header.as_ref().map_or("", |h| h.mac_key_id.as_str());
+        let signing = match (signed, keys) {
+            ("", _) => Signing::Unsigned,
+            (_, None) => Signing::Unchecked,
+            (id, Some(k)) => Signing::Checked {
+                last: header_tag(k, id, &s.header_body)
+                    .map_err(|why| fork(format!("{}: {why}", s.path.display())))?,
+                keys: k.clone(),
+                id: id.to_string(),
+            },
+        };
         let mut c = Cursor {
             path: s.path.clone(),
             reader: BufReader::new(f),
             prev,
             next: None,
+            signing,
         };
         c.next = c.read()?;
         Ok(c)
@@ -163,6 +209,24 @@ impl Cursor {
         {
             // A torn tail: what follows is in a later segment, if anywhere.
             return Ok(None);
+        }
+        if !matches!(self.signing, Signing::Unsigned) {
+            let mut tag = [0u8; TAG_LEN];
+            if read_exact_or_end(&mut self.reader, &mut tag)?.is_none() {
+                return Ok(None);
+            }
+            if let Signing::Checked { keys, id, last } = &mut self.signing {
+                let parts: [&[u8]; 3] = [&last[..], &index.to_be_bytes(), &body];
+                keys.check(id, &parts, &tag).map_err(|why| {
+                    fork(format!(
+                        "{}: the record of index {index} was altered or added without the \
+                         backup key ({why}); nothing is replayed from an archive that was \
+                         tampered with",
+                        self.path.display()
+                    ))
+                })?;
+                *last = tag;
+            }
         }
         let entry = codec::entry_from_pb(&pb::Entry::decode(&body[..]).map_err(io_err)?)?;
         if entry.log_id.index != index {
@@ -233,11 +297,12 @@ pub fn replay(
     // The log id the replayed history holds at `next - 1`.
     let mut last: Option<LogId> = history.after.filter(|a| a.index + 1 == from);
     let mut unverified_warned = false;
+    let mut unchecked_warned = false;
     let done = |next: u64| to.is_some_and(|t| next > t);
     while !done(next) {
         while pending.front().is_some_and(|s| s.first <= next) {
             if let Some(s) = pending.pop_front() {
-                active.push(Cursor::open(&s)?);
+                active.push(Cursor::open(&s, history.keys.as_ref())?);
             }
         }
         for c in &mut active {
@@ -294,6 +359,29 @@ pub fn replay(
             }
             unknown
         };
+        if history.keys.is_some()
+            && let Some(c) = chosen
+                .iter()
+                .find(|c| matches!(c.signing, Signing::Unsigned))
+        {
+            return Err(fork(format!(
+                "{} holds entry {next} unsigned, and a backup key was given: only signed \
+                 segments are replayed (archive with --backup-key-file)",
+                c.path.display()
+            )));
+        }
+        if history.keys.is_none()
+            && !unchecked_warned
+            && chosen
+                .iter()
+                .any(|c| matches!(c.signing, Signing::Unchecked))
+        {
+            tracing::warn!(
+                segment = %chosen[0].path.display(),
+                "the archive is signed, but no --backup-key-file was given: replayed unverified"
+            );
+            unchecked_warned = true;
+        }
         let entry = chosen[0].next.clone().ok_or_else(|| io_err("no entry"))?;
         if let Some(other) = chosen
             .iter()

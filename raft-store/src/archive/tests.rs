@@ -1,5 +1,6 @@
 use super::replay::read_header;
 use super::*;
+use om_backup_format::keys::MacKeys;
 use openraft::EntryPayload;
 use openraft::vote::leader_id_adv::LeaderId;
 
@@ -25,12 +26,24 @@ fn label(c: &str) -> Option<LabelSource> {
 /// A writer of cluster `cluster` and `lineage` whose store applied
 /// `applied`, archiving `entries`.
 fn write(dir: &Path, cluster: &str, lineage: &str, applied: Option<LogId>, entries: &[Entry]) {
+    write_signed(dir, cluster, lineage, applied, entries, None)
+}
+
+fn write_signed(
+    dir: &Path,
+    cluster: &str,
+    lineage: &str,
+    applied: Option<LogId>,
+    entries: &[Entry],
+    keys: Option<Arc<MacKeys>>,
+) {
     let a = LogArchive::open(
         dir,
         Start {
             lineage: lineage.to_string(),
             applied,
             label: label(cluster),
+            keys,
         },
     )
     .unwrap();
@@ -58,6 +71,7 @@ fn history(cluster: &str, after: Option<LogId>) -> History {
         after,
         cluster_id: cluster.to_string(),
         lineage: String::new(),
+        keys: None,
     }
 }
 
@@ -155,6 +169,7 @@ fn a_fork_after_restore() {
         after: Some(id(1, 5)),
         cluster_id: String::new(),
         lineage: "restored-1".into(),
+        keys: None,
     };
     let (seen, r) = run(d.path(), 6, Some(9), &mine).unwrap();
     assert_eq!(seen, (6..=9).map(|i| id(2, i)).collect::<Vec<_>>());
@@ -167,7 +182,7 @@ fn a_fork_after_restore() {
         // by two histories holds.
         let (mut h, at) = read_header(&p).unwrap().unwrap();
         h.lineage.clear();
-        let mut out = header_bytes(&h);
+        let mut out = header_bytes(&h.encode_to_vec());
         out.extend_from_slice(&bytes.split_off(at as usize));
         std::fs::write(to, out).unwrap();
     }
@@ -222,4 +237,70 @@ fn a_segment_without_header_is_read() {
     let (seen, r) = run(d.path(), 2, Some(4), &history("c", Some(id(1, 1)))).unwrap();
     assert_eq!(seen, (2..=4).map(|i| id(1, i)).collect::<Vec<_>>());
     assert_eq!(r, Replayed::Complete { last: 4 });
+}
+
+fn keys(text: &str) -> Arc<MacKeys> {
+    Arc::new(MacKeys::parse(text).unwrap())
+}
+
+const K1: &str = "k1 0101010101010101010101010101010101010101010101010101010101010101";
+const K2: &str = "k2 0202020202020202020202020202020202020202020202020202020202020202";
+
+/// A signed archive replays under its key (and unverified without one);
+/// a record altered in place, a record appended without the key, another
+/// key, and an unsigned segment are refused when a key is given, naming
+/// the segment.
+#[test]
+fn signed_segments_refuse_what_was_altered_or_added() {
+    let d = tempfile::tempdir().unwrap();
+    let all: Vec<Entry> = (1..=6).map(|i| entry(1, i)).collect();
+    write_signed(d.path(), "c", "", None, &all, Some(keys(K1)));
+    let signed = History {
+        keys: Some(keys(&format!("{K2}\n{K1}"))),
+        ..history("c", None)
+    };
+    let (seen, r) = run(d.path(), 1, Some(6), &signed).unwrap();
+    assert_eq!((seen.len(), r), (6, Replayed::Complete { last: 6 }));
+    let (seen, _) = run(d.path(), 1, Some(6), &history("c", None)).unwrap();
+    assert_eq!(seen.len(), 6);
+    let e = run(
+        d.path(),
+        1,
+        Some(6),
+        &History {
+            keys: Some(keys(K2)),
+            ..history("c", None)
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("\"k1\""), "{e}");
+
+    let seg = segments(d.path()).pop().unwrap();
+    let good = std::fs::read(&seg).unwrap();
+    // Appended: entry 7 with a made-up tag.
+    let bytes = codec::encode_entry(&entry(1, 7));
+    let mut more = good.clone();
+    more.extend_from_slice(&7u64.to_be_bytes());
+    more.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    more.extend_from_slice(&crc32fast::hash(&bytes).to_be_bytes());
+    more.extend_from_slice(&bytes);
+    more.extend_from_slice(&[0u8; TAG_LEN]);
+    std::fs::write(&seg, &more).unwrap();
+    let e = run(d.path(), 1, Some(7), &signed).unwrap_err().to_string();
+    assert!(e.contains("index 7") && e.contains(".omlog"), "{e}");
+    // Altered in place: a tag's byte (the CRC still holds).
+    let mut altered = good.clone();
+    let at = altered.len() - 1;
+    altered[at] ^= 1;
+    std::fs::write(&seg, &altered).unwrap();
+    assert!(run(d.path(), 1, Some(6), &signed).is_err());
+    // A torn tail is not tampering: replay stops where the records stop.
+    std::fs::write(&seg, &good[..good.len() - 5]).unwrap();
+    let (seen, r) = run(d.path(), 1, None, &signed).unwrap();
+    assert_eq!((seen.len(), r), (5, Replayed::Complete { last: 5 }));
+
+    let u = tempfile::tempdir().unwrap();
+    write(u.path(), "c", "", None, &all);
+    let e = run(u.path(), 1, Some(6), &signed).unwrap_err().to_string();
+    assert!(e.contains("unsigned") && e.contains(".omlog"), "{e}");
 }

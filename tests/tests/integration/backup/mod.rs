@@ -16,6 +16,7 @@ use om_tests::{
 };
 
 mod fenced;
+mod signed;
 
 const VOL: &str = "vol1";
 const BKT: &str = "bkt1";
