@@ -24,10 +24,17 @@
 //!   most `per_source` connections in all. Whatever strangers do, they hold
 //!   at most the pool, and the rest of the cap is left to proven
 //!   connections. An address whose connection proved membership on the Raft
-//!   port is trusted (neither limit applies) for an hour after its last
-//!   member connection, so members get through. Addresses behind one NAT
-//!   share their limits. A handler can close the connection a request came
-//!   on (`ConnInfo::close`).
+//!   port is trusted for an hour after its last member connection: its new
+//!   connections wait for their handshake in a pool of their own
+//!   (`member_pending` per address, the address's oldest closed to make
+//!   room), so strangers filling the shared pool, or silent sockets opened
+//!   from a member's own address, never keep a member out; it still holds
+//!   at most `per_source` connections, each under the idle and prove
+//!   timeouts. Addresses behind one NAT share their limits. A handler can
+//!   close the connection a request came on (`ConnInfo::close`).
+//! - **Reserve.** The last `reserve` permits of a port go only to an address
+//!   that holds no connection there: a few busy addresses cannot take every
+//!   slot of the probe port from the kubelet's probes.
 //! - **Accept errors.** EMFILE, ENFILE, ENOBUFS and ENOMEM do not end the
 //!   server (axum would sleep a second, tonic would retry at once and spin):
 //!   the loop backs off exponentially (`accept_backoff`) and tries again, and
@@ -62,16 +69,24 @@ pub struct PortPolicy {
     pub name: &'static str,
     pub max_connections: usize,
     pub idle_timeout: Duration,
-    /// Most connections one source address may hold (trusted ones aside).
+    /// Most connections one source address may hold.
     pub per_source: usize,
     /// Most unproven connections at once (trusted sources aside).
     pub pending: usize,
+    /// Most unproven connections of one trusted (member) address.
+    pub member_pending: usize,
+    /// Permits kept for addresses holding no connection on the port.
+    pub reserve: usize,
     /// How long a connection may stay unproven.
     pub prove_timeout: Duration,
     /// Without TLS, a connection is proven once it sent this many bytes (0:
     /// only by `prove`).
     pub proof_bytes: usize,
 }
+
+/// Unproven connections a member's address may have at once: more than a
+/// member opens to one peer (a channel or two) while reconnecting.
+pub const MEMBER_PENDING: usize = 8;
 
 /// How long a connection may take to prove itself by default: finish its
 /// TLS handshake, or send its first bytes.
@@ -96,6 +111,8 @@ impl PortPolicy {
             idle_timeout,
             per_source: (max_connections / 8).max(4),
             pending: (max_connections / 4).max(4),
+            member_pending: MEMBER_PENDING,
+            reserve: 0,
             prove_timeout: PROVE_TIMEOUT,
             proof_bytes: 1,
         }
@@ -119,6 +136,9 @@ pub struct PortStats {
     pub open: AtomicU64,
     /// Reset because their source held `per_source` connections already.
     pub source_refused: AtomicU64,
+    /// Reset because only the reserve was left and their source held a
+    /// connection already.
+    pub reserve_refused: AtomicU64,
     /// Reset because their source held its share of the unproven pool.
     pub pending_refused: AtomicU64,
     /// Unproven connections closed to make room for a newer one.
@@ -203,6 +223,8 @@ pub struct LimitedListener<A = TcpListener> {
     policy: PortPolicy,
     permits: Arc<Semaphore>,
     pool: Arc<Pool>,
+    /// Trusted addresses' unproven connections.
+    member_pool: Arc<Pool>,
     sources: Arc<Sources>,
     stats: Arc<PortStats>,
     closer: Closer,
@@ -218,6 +240,9 @@ impl<A: Acceptor> LimitedListener<A> {
             pool: Arc::new(Pool::new(
                 policy.pending.min(policy.max_connections),
                 (policy.pending / 4).max(1),
+            )),
+            member_pool: Arc::new(Pool::for_members(
+                policy.member_pending.min(policy.max_connections),
             )),
             sources: Arc::default(),
             stats: Arc::default(),
@@ -272,6 +297,15 @@ impl<A: Acceptor> LimitedListener<A> {
                 let _ = stream.set_zero_linger();
                 drop(stream);
             };
+            let available = self.permits.available_permits();
+            if available > 0 && available <= self.policy.reserve && self.sources.count(ip) > 0 {
+                refuse(
+                    stream,
+                    &self.stats.reserve_refused,
+                    "om_net_connections_reserve_refused_total",
+                );
+                continue;
+            }
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
                 refuse(
                     stream,
@@ -280,8 +314,7 @@ impl<A: Acceptor> LimitedListener<A> {
                 );
                 continue;
             };
-            let trusted = self.sources.is_trusted(ip);
-            if !trusted && !self.sources.take(ip, self.policy.per_source) {
+            if !self.sources.take(ip, self.policy.per_source) {
                 refuse(
                     stream,
                     &self.stats.source_refused,
@@ -290,16 +323,17 @@ impl<A: Acceptor> LimitedListener<A> {
                 continue;
             }
             let source = SourceGuard {
-                counted: (!trusted).then_some(ip),
                 ip,
                 sources: self.sources.clone(),
                 member: AtomicBool::new(false),
             };
             let conn = Closer::default();
-            let unproven = if trusted {
-                None
-            } else {
-                match self.pool.admit(ip, conn.clone()) {
+            let pool = match self.sources.is_trusted(ip) {
+                true => &self.member_pool,
+                false => &self.pool,
+            };
+            let unproven = {
+                match pool.admit(ip, conn.clone()) {
                     Admitted::In(u) => Some(u),
                     Admitted::Evicted(u) => {
                         self.stats.evicted.fetch_add(1, Ordering::Relaxed);
@@ -341,7 +375,7 @@ impl<A: Acceptor> LimitedListener<A> {
                 proof: Arc::new(Proof {
                     proven: AtomicBool::new(unproven.is_none()),
                     unproven,
-                    pool: self.pool.clone(),
+                    pool: pool.clone(),
                 }),
                 proof_bytes: self.policy.proof_bytes,
                 read_bytes: 0,

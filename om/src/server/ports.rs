@@ -32,7 +32,14 @@ impl Ports {
         let http = tokio::net::TcpListener::bind(cfg.http_addr).await?;
         let port = |listener: tokio::net::TcpListener, name, max_connections| {
             let mut policy = PortPolicy::new(name, max_connections, cfg.idle_timeout);
-            if name != "http" {
+            if name == "http" {
+                // Probes and scrapes hold a connection or two each: a few
+                // busy addresses fill at most three quarters of the port,
+                // and the rest is for addresses holding none (the
+                // kubelet's probes).
+                policy.per_source = (max_connections / 16).max(2);
+                policy.reserve = max_connections / 4;
+            } else {
                 policy.proof_bytes = crate::net::H2_PREFACE_BYTES;
             }
             if let Some(t) = opts.prove_timeout {

@@ -47,6 +47,11 @@ impl Sources {
         trusted.insert(ip, Instant::now());
     }
 
+    /// Connections `ip` holds.
+    pub(super) fn count(&self, ip: IpAddr) -> usize {
+        lock(&self.open).get(&ip).copied().unwrap_or(0)
+    }
+
     /// Counts a connection of `ip` unless it holds `cap` already.
     pub(super) fn take(&self, ip: IpAddr, cap: usize) -> bool {
         let mut open = lock(&self.open);
@@ -73,8 +78,6 @@ impl Sources {
 /// member's connection renews its address's trust when it ends, so a member
 /// that reconnects after a blip is still known.
 pub(super) struct SourceGuard {
-    /// `None` for a trusted source (not counted).
-    pub(super) counted: Option<IpAddr>,
     pub(super) ip: IpAddr,
     pub(super) sources: Arc<Sources>,
     pub(super) member: std::sync::atomic::AtomicBool,
@@ -82,9 +85,7 @@ pub(super) struct SourceGuard {
 
 impl Drop for SourceGuard {
     fn drop(&mut self) {
-        if let Some(ip) = self.counted {
-            self.sources.release(ip);
-        }
+        self.sources.release(self.ip);
         if self.member.load(std::sync::atomic::Ordering::Relaxed) {
             self.sources.trust(self.ip);
         }
@@ -107,6 +108,9 @@ pub(super) struct Pool {
     queue: Mutex<VecDeque<Arc<Unproven>>>,
     /// Most unproven connections of one address.
     per_source: usize,
+    /// When an address holds its share: close its own oldest (members'
+    /// pool) rather than refuse.
+    evict_own: bool,
 }
 
 /// What `Pool::admit` decided.
@@ -124,6 +128,16 @@ impl Pool {
             permits: Arc::new(Semaphore::new(size.max(1))),
             queue: Mutex::default(),
             per_source: per_source.max(1),
+            evict_own: false,
+        }
+    }
+
+    /// Trusted addresses' pool: each address up to `size` unproven
+    /// connections, a new one closing that address's oldest when full.
+    pub(super) fn for_members(size: usize) -> Self {
+        Pool {
+            evict_own: true,
+            ..Pool::new(size, size)
         }
     }
 
@@ -131,13 +145,24 @@ impl Pool {
     pub(super) fn admit(&self, ip: IpAddr, closer: Closer) -> Admitted {
         let mut queue = lock(&self.queue);
         queue.retain(|u| lock(&u.permit).is_some());
-        if queue.iter().filter(|u| u.ip == ip).count() >= self.per_source {
+        let own_full = queue.iter().filter(|u| u.ip == ip).count() >= self.per_source;
+        if own_full && !self.evict_own {
             return Admitted::Refused;
         }
-        let (permit, evicted) = match self.permits.clone().try_acquire_owned() {
+        let acquired = match own_full {
+            true => Err(()),
+            false => self.permits.clone().try_acquire_owned().map_err(|_| ()),
+        };
+        let (permit, evicted) = match acquired {
             Ok(p) => (p, false),
-            Err(_) => loop {
-                let Some(oldest) = queue.pop_front() else {
+            Err(()) => loop {
+                // The oldest of this address when it holds its share, else
+                // the oldest of all.
+                let at = match own_full {
+                    true => queue.iter().position(|u| u.ip == ip),
+                    false => (!queue.is_empty()).then_some(0),
+                };
+                let Some(oldest) = at.and_then(|i| queue.remove(i)) else {
                     // Every place is held by connections proven since the
                     // sweep above, which give theirs back at once.
                     match self.permits.clone().try_acquire_owned() {

@@ -302,16 +302,21 @@ async fn strangers_cannot_hold_the_port() {
     server.abort();
 }
 
-/// A trusted source (one that proved membership) is held to neither the
-/// per-source limit nor the unproven pool.
+/// A trusted source (one that proved membership) waits in a pool of its
+/// own: strangers filling theirs, and silent sockets opened from the
+/// member's own address, do not keep its next connection out; those
+/// silent sockets are still closed at their deadline, and the address
+/// still holds at most `per_source` connections.
 #[tokio::test]
-async fn trusted_sources_always_get_through() {
+async fn silent_sockets_on_a_members_address_do_not_keep_it_out() {
     let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = inner.local_addr().unwrap();
     let p = PortPolicy {
-        per_source: 1,
+        per_source: 12,
         pending: 1,
-        ..PortPolicy::new("test", 8, Duration::from_secs(60))
+        member_pending: 4,
+        prove_timeout: Duration::from_secs(2),
+        ..PortPolicy::new("test", 32, Duration::from_secs(60))
     };
     let mut l = LimitedListener::new(inner, p);
     let _first = connect_from("127.0.0.3", addr).await;
@@ -319,16 +324,100 @@ async fn trusted_sources_always_get_through() {
     s.trust_source();
     s.prove();
     let stats = l.stats();
-    let server = serve(l);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept_limited().await;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                // A member proves itself with its first bytes here (its
+                // handshake on the Raft port).
+                if let Ok(n) = s.read(&mut buf).await
+                    && n > 0
+                {
+                    s.prove();
+                    let _ = tx.send(());
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // A stranger holds the shared pool; the member's address opens 6
+    // silent sockets.
     let _stranger = connect_from("127.0.0.4", addr).await;
-    let mut kept = Vec::new();
-    for _ in 0..4 {
-        let mut c = connect_from("127.0.0.3", addr).await;
-        assert!(!closed_within(&mut c, Duration::from_millis(200)).await);
-        kept.push(c);
+    let mut silent = Vec::new();
+    for _ in 0..6 {
+        silent.push(connect_from("127.0.0.3", addr).await);
     }
-    assert_eq!(stats.source_refused.load(Ordering::Relaxed), 0);
-    assert_eq!(stats.pending_refused.load(Ordering::Relaxed), 0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The member's own connection gets in, at once, every time.
+    for _ in 0..3 {
+        let mut c = connect_from("127.0.0.3", addr).await;
+        c.write_all(b"member").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), rx.recv())
+            .await
+            .expect("the member's connection was served")
+            .unwrap();
+        assert!(!closed_within(&mut c, Duration::from_millis(100)).await);
+    }
+    let evicted = stats.evicted.load(Ordering::Relaxed);
+    assert!(evicted >= 3, "{evicted} evicted");
+    // The silent ones left are closed at their deadline.
+    for s in &mut silent {
+        assert!(closed_within(s, Duration::from_secs(3)).await);
+    }
+    // The address holds at most per_source connections.
+    let mut held = Vec::new();
+    for _ in 0..14 {
+        if let Ok(mut c) = try_connect_from("127.0.0.3", addr).await {
+            let _ = c.write_all(b"member").await;
+            held.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(stats.source_refused.load(Ordering::Relaxed) >= 1);
     drop(s);
+    server.abort();
+}
+
+/// The last `reserve` permits go only to addresses holding no connection:
+/// busy addresses leave room for a new one (a probe).
+#[tokio::test]
+async fn the_reserve_is_for_addresses_without_a_connection() {
+    let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = inner.local_addr().unwrap();
+    let p = PortPolicy {
+        per_source: 4,
+        pending: 16,
+        reserve: 2,
+        ..PortPolicy::new("test", 10, Duration::from_secs(60))
+    };
+    let l = LimitedListener::new(inner, p);
+    let stats = l.stats();
+    let server = serve(l);
+    let mut busy = Vec::new();
+    for ip in ["127.0.0.5", "127.0.0.6"] {
+        for _ in 0..4 {
+            let mut c = connect_from(ip, addr).await;
+            c.write_all(b"x").await.unwrap();
+            busy.push(c);
+        }
+    }
+    // 8 of 10 taken: the busy addresses get no more.
+    assert!(refused_from("127.0.0.5", addr).await);
+    let mut third = connect_from("127.0.0.7", addr).await;
+    third.write_all(b"x").await.unwrap();
+    assert!(refused_from("127.0.0.7", addr).await);
+    // A probe from a new address gets the last one.
+    let mut probe = connect_from("127.0.0.8", addr).await;
+    probe.write_all(b"x").await.unwrap();
+    assert!(!closed_within(&mut probe, Duration::from_millis(200)).await);
+    assert!(!closed_within(&mut third, Duration::from_millis(100)).await);
+    assert_eq!(stats.reserve_refused.load(Ordering::Relaxed), 2);
     server.abort();
 }
