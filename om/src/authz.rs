@@ -238,6 +238,54 @@ pub fn check(
     }
 }
 
+/// A read's check: as `check`, except that a name that does not exist is
+/// refused as one the caller may not read unless the caller could see
+/// that it is missing (a cluster admin for volumes; for buckets, a holder
+/// of READ, LIST or CREATE on the volume, who could list or try to create
+/// it), so a lookup's answer never tells a caller which names exist. Apply keeps `check` (its rejections are
+/// replicated state).
+pub fn check_lookup(
+    db: &(impl StateRead + ?Sized),
+    c: &Caller,
+    r: Resource<'_>,
+    right: u32,
+) -> Result<(), OmError> {
+    match rights_on(db, c, r)? {
+        Some(have) if have & right != right => Err(denied(c, r, right)),
+        Some(_) => Ok(()),
+        None if sees_missing(db, c, r)? => Ok(()),
+        None => Err(match denied(c, r, right) {
+            OmError::Denied {
+                right,
+                resource,
+                message,
+            } => OmError::Denied {
+                message: format!("{message}, or it does not exist"),
+                right,
+                resource,
+            },
+            other => other,
+        }),
+    }
+}
+
+/// Whether `c` may learn that `r`, which does not exist, is missing.
+fn sees_missing(
+    db: &(impl StateRead + ?Sized),
+    c: &Caller,
+    r: Resource<'_>,
+) -> Result<bool, OmError> {
+    let admin = cluster_rights(&cluster_acl(db)?, c) & ALL == ALL;
+    Ok(match r {
+        Resource::Cluster => true,
+        Resource::Volume(_) => admin,
+        Resource::Bucket(v, _) => match table::get::<VolumeTable>(db, &keys::volume_key(v))? {
+            Some(vol) => volume_rights(&vol, c, admin) & (READ | LIST | CREATE) != 0,
+            None => admin,
+        },
+    })
+}
+
 /// The rights configuring what deletes data needs under apply rules
 /// `rules`: lifecycle deletes what its rules match, and versioning decides
 /// whether overwrites destroy data, so from rules 8 both need DELETE besides

@@ -106,7 +106,7 @@ impl OmService {
         right: u32,
     ) -> Result<(), OmError> {
         let Some(c) = caller else { return Ok(()) };
-        let checked = authz::check(&self.db, c, r, right);
+        let checked = authz::check_lookup(&self.db, c, r, right);
         if let (Err(e), Some(ctx)) = (&checked, authz::request()) {
             self.audit_refusal(&ctx, &r.to_string(), e);
         }

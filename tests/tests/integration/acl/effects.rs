@@ -354,3 +354,64 @@ async fn stale_reads_come_from_members_within_their_bound() {
     .await;
     c.shutdown().await;
 }
+
+/// A lookup answers a caller who may not see a name the same way whether
+/// or not it exists (no NOT_FOUND oracle), and NOT_FOUND to one who could
+/// see it missing: an admin for volumes, a holder of READ, LIST or CREATE
+/// on the volume for buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lookups_do_not_tell_strangers_which_names_exist() {
+    let c = cluster(1).await;
+    let (ops, alice, bob) = (c.client(OPS), c.client(ALICE), c.client(BOB));
+    ops.create_volume("hidden", "bob").await.unwrap();
+    bob.create_bucket("hidden", "secret-plans", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    ops.create_volume("mine", "alice").await.unwrap();
+    let denied = |r: Result<_, ClientError>| match r {
+        Err(ClientError::Api { code, reason, .. }) => {
+            assert_eq!(
+                (code, reason.as_str()),
+                (tonic::Code::PermissionDenied, "ACCESS_DENIED")
+            )
+        }
+        other => panic!("expected ACCESS_DENIED, got {other:?}"),
+    };
+    let missing = |r: Result<_, ClientError>, want: &str| match r {
+        Err(ClientError::Api { code, reason, .. }) => {
+            assert_eq!((code, reason.as_str()), (tonic::Code::NotFound, want))
+        }
+        other => panic!("expected {want}, got {other:?}"),
+    };
+    // Alice, a stranger to "hidden": existing and missing names alike.
+    denied(alice.get_volume("hidden").await.map(|_| ()));
+    denied(alice.get_volume("no-such-volume").await.map(|_| ()));
+    denied(alice.get_bucket("hidden", "secret-plans").await.map(|_| ()));
+    denied(
+        alice
+            .get_bucket("hidden", "no-such-bucket")
+            .await
+            .map(|_| ()),
+    );
+    denied(alice.get_bucket("no-such-volume", "bkt").await.map(|_| ()));
+    denied(list_keys(&alice, "hidden", "secret-plans").await.map(|_| ()));
+    denied(list_keys(&alice, "hidden", "no-such-bucket").await.map(|_| ()));
+    // Who could see a name missing is told so.
+    missing(
+        alice.get_bucket("mine", "none").await.map(|_| ()),
+        "BUCKET_NOT_FOUND",
+    );
+    missing(
+        bob.get_bucket("hidden", "none").await.map(|_| ()),
+        "BUCKET_NOT_FOUND",
+    );
+    missing(
+        ops.get_volume("no-such-volume").await.map(|_| ()),
+        "VOLUME_NOT_FOUND",
+    );
+    missing(
+        ops.get_bucket("hidden", "none").await.map(|_| ()),
+        "BUCKET_NOT_FOUND",
+    );
+    c.shutdown().await;
+}
