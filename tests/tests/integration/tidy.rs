@@ -96,7 +96,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     ("proto", &[]),
     ("tls", &[&["names", "net"]]),
-    ("backup-format", &[]),
+    ("backup-format", &[&["keys"]]),
 ];
 
 /// Crates whose sources the checks cover (the `tests` crate is tests).
