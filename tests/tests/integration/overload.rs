@@ -415,3 +415,34 @@ async fn silent_strangers_hold_no_port() {
     n.client().create_volume("after", "").await.unwrap();
     n.stop().await;
 }
+
+/// Busy addresses cannot take the probe port from the kubelet: each holds
+/// at most its share, the last quarter of the port is kept for addresses
+/// holding no connection, and `/readyz` from a new address answers while
+/// eight addresses keep requesting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_addresses_leave_the_probe_port_a_reserve() {
+    let n = TestNode::start_with(|a| a.max_http_connections = Some(16)).await;
+    let ordering = std::sync::atomic::Ordering::Relaxed;
+    let stats = &n.node.port_stats[2];
+    let mut held = Vec::new();
+    for host in 0..8u8 {
+        for _ in 0..4 {
+            let source = std::net::IpAddr::from([127, 0, 4, 10 + host]);
+            if let Some(s) = proven_connection(n.node.http_addr, source, true).await {
+                held.push(s);
+            }
+        }
+    }
+    // 2 a source (16/16, at least 2): 12 fill what is outside the reserve
+    // of 4, and an address holding nothing may take one more from it (the
+    // last two addresses here), no further.
+    assert!(held.len() <= 14, "{} held", held.len());
+    assert!(stats.source_refused.load(ordering) + stats.reserve_refused.load(ordering) > 0);
+    for _ in 0..3 {
+        let r = http_get(n.node.http_addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    drop(held);
+    n.stop().await;
+}

@@ -394,8 +394,16 @@ async fn lookups_do_not_tell_strangers_which_names_exist() {
             .map(|_| ()),
     );
     denied(alice.get_bucket("no-such-volume", "bkt").await.map(|_| ()));
-    denied(list_keys(&alice, "hidden", "secret-plans").await.map(|_| ()));
-    denied(list_keys(&alice, "hidden", "no-such-bucket").await.map(|_| ()));
+    denied(
+        list_keys(&alice, "hidden", "secret-plans")
+            .await
+            .map(|_| ()),
+    );
+    denied(
+        list_keys(&alice, "hidden", "no-such-bucket")
+            .await
+            .map(|_| ()),
+    );
     // Who could see a name missing is told so.
     missing(
         alice.get_bucket("mine", "none").await.map(|_| ()),
