@@ -29,8 +29,8 @@
 //!   (`member_pending` per address, the address's oldest closed to make
 //!   room), so strangers filling the shared pool, or silent sockets opened
 //!   from a member's own address, never keep a member out; it still holds
-//!   at most `per_source` connections, each under the idle and prove
-//!   timeouts. Addresses behind one NAT share their limits. A handler can
+//!   at most `per_source` connections (at least `MEMBER_PER_SOURCE`), each
+//!   under the idle and prove timeouts. Addresses behind one NAT share their limits. A handler can
 //!   close the connection a request came on (`ConnInfo::close`).
 //! - **Reserve.** The last `reserve` permits of a port go only to an address
 //!   that holds no connection there: a few busy addresses cannot take every
@@ -87,6 +87,9 @@ pub struct PortPolicy {
 /// Unproven connections a member's address may have at once: more than a
 /// member opens to one peer (a channel or two) while reconnecting.
 pub const MEMBER_PENDING: usize = 8;
+/// Connections a member's address may hold, whatever `per_source` is: its
+/// Raft, forwarding and status channels to this node, with room to spare.
+pub const MEMBER_PER_SOURCE: usize = 16;
 
 /// How long a connection may take to prove itself by default: finish its
 /// TLS handshake, or send its first bytes.
@@ -314,7 +317,14 @@ impl<A: Acceptor> LimitedListener<A> {
                 );
                 continue;
             };
-            if !self.sources.take(ip, self.policy.per_source) {
+            // A member opens a few connections to each peer: its address
+            // may hold at least `MEMBER_PER_SOURCE`.
+            let trusted = self.sources.is_trusted(ip);
+            let cap = match trusted {
+                true => self.policy.per_source.max(MEMBER_PER_SOURCE),
+                false => self.policy.per_source,
+            };
+            if !self.sources.take(ip, cap) {
                 refuse(
                     stream,
                     &self.stats.source_refused,
@@ -328,7 +338,7 @@ impl<A: Acceptor> LimitedListener<A> {
                 member: AtomicBool::new(false),
             };
             let conn = Closer::default();
-            let pool = match self.sources.is_trusted(ip) {
+            let pool = match trusted {
                 true => &self.member_pool,
                 false => &self.pool,
             };

@@ -312,7 +312,7 @@ async fn silent_sockets_on_a_members_address_do_not_keep_it_out() {
     let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = inner.local_addr().unwrap();
     let p = PortPolicy {
-        per_source: 12,
+        per_source: MEMBER_PER_SOURCE,
         pending: 1,
         member_pending: 4,
         prove_timeout: Duration::from_secs(2),
@@ -373,7 +373,7 @@ async fn silent_sockets_on_a_members_address_do_not_keep_it_out() {
     }
     // The address holds at most per_source connections.
     let mut held = Vec::new();
-    for _ in 0..14 {
+    for _ in 0..MEMBER_PER_SOURCE + 2 {
         if let Ok(mut c) = try_connect_from("127.0.0.3", addr).await {
             let _ = c.write_all(b"member").await;
             held.push(c);
