@@ -96,7 +96,11 @@ const BATCHED_OBJECT_ID: u64 = 1 << 63;
 
 /// The application half of the Raft state machine.
 #[derive(Debug, Default)]
-pub struct OmApplier;
+pub struct OmApplier {
+    /// The newest command time applied, for the node's clock
+    /// (`service::clock`): read outside apply, never by it.
+    pub latest_time: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
 
 impl om_raft_store::Applier for OmApplier {
     fn apply(
@@ -106,6 +110,13 @@ impl om_raft_store::Applier for OmApplier {
         at: Position,
         cmd: &Command,
     ) -> Result<CommandResult, om_raft_store::ApplyError> {
+        let newest = cmd
+            .batch
+            .iter()
+            .map(|c| c.now_ms)
+            .fold(cmd.now_ms, u64::max);
+        self.latest_time
+            .fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
         apply_command(view, batch, at, cmd).map_err(|e| om_raft_store::ApplyError(e.to_string()))
     }
 

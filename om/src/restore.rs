@@ -203,7 +203,7 @@ fn assemble(
     let store = om_raft_store::open_with(
         staging,
         crate::store::table_descriptors_with(opts.memory.as_ref()),
-        Arc::new(crate::apply::OmApplier),
+        Arc::new(crate::apply::OmApplier::default()),
         &opts,
     )
     .map_err(|e| format!("opening the restored store: {e}"))?;

@@ -347,7 +347,7 @@ fn build_service(
     .with_min_part_size(cfg.min_part_size)
     .with_lifecycle_day_ms(cfg.lifecycle.day_ms)
     .with_max_response_bytes(cfg.max_response_bytes)
-    .with_clock_offset(opts.clock_offset_ms)
+    .with_clock(storage.latest_time.clone(), opts.clock_offset_ms)
     .with_divergence(divergence.clone())
     .with_cluster_id(storage.cluster_id.clone())
     .with_incarnation(storage.incarnation.clone())

@@ -16,6 +16,7 @@ use rocksdb::DB;
 mod access;
 mod backup;
 mod batch;
+pub mod clock;
 mod cluster;
 mod files;
 mod forward;
@@ -75,9 +76,8 @@ pub struct OmService {
     lifecycle_day_ms: u64,
     /// Most bytes one listing response may encode to (see `item_budget`).
     max_response_bytes: usize,
-    /// Added to the wall clock this node stamps commands with (tests skew
-    /// one node's clock with it; 0 in production).
-    clock_offset_ms: i64,
+    /// The time this node stamps commands with (`clock`).
+    clock: clock::Clock,
     /// Authorization (on with authentication); `None`: every caller may do
     /// everything.
     policy: Option<Arc<Policy>>,
@@ -177,7 +177,7 @@ impl OmService {
             min_part_size: crate::apply::DEFAULT_MIN_PART_SIZE,
             lifecycle_day_ms: crate::lifecycle::DAY_MS,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            clock_offset_ms: 0,
+            clock: clock::Clock::default(),
             policy: None,
             audit: None,
             divergence: None,
@@ -313,16 +313,28 @@ impl OmService {
         }
     }
 
-    /// Skews this node's wall clock by `ms` (tests of clock disagreement).
-    pub fn with_clock_offset(mut self, ms: i64) -> Self {
-        self.clock_offset_ms = ms;
+    /// Stamps no time below the newest applied (`clock`), with this
+    /// node's wall clock skewed by `offset_ms` (tests of clock
+    /// disagreement; 0 in production).
+    pub fn with_clock(
+        mut self,
+        applied: Arc<std::sync::atomic::AtomicU64>,
+        offset_ms: i64,
+    ) -> Self {
+        self.clock = clock::Clock::new(applied);
+        self.clock.set_offset(offset_ms);
         self
     }
 
-    /// This node's wall clock in milliseconds since the epoch: the time the
-    /// leader stamps into commands.
+    /// This node's clock (tests jump it with `Clock::set_offset`).
+    pub fn clock(&self) -> &clock::Clock {
+        &self.clock
+    }
+
+    /// The time the leader stamps into commands, in milliseconds since the
+    /// epoch: the wall clock, kept from jumping (`clock`).
     pub fn now_ms(&self) -> u64 {
-        now_ms().saturating_add_signed(self.clock_offset_ms)
+        self.clock.now_ms()
     }
 
     /// Smallest part (all but the last) a multipart upload may complete with.

@@ -292,7 +292,7 @@ pub fn dump_data_dir(data_dir: &Path) -> om::store::TableDump {
     let store = om_raft_store::open(
         data_dir,
         om::store::table_descriptors(),
-        std::sync::Arc::new(om::apply::OmApplier),
+        std::sync::Arc::new(om::apply::OmApplier::default()),
     )
     .expect("open a stopped node's store");
     let mut out = om::store::TableDump::new();

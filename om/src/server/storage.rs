@@ -32,6 +32,8 @@ pub(super) struct Storage {
     pub leader_contact: Arc<LeaderContact>,
     /// Whether the data directory held nothing (a new or wiped member).
     pub empty_store: bool,
+    /// The newest command time applied (the clock's floor).
+    pub latest_time: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Storage {
@@ -70,11 +72,13 @@ impl Storage {
             )),
             _ => None,
         };
+        let latest_time = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let store = open_store(
             &cfg.data_dir,
             max_open_files,
             memory,
             cfg.archive_log.as_deref().map(|a| (a, label, keys.clone())),
+            latest_time.clone(),
         )
         .await?;
         if let Some(a) = &cfg.archive_log {
@@ -129,6 +133,7 @@ impl Storage {
             state_machine: store.state_machine,
             backups,
             leader_contact: Arc::new(LeaderContact::default()),
+            latest_time,
         })
     }
 
@@ -185,6 +190,7 @@ async fn open_store(
         om_raft_store::archive::LabelSource,
         Option<Arc<om_backup_format::keys::MacKeys>>,
     )>,
+    latest_time: Arc<std::sync::atomic::AtomicU64>,
 ) -> std::io::Result<om_raft_store::OpenedStore> {
     // The store is the cluster's metadata and ACLs: readable by om's user
     // only, whatever the umask (files inside inherit the protection).
@@ -207,7 +213,10 @@ async fn open_store(
     };
     loop {
         let tables = crate::store::table_descriptors_with(opts.memory.as_ref());
-        match om_raft_store::open_with(dir, tables, Arc::new(OmApplier), &opts) {
+        let applier = Arc::new(OmApplier {
+            latest_time: latest_time.clone(),
+        });
+        match om_raft_store::open_with(dir, tables, applier, &opts) {
             Err(e) if e.to_string().contains("lock") && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

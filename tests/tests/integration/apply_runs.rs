@@ -391,7 +391,7 @@ fn open(dir: &std::path::Path) -> om_raft_store::OpenedStore {
     om_raft_store::open(
         dir,
         om::store::table_descriptors(),
-        Arc::new(om::apply::OmApplier),
+        Arc::new(om::apply::OmApplier::default()),
     )
     .unwrap()
 }

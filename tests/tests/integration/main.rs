@@ -14,6 +14,7 @@ mod apply_runs;
 mod backup;
 mod bulk;
 mod cli;
+mod clock;
 mod cluster;
 mod cluster_process;
 mod deploy;
