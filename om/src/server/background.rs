@@ -69,6 +69,10 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
         svc.clone(),
         stop.clone(),
     ));
+    tasks.spawn(crate::tasks::health::publish_disk_space(
+        svc.clone(),
+        stop.clone(),
+    ));
     tasks.spawn(crate::tasks::expiry::expire_retry_cache(
         svc.clone(),
         i.cfg.retry_cache_ttl,

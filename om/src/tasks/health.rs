@@ -124,3 +124,54 @@ pub async fn publish_raft_metrics(svc: Arc<OmService>, mut stop: watch::Receiver
         }
     }
 }
+
+/// How often the data volume's space is read.
+pub const DISK_SPACE_EVERY: Duration = Duration::from_secs(5);
+
+/// Publishes the data volume's size and the bytes left for om
+/// (`om_data_volume_size_bytes`, `om_data_volume_available_bytes`), so an
+/// alert fires before the volume fills (OmDataVolumeFilling).
+pub async fn publish_disk_space(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
+    let path = svc.db().path().to_path_buf();
+    loop {
+        let p = path.clone();
+        if let Ok(Some((size, available))) =
+            tokio::task::spawn_blocking(move || volume_space(&p)).await
+        {
+            metrics::gauge!("om_data_volume_size_bytes").set(size as f64);
+            metrics::gauge!("om_data_volume_available_bytes").set(available as f64);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DISK_SPACE_EVERY) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The size of the filesystem holding `path` and the bytes an unprivileged
+/// writer may still use there.
+pub fn volume_space(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a NUL-terminated path and `s` a zeroed statvfs the
+    // call fills.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    let frsize = s.f_frsize as u64;
+    Some((
+        (s.f_blocks as u64).saturating_mul(frsize),
+        (s.f_bavail as u64).saturating_mul(frsize),
+    ))
+}
+
+#[cfg(test)]
+mod disk_tests {
+    #[test]
+    fn the_volume_of_a_directory_has_a_size() {
+        let d = tempfile::tempdir().unwrap();
+        let (size, available) = super::volume_space(d.path()).unwrap();
+        assert!(size > 0 && available <= size, "{size} {available}");
+    }
+}
