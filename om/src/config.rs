@@ -211,6 +211,11 @@ pub struct Args {
     /// "Backups and restore").
     #[arg(long, env = "OM_ARCHIVE_LOG")]
     pub archive_log: Option<PathBuf>,
+    /// Refuse writes that add data (RESOURCE_EXHAUSTED, DISK_FULL) while
+    /// the data volume has fewer bytes free; deletes go on [default:
+    /// 268435456 (256 MiB)].
+    #[arg(long, env = "OM_MIN_FREE_BYTES")]
+    pub min_free_bytes: Option<u64>,
     /// HMAC keys, one `ID HEX` line each (`omctl s3 secret new-key ID`
     /// makes one): this node signs its log archive under the first; `om
     /// restore` given it refuses a backup or archive segment that is
@@ -253,6 +258,9 @@ pub struct RestoreArgs {
     pub archive_log: Option<PathBuf>,
 }
 
+/// Free bytes the data volume keeps for deletes, compaction and the log.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 256 << 20;
+
 /// The same settings as read from a TOML file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -273,6 +281,7 @@ struct FileConfig {
     token_file: Option<PathBuf>,
     secrets_key_file: Option<PathBuf>,
     backup_key_file: Option<PathBuf>,
+    min_free_bytes: Option<u64>,
     admins: Option<String>,
     audit_log: Option<PathBuf>,
     audit_log_max_bytes: Option<u64>,
@@ -329,6 +338,8 @@ pub struct Config {
     pub secrets_key_file: Option<PathBuf>,
     /// Keys backups and the log archive are signed and checked under.
     pub backup_key_file: Option<PathBuf>,
+    /// Free bytes below which writes that add data are refused.
+    pub min_free_bytes: u64,
     /// Serve plaintext beyond loopback, and keep S3 secrets in plain text
     /// without a secrets key.
     pub insecure: bool,
@@ -527,6 +538,10 @@ impl Config {
             token_file,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
             backup_key_file: args.backup_key_file.or(file.backup_key_file),
+            min_free_bytes: args
+                .min_free_bytes
+                .or(file.min_free_bytes)
+                .unwrap_or(DEFAULT_MIN_FREE_BYTES),
             insecure,
             admins,
             audit_log: args.audit_log.or(file.audit_log),

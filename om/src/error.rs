@@ -13,6 +13,9 @@ pub enum ErrorKind {
     AlreadyExists,
     FailedPrecondition,
     PermissionDenied,
+    /// Refused for want of a resource (the data volume's space); retry
+    /// later. Never in a replicated `Rejection`.
+    ResourceExhausted,
 }
 
 impl ErrorKind {
@@ -24,6 +27,7 @@ impl ErrorKind {
             ErrorKind::AlreadyExists => 3,
             ErrorKind::FailedPrecondition => 4,
             ErrorKind::PermissionDenied => 5,
+            ErrorKind::ResourceExhausted => 6,
         }
     }
 
@@ -33,6 +37,7 @@ impl ErrorKind {
             2 => ErrorKind::NotFound,
             3 => ErrorKind::AlreadyExists,
             5 => ErrorKind::PermissionDenied,
+            6 => ErrorKind::ResourceExhausted,
             _ => ErrorKind::FailedPrecondition,
         }
     }
@@ -146,6 +151,14 @@ impl OmError {
         message: impl Into<String>,
     ) -> Self {
         Self::request(ErrorKind::AlreadyExists, reason, field, message)
+    }
+
+    pub fn exhausted(
+        reason: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::request(ErrorKind::ResourceExhausted, reason, field, message)
     }
 
     pub fn precondition(

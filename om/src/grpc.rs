@@ -93,6 +93,7 @@ pub fn to_status(e: &OmError) -> Status {
                 ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
                 ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
                 ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
+                ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
             },
             field.clone(),
             None,

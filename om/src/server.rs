@@ -355,7 +355,8 @@ fn build_service(
     .with_peer_tls(security.peer_tls())
     .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
     .with_leader_window(cfg.election_timeout * 2)
-    .with_secrets(security.keyring.clone(), cfg.insecure);
+    .with_secrets(security.keyring.clone(), cfg.insecure)
+    .with_min_free_bytes(cfg.min_free_bytes);
     // A forwarded write names its client, which the leader believes only
     // from a member proven by TLS: with authentication on and no TLS a
     // follower does not forward (its clients are sent to the leader).

@@ -207,3 +207,50 @@ pub fn batchable(op: &Op) -> bool {
         | Op::ExpireRetryCache(_) => false,
     }
 }
+
+/// Whether `op` adds to what the store holds: refused while the data
+/// volume is short of space (`service::OmService::check_space`). Deletions,
+/// aborts, renames and the leader's own upkeep go on, so space can be
+/// freed. Every operation is named, so a new one must be decided here.
+pub fn adds_data(op: &Op) -> bool {
+    match op {
+        Op::CreateVolume(_)
+        | Op::CreateBucket(_)
+        | Op::SetVolumeQuota(_)
+        | Op::SetBucketQuota(_)
+        | Op::SetBucketVersioning(_)
+        | Op::SetAcl(_)
+        | Op::PutKey(_)
+        | Op::PutKeys(_)
+        | Op::PutKeyTagging(_)
+        | Op::OpenKey(_)
+        | Op::AllocateBlock(_)
+        | Op::CommitKey(_)
+        | Op::CopyKey(_)
+        | Op::InitiateMultipart(_)
+        | Op::CommitPart(_)
+        | Op::CompleteMultipart(_)
+        | Op::CreateDirectory(_)
+        | Op::CreateFile(_)
+        | Op::SetBucketLifecycle(_)
+        | Op::CreateS3Secret(_) => true,
+        Op::DeleteVolume(_)
+        | Op::DeleteBucket(_)
+        | Op::DeleteKey(_)
+        | Op::DeleteKeys(_)
+        | Op::RenameKey(_)
+        | Op::AbortKey(_)
+        | Op::ExpireOpenKeys(_)
+        | Op::AckDeletedBlocks(_)
+        | Op::AbortMultipart(_)
+        | Op::DeletePath(_)
+        | Op::RenamePath(_)
+        | Op::PurgeDeletedDirs(_)
+        | Op::LifecycleScan(_)
+        | Op::RevokeS3Secret(_)
+        | Op::ResealS3Secrets(_)
+        | Op::InitCluster(_)
+        | Op::VerifyMark(_)
+        | Op::ExpireRetryCache(_) => false,
+    }
+}

@@ -223,6 +223,7 @@ impl OmService {
                 .and_then(|mut cmd| {
                     let caller = self.forwarded_caller(w.principal.as_ref(), cmd.op.as_ref())?;
                     if let Some(op) = &mut cmd.op {
+                        self.check_space(op)?;
                         self.precheck(caller.as_ref(), op)?;
                         // What the serving node stamps from its configuration
                         // is the leader's to decide, as for its own clients.

@@ -126,11 +126,12 @@ pub async fn publish_raft_metrics(svc: Arc<OmService>, mut stop: watch::Receiver
 }
 
 /// How often the data volume's space is read.
-pub const DISK_SPACE_EVERY: Duration = Duration::from_secs(5);
+pub const DISK_SPACE_EVERY: Duration = Duration::from_secs(1);
 
 /// Publishes the data volume's size and the bytes left for om
 /// (`om_data_volume_size_bytes`, `om_data_volume_available_bytes`), so an
-/// alert fires before the volume fills (OmDataVolumeFilling).
+/// alert fires before the volume fills (OmDataVolumeLow), and tells the
+/// service, which refuses writes that add data below `--min-free-bytes`.
 pub async fn publish_disk_space(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
     let path = svc.db().path().to_path_buf();
     loop {
@@ -140,6 +141,7 @@ pub async fn publish_disk_space(svc: Arc<OmService>, mut stop: watch::Receiver<b
         {
             metrics::gauge!("om_data_volume_size_bytes").set(size as f64);
             metrics::gauge!("om_data_volume_available_bytes").set(available as f64);
+            svc.set_free_bytes(available);
         }
         tokio::select! {
             _ = tokio::time::sleep(DISK_SPACE_EVERY) => {}

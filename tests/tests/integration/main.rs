@@ -19,6 +19,7 @@ mod cluster;
 mod cluster_process;
 mod deploy;
 mod differential;
+mod disk;
 mod files;
 mod forwarding;
 mod fuzz;

@@ -1,0 +1,143 @@
+//! A data volume short of space: om refuses writes that add data with a
+//! clear, retryable error before RocksDB runs out, serves reads and
+//! deletes meanwhile, and takes writes again once space is freed, without
+//! a restart. The volume is a small tmpfs (mounting needs root: without it
+//! the test says "skipped" and why).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use om_client::ClientError;
+use om_client::v1::BucketLayout;
+use om_tests::{TestNode, wait_for};
+
+/// A tmpfs of `mib` MiB mounted on a new directory, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(mib: u64) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let o = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m,mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "mount -t tmpfs: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The key names of vol1/bkt1.
+async fn names(c: &om_client::OmClient) -> Vec<String> {
+    let page = c
+        .list_keys(om_client::v1::ListKeysRequest {
+            volume: "vol1".into(),
+            bucket: "bkt1".into(),
+            max_keys: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    page.keys.into_iter().map(|k| k.name).collect()
+}
+
+fn available(p: &Path) -> u64 {
+    om::tasks::health::volume_space(p).unwrap().1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_volume_refuses_writes_that_add_data_and_recovers() {
+    let fs = match Tmpfs::mount(160) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: a tmpfs cannot be mounted here ({why})");
+            return;
+        }
+    };
+    let data = tempfile::tempdir_in(fs.path()).unwrap();
+    let n = TestNode::start_in(data, |a| a.min_free_bytes = Some(48 << 20)).await;
+    let c = n.client();
+    c.create_volume("vol1", "").await.unwrap();
+    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
+        .await
+        .unwrap();
+    for i in 0..10 {
+        c.put_key("vol1", "bkt1", &format!("k{i}"), 1)
+            .await
+            .unwrap();
+    }
+    // Something else fills the volume to 24 MiB free.
+    let filler: PathBuf = fs.path().join("filler");
+    let fill = available(fs.path()).saturating_sub(24 << 20);
+    std::fs::write(&filler, vec![7u8; fill as usize]).unwrap();
+    let refused = wait_for(Duration::from_secs(10), "writes refused", || async {
+        match c.put_key("vol1", "bkt1", "more", 1).await {
+            Err(ClientError::Api {
+                code,
+                reason,
+                message,
+                ..
+            }) => Some((code, reason, message)),
+            Ok(_) => None,
+            Err(e) => panic!("{e:?}"),
+        }
+    })
+    .await;
+    assert_eq!(
+        (refused.0, refused.1.as_str()),
+        (tonic::Code::ResourceExhausted, "DISK_FULL"),
+        "{}",
+        refused.2
+    );
+    assert!(refused.2.contains("--min-free-bytes"), "{}", refused.2);
+    // A refused write changes nothing ("more" may have got in before the
+    // volume was read short); reads and deletes go on.
+    let before = names(&c).await;
+    assert!(c.put_key("vol1", "bkt1", "again", 1).await.is_err());
+    assert_eq!(names(&c).await, before);
+    c.delete_key("vol1", "bkt1", "k0").await.unwrap();
+    assert_eq!(names(&c).await.len(), before.len() - 1);
+    let e = c
+        .create_bucket("vol1", "bkt2", BucketLayout::ObjectStore)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Api { reason, .. } if reason == "DISK_FULL"),
+        "{e:?}"
+    );
+    // Space freed: writes go on, no restart.
+    std::fs::remove_file(&filler).unwrap();
+    wait_for(Duration::from_secs(10), "writes taken again", || async {
+        c.put_key("vol1", "bkt1", "again", 1).await.ok()
+    })
+    .await;
+    assert_eq!(names(&c).await.len(), before.len());
+    n.stop().await;
+}
