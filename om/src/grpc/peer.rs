@@ -395,7 +395,7 @@ impl MemberCheck {
                 "CLUSTER_MISMATCH",
                 "",
                 &format!(
-                    "the sender belongs to cluster {:?}, this node to cluster {ours}",
+                    "the sender belongs to cluster {}, this node to cluster {ours}",
                     crate::validate::quote_prefix(theirs)
                 ),
             ));

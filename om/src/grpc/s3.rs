@@ -31,7 +31,7 @@ fn access_key(field: &str, k: &str) -> Result<(), OmError> {
             "INVALID_ACCESS_KEY",
             field,
             format!(
-                "{:?} is not an access key (OM and 18 characters of [A-Z0-9])",
+                "{} is not an access key (OM and 18 characters of [A-Z0-9])",
                 crate::validate::quote_prefix(k)
             ),
         ))

@@ -87,7 +87,7 @@ impl OmService {
                 right: "ALL".to_string(),
                 resource: "/".to_string(),
                 message: format!(
-                    "{:?} may not impersonate {:?}: a cluster admin or a holder of IMPERSONATE \
+                    "{} may not impersonate {}: a cluster admin or a holder of IMPERSONATE \
                      (only an admin may)",
                     crate::validate::quote_prefix(&p.name),
                     crate::validate::quote_prefix(&imp.user)

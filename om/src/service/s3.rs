@@ -118,7 +118,7 @@ impl OmService {
                     right: "ALL".to_string(),
                     resource: Resource::Cluster.to_string(),
                     message: format!(
-                        "{:?} may not rotate the S3 secrets key (admins only)",
+                        "{} may not rotate the S3 secrets key (admins only)",
                         crate::validate::quote_prefix(&c.user)
                     ),
                 });
@@ -249,7 +249,7 @@ impl OmService {
         let e = OmError::Denied {
             right: "IMPERSONATE".to_string(),
             resource: resource.clone(),
-            message: format!("{:?} {message}", crate::validate::quote_prefix(&c.user)),
+            message: format!("{} {message}", crate::validate::quote_prefix(&c.user)),
         };
         if let Some(ctx) = authz::request() {
             self.audit_refusal(&ctx, &resource, &e);
@@ -295,7 +295,7 @@ impl OmService {
                     who,
                     format!("/s3-secrets/{access_key}"),
                     format!(
-                        "may not read the S3 credential of {:?}, a cluster admin or a holder \
+                        "may not read the S3 credential of {}, a cluster admin or a holder \
                          of IMPERSONATE (only an admin may)",
                         crate::validate::quote_prefix(&r.user)
                     ),
@@ -330,7 +330,7 @@ impl OmService {
                     who,
                     Resource::Cluster.to_string(),
                     format!(
-                        "may not list the S3 credentials of {:?} (admins only)",
+                        "may not list the S3 credentials of {} (admins only)",
                         crate::validate::quote_prefix(user)
                     ),
                 ));
