@@ -63,9 +63,34 @@ struct Event {
     time: u64,
 }
 
-/// Checks a whole history; on failure, names the key whose history is not
-/// linearizable.
+/// Distinct `(linearized set, state)` pairs one key's search may cache
+/// before `check_within` gives up on it (a few hundred bytes each): a
+/// history with many operations of unknown outcome on one key can need
+/// exponentially many.
+pub const MAX_STATES: usize = 1_000_000;
+
+/// What `check_within` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Linearizable,
+    /// The key whose history is not linearizable.
+    Violation(String),
+    /// The key whose search exceeded its budget, and how many of its
+    /// operations had unknown outcomes.
+    Inconclusive(String),
+}
+
+/// Checks a whole history; on failure (or a search past `MAX_STATES`),
+/// names the key.
 pub fn check(history: &[Op]) -> Result<(), String> {
+    match check_within(history, MAX_STATES) {
+        Verdict::Linearizable => Ok(()),
+        Verdict::Violation(e) | Verdict::Inconclusive(e) => Err(e),
+    }
+}
+
+/// Checks a whole history, each key's search within `max_states`.
+pub fn check_within(history: &[Op], max_states: usize) -> Verdict {
     let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
     for op in history {
         if op.output.is_none() && op.input == Input::Get {
@@ -74,14 +99,26 @@ pub fn check(history: &[Op]) -> Result<(), String> {
         by_key.entry(&op.key).or_default().push(op);
     }
     for (key, ops) in by_key {
-        if !check_key(&ops) {
-            return Err(format!("history of key {key:?} is not linearizable"));
+        match check_key(&ops, max_states) {
+            Some(true) => {}
+            Some(false) => {
+                return Verdict::Violation(format!("history of key {key:?} is not linearizable"));
+            }
+            None => {
+                let unknown = ops.iter().filter(|o| o.output.is_none()).count();
+                return Verdict::Inconclusive(format!(
+                    "key {key:?}: {} operations, {unknown} of unknown outcome, need more than \
+                     {max_states} search states",
+                    ops.len()
+                ));
+            }
         }
     }
-    Ok(())
+    Verdict::Linearizable
 }
 
-fn check_key(ops: &[&Op]) -> bool {
+/// Whether one key's history is linearizable; `None` past `max_states`.
+fn check_key(ops: &[&Op], max_states: usize) -> Option<bool> {
     let end = ops.iter().map(|o| o.ret.max(o.call)).max().unwrap_or(0) + 1;
     let mut events: Vec<Event> = Vec::with_capacity(ops.len() * 2);
     for (i, o) in ops.iter().enumerate() {
@@ -109,7 +146,7 @@ fn check_key(ops: &[&Op]) -> bool {
     let head = n;
     let nil = n;
     if n == 0 {
-        return true;
+        return Some(true);
     }
     next[n - 1] = nil;
     let mut ret_of = vec![0usize; ops.len()];
@@ -141,7 +178,7 @@ fn check_key(ops: &[&Op]) -> bool {
     while next[head] != nil {
         if cur == nil {
             // Cannot happen: the list always ends with a return event.
-            return false;
+            return Some(false);
         }
         let e = events[cur];
         if e.is_call {
@@ -149,6 +186,9 @@ fn check_key(ops: &[&Op]) -> bool {
             if let Some(new_state) = step(state, op.input, op.output) {
                 let mut lin = linearized.clone();
                 lin[e.op / 64] |= 1 << (e.op % 64);
+                if cache.len() >= max_states {
+                    return None;
+                }
                 if cache.insert((lin.clone(), new_state)) {
                     stack.push((cur, state));
                     state = new_state;
@@ -163,7 +203,7 @@ fn check_key(ops: &[&Op]) -> bool {
         } else {
             // The return of an operation not yet linearized: backtrack.
             let Some((call, old_state)) = stack.pop() else {
-                return false;
+                return Some(false);
             };
             let op = events[call].op;
             relink(&mut next, &mut prev, ret_of[op]);
@@ -173,7 +213,7 @@ fn check_key(ops: &[&Op]) -> bool {
             cur = next[call];
         }
     }
-    true
+    Some(true)
 }
 
 #[cfg(test)]
@@ -275,5 +315,18 @@ mod tests {
             ret: 3,
         });
         assert!(check(&h).unwrap_err().contains("other"));
+    }
+
+    /// A search past its budget says so rather than answer (or exhaust
+    /// memory): unknown puts, then a read of a value none of them wrote.
+    #[test]
+    fn a_search_past_its_budget_is_inconclusive() {
+        let mut h: Vec<Op> = (0..20).map(|i| op(Input::Put(i), None, i * 2, 0)).collect();
+        h.push(op(Input::Get, Some(Output::Value(Some(99))), 100, 101));
+        match check_within(&h, 1000) {
+            Verdict::Inconclusive(why) => assert!(why.contains("20 of unknown outcome"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(check_within(&h[..3], 1000), Verdict::Linearizable));
     }
 }
