@@ -77,12 +77,18 @@ async fn old_members_returning_after_a_forced_cluster_serve_nothing() {
     for (i, m) in members.iter().enumerate().skip(1) {
         let ready = readyz_says_within(30, &m.http, "fenced").await;
         assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
-        let metrics = om_tests::http_get(m.http.parse().unwrap(), "/metrics").await;
-        assert!(
-            metrics.contains("om_cluster_superseded 1"),
-            "member {}: {metrics}",
-            i + 1
-        );
+        // The gauge follows the fence (read again a moment later if the
+        // scrape came first).
+        let addr: std::net::SocketAddr = m.http.parse().unwrap();
+        wait_for(
+            Duration::from_secs(10),
+            "om_cluster_superseded 1",
+            || async move {
+                let metrics = om_tests::http_get(addr, "/metrics").await;
+                metrics.contains("om_cluster_superseded 1").then_some(())
+            },
+        )
+        .await;
         assert!(dirs[i].join(om::incarnation::FENCE_FILE).exists());
     }
     // Give the old majority every chance to elect a leader.
