@@ -161,12 +161,7 @@ impl OmService {
     pub fn s3_secret_states(&self) -> Result<[u64; 4], OmError> {
         let keys = self.keyring.as_ref().map(|k| k.keys());
         let mut n = [0; 4];
-        let mut it = DeferredSeekIter::new(
-            &self.db,
-            keys::S3_SECRETS_CF,
-            None,
-            Some(keys::S3_USER_INDEX_PREFIX.to_vec()),
-        )?;
+        let mut it = self.credential_records()?;
         it.seek_to_first();
         while let Some((_, v)) = it.current() {
             let rec = table::decode::<S3SecretTable>(v)?;
@@ -181,6 +176,17 @@ impl OmService {
         }
         it.status()?;
         Ok(n)
+    }
+
+    /// An iterator over every credential record (they sort before the
+    /// index by user); positions nothing.
+    fn credential_records(&self) -> Result<DeferredSeekIter<'_>, OmError> {
+        DeferredSeekIter::new(
+            &self.db,
+            keys::S3_SECRETS_CF,
+            None,
+            Some(keys::S3_USER_INDEX_PREFIX.to_vec()),
+        )
     }
 
     /// Whether this node seals S3 secrets.
@@ -198,12 +204,7 @@ impl OmService {
         out: &mut Resealed,
     ) -> Result<(Vec<Reseal>, Option<Vec<u8>>), OmError> {
         let mut items = Vec::new();
-        let mut it = DeferredSeekIter::new(
-            &self.db,
-            keys::S3_SECRETS_CF,
-            None,
-            Some(keys::S3_USER_INDEX_PREFIX.to_vec()),
-        )?;
+        let mut it = self.credential_records()?;
         it.seek(from);
         let mut last = None;
         while let Some((k, v)) = it.current() {
@@ -353,12 +354,7 @@ impl OmService {
         let mut truncated = false;
         if user.is_empty() {
             // Every credential: the records sort before the user index.
-            let mut it = DeferredSeekIter::new(
-                &self.db,
-                keys::S3_SECRETS_CF,
-                None,
-                Some(keys::S3_USER_INDEX_PREFIX.to_vec()),
-            )?;
+            let mut it = self.credential_records()?;
             it.seek(&after(start_after));
             while let Some((_, v)) = it.current() {
                 let rec = crate::store::table::decode::<crate::store::table::S3SecretTable>(v)?;
