@@ -69,6 +69,7 @@ impl OmClient {
             bucket: bucket.to_string(),
             key: key.to_string(),
             version_id: String::new(),
+            conditions: None,
         };
         self.call(|ch| {
             let req = req.clone();
@@ -114,6 +115,7 @@ impl OmClient {
             bucket: bucket.to_string(),
             keys: keys.to_vec(),
             version_ids: Vec::new(),
+            conditions: Vec::new(),
         };
         let r = self
             .call(|ch| {

@@ -63,12 +63,29 @@ impl OmClient {
         key: &str,
         version_id: &str,
     ) -> Result<DeleteKeyResponse, ClientError> {
+        self.delete_key_if(volume, bucket, key, version_id, None)
+            .await
+    }
+
+    /// `delete_key_version` with conditions on what it removes (S3's
+    /// conditional DeleteObject): a condition that fails is
+    /// FAILED_PRECONDITION `IF_MATCH_FAILED`; with conditions, nothing
+    /// there is NOT_FOUND and adds no delete marker.
+    pub async fn delete_key_if(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        conditions: Option<DeleteConditions>,
+    ) -> Result<DeleteKeyResponse, ClientError> {
         let req = DeleteKeyRequest {
             header: Some(self.next_header()),
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             key: key.to_string(),
             version_id: version_id.to_string(),
+            conditions,
         };
         self.call(|ch| {
             let req = req.clone();
@@ -85,12 +102,28 @@ impl OmClient {
         keys: &[String],
         version_ids: &[String],
     ) -> Result<Vec<KeyOutcome>, ClientError> {
+        self.delete_keys_if(volume, bucket, keys, version_ids, &[])
+            .await
+    }
+
+    /// DeleteKeys with, for none or every key, a version id ("" for none)
+    /// and conditions on what its delete removes (a default
+    /// `DeleteConditions` asks nothing).
+    pub async fn delete_keys_if(
+        &self,
+        volume: &str,
+        bucket: &str,
+        keys: &[String],
+        version_ids: &[String],
+        conditions: &[DeleteConditions],
+    ) -> Result<Vec<KeyOutcome>, ClientError> {
         let req = DeleteKeysRequest {
             header: Some(self.next_header()),
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             keys: keys.to_vec(),
             version_ids: version_ids.to_vec(),
+            conditions: conditions.to_vec(),
         };
         let r = self
             .call(|ch| {

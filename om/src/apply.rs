@@ -40,7 +40,7 @@ mod write;
 pub use bulk::MAX_PUT_KEYS;
 pub use limits::{
     MAX_ACK_IDS, MAX_BLOCKS_PER_CALL, MAX_KEY_BLOCKS, MAX_PART_NUMBER, MAX_PART_SIZE,
-    MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, part_number,
+    MAX_PURGE_BATCH, block_size_or_legacy, blocks_per_call, condition_count, part_number,
 };
 pub use multipart::{DEFAULT_MIN_PART_SIZE, multipart_etag};
 pub use quota::{bucket_namespace, volume_used_bytes};
@@ -515,6 +515,8 @@ pub fn is_plain_md5(etag: &str) -> bool {
 
 #[cfg(test)]
 mod batch_tests;
+#[cfg(test)]
+mod conditions_tests;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]

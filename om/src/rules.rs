@@ -22,7 +22,7 @@ impl Rule {
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (see ARCHITECTURE.md, "What apply may read"). An entry of a
 /// newer version stops the state machine rather than diverge.
-pub const CURRENT: u32 = 14;
+pub const CURRENT: u32 = 15;
 
 /// Usage counters (a volume's used bytes, a bucket's key and directory
 /// counts) and the quotas enforced on them.
@@ -77,6 +77,9 @@ pub const RECLAIM_RIGHT: Rule = Rule { since: 13 };
 /// S3 secrets sealed at rest: CreateS3Secret may carry its secret sealed
 /// (`sealed`), and ResealS3Secrets seals stored ones anew.
 pub const SEALED_SECRETS: Rule = Rule { since: 14 };
+/// Conditional deletes: DeleteKey and DeleteKeys may carry
+/// `DeleteConditions` on what they remove.
+pub const DELETE_CONDITIONS: Rule = Rule { since: 15 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -104,6 +107,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("BATCHED_WRITES", BATCHED_WRITES),
     ("RECLAIM_RIGHT", RECLAIM_RIGHT),
     ("SEALED_SECRETS", SEALED_SECRETS),
+    ("DELETE_CONDITIONS", DELETE_CONDITIONS),
 ];
 
 #[cfg(test)]

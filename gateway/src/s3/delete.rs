@@ -3,7 +3,7 @@
 //! version; the blocks it releases are freed by the reclaimer. As in S3,
 //! deleting what does not exist succeeds.
 
-use om_client::v1::KeyOutcome;
+use om_client::v1::{DeleteConditions, KeyOutcome};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
@@ -13,6 +13,32 @@ use crate::errors::{from_om, s3_code};
 
 /// Most keys one DeleteObjects names (S3's and om's limit).
 const MAX_DELETE_KEYS: usize = 1000;
+
+/// S3's conditions on a delete as om's: an ETag, or `*` (`Some(None)`),
+/// the object's Last-Modified (whole seconds) and its size. A size below
+/// zero matches nothing there is.
+fn delete_conditions(
+    etag: Option<Option<&str>>,
+    modified: Option<&Timestamp>,
+    size: Option<i64>,
+) -> S3Result<Option<DeleteConditions>> {
+    if etag.is_none() && modified.is_none() && size.is_none() {
+        return Ok(None);
+    }
+    let if_size =
+        match size {
+            Some(n) => Some(u64::try_from(n).map_err(|_| {
+                s3_error!(InvalidArgument, "x-amz-if-match-size must not be negative")
+            })?),
+            None => None,
+        };
+    Ok(Some(DeleteConditions {
+        if_match: etag.flatten().unwrap_or_default().to_string(),
+        if_match_any: matches!(etag, Some(None)),
+        if_modified_s: modified.map(|t| codec::ms(t) / 1000),
+        if_size,
+    }))
+}
 
 /// Whether an om refusal to delete means "nothing there", a success in S3.
 fn already_gone(reason: &str) -> bool {
@@ -25,16 +51,17 @@ pub async fn one(
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let om = s.om(&req).await?;
     let i = &req.input;
-    if i.if_match.is_some() || i.if_match_last_modified_time.is_some() || i.if_match_size.is_some()
-    {
-        return Err(s3_error!(
-            NotImplemented,
-            "conditional deletes are not supported"
-        ));
-    }
+    let cond = delete_conditions(
+        i.if_match.as_ref().map(|c| match c {
+            ETagCondition::Any => None,
+            ETagCondition::ETag(e) => Some(e.value()),
+        }),
+        i.if_match_last_modified_time.as_ref(),
+        i.if_match_size,
+    )?;
     let version = codec::request_version(i.version_id.as_deref());
     match om
-        .delete_key_version(&s.volume, &i.bucket, &i.key, &version)
+        .delete_key_if(&s.volume, &i.bucket, &i.key, &version, cond)
         .await
     {
         Ok(r) => Ok(S3Response::new(DeleteObjectOutput {
@@ -94,8 +121,20 @@ pub async fn many(
     } else {
         Vec::new()
     };
+    let mut conditions = Vec::with_capacity(objects.len());
+    for o in &objects {
+        let etag = o
+            .e_tag
+            .as_ref()
+            .map(|e| Some(e.value()).filter(|v| *v != "*"));
+        let c = delete_conditions(etag, o.last_modified_time.as_ref(), o.size)?;
+        conditions.push(c.unwrap_or_default());
+    }
+    if conditions.iter().all(|c| *c == DeleteConditions::default()) {
+        conditions.clear();
+    }
     let results = om
-        .delete_key_versions(&s.volume, &i.bucket, &keys, &versions)
+        .delete_keys_if(&s.volume, &i.bucket, &keys, &versions, &conditions)
         .await
         .map_err(from_om)?;
     let mut deleted = Vec::new();

@@ -3,7 +3,7 @@
 //! replace. The `*`-less If-Match and If-None-Match forms came with rules 10;
 //! entries of earlier rules never carry them.
 
-use om_proto::store::{KeyConditions, KeyRecord};
+use om_proto::store::{DeleteConditions, KeyConditions, KeyRecord};
 
 use crate::error::OmError;
 
@@ -84,6 +84,68 @@ pub(super) fn check_conditions(
             }
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// Evaluates a delete's conditions against what it would remove, `target`
+/// (a delete marker included). Nothing there: NOT_FOUND `not_found`, so a
+/// conditional delete of what is missing changes nothing (it never adds a
+/// delete marker). Older entries never carry conditions (rules 15).
+pub(super) fn check_delete_conditions(
+    cond: Option<&DeleteConditions>,
+    target: Option<&KeyRecord>,
+    not_found: impl FnOnce() -> OmError,
+    path: &str,
+    rules: u32,
+) -> Result<(), OmError> {
+    let Some(cond) = cond else { return Ok(()) };
+    if !crate::rules::DELETE_CONDITIONS.holds(rules) {
+        return Err(OmError::invalid(
+            "UNSUPPORTED_COMMAND",
+            "conditions",
+            "conditional deletes need apply rules 15",
+        ));
+    }
+    let Some(k) = target else {
+        return Err(not_found());
+    };
+    let failed = |field: &str, what: String| {
+        Err(OmError::precondition(
+            "IF_MATCH_FAILED",
+            field,
+            format!("{path} {what}"),
+        ))
+    };
+    if !cond.if_match.is_empty() && k.etag != cond.if_match {
+        let has = if k.delete_marker {
+            "is a delete marker".to_string()
+        } else {
+            format!("has ETag {:?}", k.etag)
+        };
+        return failed(
+            "conditions.if_match",
+            format!("{has}, not {:?}", cond.if_match),
+        );
+    }
+    if let Some(s) = cond.if_modified_s
+        && k.modification_time_ms / 1000 != s
+    {
+        return failed(
+            "conditions.if_modified_s",
+            format!(
+                "was last modified at second {}, not {s}",
+                k.modification_time_ms / 1000
+            ),
+        );
+    }
+    if let Some(n) = cond.if_size
+        && k.size != n
+    {
+        return failed(
+            "conditions.if_size",
+            format!("is {} bytes, not {n}", k.size),
+        );
     }
     Ok(())
 }

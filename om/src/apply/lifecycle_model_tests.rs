@@ -349,6 +349,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
                         bucket: "bkt".into(),
                         key: name.into(),
                         version_id: String::new(),
+                        conditions: Default::default(),
                     }));
                 }
                 4 => {

@@ -81,6 +81,7 @@ pub(super) fn delete(sm: &mut Sm, key: &str, version_id: &str) {
         bucket: "bkt".into(),
         key: key.into(),
         version_id: version_id.into(),
+        conditions: Default::default(),
     }));
 }
 

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use om_proto::store::{Command, KeyConditions};
+use om_proto::store::{Command, DeleteConditions, KeyConditions};
 
 use super::{LEGACY_BLOCK_SIZE, MAX_BLOCK_SIZE, MAX_KEY_SIZE, MIN_BLOCK_SIZE};
 use crate::error::OmError;
@@ -213,6 +213,39 @@ pub(super) fn conditions(c: Option<&KeyConditions>) -> Result<(), OmError> {
         }
     }
     Ok(())
+}
+
+/// A delete's conditions: ETags bounded as a write's are.
+pub(super) fn delete_conditions<'a>(
+    cs: impl Iterator<Item = &'a DeleteConditions>,
+) -> Result<(), OmError> {
+    for c in cs {
+        if c.if_match.len() > validate::MAX_CONDITION_ETAG_BYTES {
+            return Err(OmError::invalid(
+                "INVALID_ETAG",
+                "conditions.if_match",
+                format!(
+                    "conditions.if_match is {} bytes; a condition names at most {}",
+                    c.if_match.len(),
+                    validate::MAX_CONDITION_ETAG_BYTES
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// DeleteKeys' conditions: none, or one per key (`INVALID_CONDITION_COUNT`),
+/// checked at the edge and in apply alike.
+pub fn condition_count(keys: usize, conditions: usize) -> Result<(), OmError> {
+    if conditions == 0 || conditions == keys {
+        return Ok(());
+    }
+    Err(OmError::invalid(
+        "INVALID_CONDITION_COUNT",
+        "conditions",
+        format!("conditions holds {conditions} entries for {keys} keys; give none or one per key"),
+    ))
 }
 
 /// A key's size: at most `MAX_KEY_SIZE` (S3's 5 TiB).

@@ -137,6 +137,7 @@ fn lists_and_names_are_bounded_in_apply() {
             .map(|i| format!("k{i}"))
             .collect(),
         version_ids: Vec::new(),
+        conditions: Default::default(),
     });
     assert_eq!(sm.rejected(too_many), "INVALID_KEY_COUNT");
     let acks = Op::AckDeletedBlocks(st::AckDeletedBlocks {
@@ -397,6 +398,7 @@ fn quota_refusals_stage_nothing_and_deletes_make_room() {
         bucket: "bkt".into(),
         key: "a".into(),
         version_id: String::new(),
+        conditions: Default::default(),
     }));
     assert_eq!(volume_record(&sm).used_bytes, Some(0));
     sm.ok(put("b", 30));

@@ -2,11 +2,12 @@
 //! rename, over `Ctx`'s staged view.
 
 use om_proto::store::{
-    BucketRecord, CommandResult, DeleteKeysResult, DeletedVersion, Empty, KeyConditions,
-    KeyOutcome, KeyRecord, KeyResult, VolumeRecord, command_result,
+    BucketRecord, CommandResult, DeleteConditions, DeleteKeysResult, DeletedVersion, Empty,
+    KeyConditions, KeyOutcome, KeyRecord, KeyResult, VolumeRecord, command_result,
 };
 use om_raft_store::EntryWrites;
 
+use super::conditions::check_delete_conditions;
 use super::limits;
 use super::ops::Operation;
 use super::{Ctx, Usage, block_size_or_legacy, check_conditions, lay_out, ok, versions};
@@ -54,6 +55,7 @@ impl Operation for om_proto::store::DeleteKey {
     fn limits(&self, _rules: u32) -> Result<(), OmError> {
         limits::object(&self.volume, &self.bucket, "key", &self.key)?;
         limits::version_id("version_id", &self.version_id)?;
+        limits::delete_conditions(self.conditions.iter())?;
         Ok(())
     }
 
@@ -90,6 +92,8 @@ impl Operation for om_proto::store::DeleteKeys {
         for v in &self.version_ids {
             limits::version_id("version_ids", v)?;
         }
+        limits::condition_count(self.keys.len(), self.conditions.len())?;
+        limits::delete_conditions(self.conditions.iter())?;
         Ok(())
     }
 
@@ -263,6 +267,7 @@ impl Ctx<'_> {
         c: &om_proto::store::DeleteKey,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
+        self.check_delete(&bucket, &c.key, &c.version_id, c.conditions.as_ref(), "key")?;
         let mut freed = Usage::default();
         let deleted = if !c.version_id.is_empty() {
             let old = self.remove_version(b, &bucket, &c.key, &c.version_id, 0, &mut freed)?;
@@ -296,6 +301,37 @@ impl Ctx<'_> {
         })
     }
 
+    /// Checks a delete's conditions against what it would remove: version
+    /// `version_id` of `name`, or without one its current entry.
+    fn check_delete(
+        &self,
+        bucket: &BucketRecord,
+        name: &str,
+        version_id: &str,
+        cond: Option<&DeleteConditions>,
+        field: &str,
+    ) -> Result<(), OmError> {
+        // DeleteKeys gives every key conditions when one has them: those
+        // that ask nothing are no conditions.
+        let Some(cond) = cond.filter(|c| **c != DeleteConditions::default()) else {
+            return Ok(());
+        };
+        let cond = Some(cond);
+        let (volume, bname) = (&bucket.volume, &bucket.name);
+        let path = format!("key {volume}/{bname}/{name}");
+        let current = self.key_get(&keys::object_key(volume, bname, name))?;
+        if version_id.is_empty() {
+            let missing =
+                || OmError::not_found("KEY_NOT_FOUND", field, format!("{path} does not exist"));
+            return check_delete_conditions(cond, current.as_ref(), missing, &path, self.rules);
+        }
+        let v = versions::parse_version_id(version_id, field)?;
+        let target = versions::locate(volume, bname, name, current, v, |k| self.key_get(k))?
+            .map(versions::Located::into_record);
+        let missing = || versions::version_not_found(volume, bname, name, version_id, field);
+        check_delete_conditions(cond, target.as_ref(), missing, &path, self.rules)
+    }
+
     /// DeleteKeys in a versioned bucket or with version ids: each key in
     /// turn, every one seeing what the ones before it did (several versions
     /// of one key may go at once), each with its own outcome.
@@ -310,7 +346,10 @@ impl Ctx<'_> {
         for (i, name) in c.keys.iter().enumerate() {
             let vid = c.version_ids.get(i).map_or("", String::as_str);
             let seq = u32::try_from(i).unwrap_or(u32::MAX);
-            let done = if !vid.is_empty() {
+            let checked = self.check_delete(bucket, name, vid, c.conditions.get(i), "keys");
+            let done = if let Err(e) = checked {
+                Err(e)
+            } else if !vid.is_empty() {
                 self.remove_version(b, bucket, name, vid, seq, freed)
                     .map(|old| (versions::version_id(&old), old.delete_marker))
             } else if bucket.versioning != versions::UNVERSIONED {
@@ -357,7 +396,12 @@ impl Ctx<'_> {
         c: &om_proto::store::DeleteKeys,
     ) -> Result<CommandResult, OmError> {
         let mut bucket = self.object_store_bucket(&c.volume, &c.bucket)?;
-        if bucket.versioning != versions::UNVERSIONED || !c.version_ids.is_empty() {
+        // Conditions are per key, so a key listed twice is checked twice:
+        // each key in turn, as in a versioned bucket.
+        if bucket.versioning != versions::UNVERSIONED
+            || !c.version_ids.is_empty()
+            || !c.conditions.is_empty()
+        {
             let mut freed = Usage::default();
             let outcomes = self.delete_versions(b, &bucket, c, &mut freed)?;
             // Frees only: never refused, so it may follow the staged removals.

@@ -54,6 +54,11 @@ pub async fn delete_key(
     validate::resource_name("volume", &r.volume)?;
     validate::resource_name("bucket", &r.bucket)?;
     versions::optional_version_id("version_id", &r.version_id)?;
+    let conditions = r
+        .conditions
+        .clone()
+        .map(super::objects::delete_conditions)
+        .transpose()?;
     let id = write_id(&r.header, &r)?;
     let done = svc
         .propose(
@@ -63,6 +68,7 @@ pub async fn delete_key(
                 bucket: r.bucket,
                 key: r.key,
                 version_id: r.version_id,
+                conditions,
             }),
         )
         .await?;
@@ -95,6 +101,13 @@ pub async fn delete_keys(
     for v in &r.version_ids {
         versions::optional_version_id("version_ids", v)?;
     }
+    crate::apply::condition_count(r.keys.len(), r.conditions.len())?;
+    let conditions = r
+        .conditions
+        .iter()
+        .cloned()
+        .map(super::objects::delete_conditions)
+        .collect::<Result<Vec<_>, _>>()?;
     let id = write_id(&r.header, &r)?;
     match svc
         .propose(
@@ -104,6 +117,7 @@ pub async fn delete_keys(
                 bucket: r.bucket,
                 keys: r.keys,
                 version_ids: r.version_ids,
+                conditions,
             }),
         )
         .await?

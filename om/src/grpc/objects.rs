@@ -50,6 +50,18 @@ pub fn conditions(c: Option<KeyConditions>) -> Result<Option<st::KeyConditions>,
     }))
 }
 
+/// Validates and normalizes a delete's conditions.
+pub fn delete_conditions(c: DeleteConditions) -> Result<st::DeleteConditions, OmError> {
+    let if_match = normalize_etag(&c.if_match);
+    validate::condition_etag("conditions.if_match", &if_match)?;
+    Ok(st::DeleteConditions {
+        if_match,
+        if_match_any: c.if_match_any,
+        if_modified_s: c.if_modified_s,
+        if_size: c.if_size,
+    })
+}
+
 /// The key a write answers, with the expiry a lifecycle rule gives it (S3
 /// answers `x-amz-expiration` to PutObject, CopyObject and
 /// CompleteMultipartUpload). The rules are read from this member's state

@@ -25,6 +25,7 @@ fn delete(sm: &mut Sm, key: &str, version_id: &str) -> st::DeletedVersion {
         bucket: "bkt".into(),
         key: key.into(),
         version_id: version_id.into(),
+        conditions: Default::default(),
     })) {
         command_result::Result::Deleted(d) => d,
         other => panic!("{other:?}"),
@@ -224,6 +225,7 @@ fn one_command_removes_several_versions_of_one_key() {
             ids[3].clone(),
             String::new(),
         ],
+        conditions: Default::default(),
     }));
     let command_result::Result::DeleteKeys(d) = r else {
         panic!()
@@ -317,6 +319,7 @@ fn bad_versions_are_refused_and_change_nothing() {
             bucket: "bkt".into(),
             key: "k".into(),
             version_id: v.into(),
+            conditions: Default::default(),
         })
     };
     assert_eq!(sm.rejected(del("zzz")), "INVALID_VERSION_ID");

@@ -239,7 +239,12 @@ fn apply_refuses_random_commands_without_staging() {
                 volume: "vol1".into(),
                 bucket: "bkt1".into(),
                 key: "a".into(),
-                version_id: "null".into()
+                version_id: "null".into(),
+                conditions: Some(st::DeleteConditions {
+                    if_match: ETAG.into(),
+                    if_size: Some(300 << 20),
+                    ..Default::default()
+                })
             }
         ),
         op!(
@@ -299,7 +304,8 @@ fn apply_refuses_random_commands_without_staging() {
                 volume: "vol1".into(),
                 bucket: "bkt1".into(),
                 keys: vec!["a".into(), "b".into(), "a".into()],
-                version_ids: Vec::new()
+                version_ids: Vec::new(),
+                conditions: Vec::new()
             }
         ),
         op!(
@@ -308,7 +314,18 @@ fn apply_refuses_random_commands_without_staging() {
                 volume: "vol1".into(),
                 bucket: "bkt1".into(),
                 keys: vec!["a".into(), "b".into(), "a".into()],
-                version_ids: vec!["null".into(), "".into(), "0000000000010000".into()]
+                version_ids: vec!["null".into(), "".into(), "0000000000010000".into()],
+                conditions: vec![
+                    st::DeleteConditions {
+                        if_match_any: true,
+                        ..Default::default()
+                    },
+                    st::DeleteConditions::default(),
+                    st::DeleteConditions {
+                        if_modified_s: Some(1_000),
+                        ..Default::default()
+                    },
+                ]
             }
         ),
         op!(

@@ -10,6 +10,7 @@
 //! restic, the AWS CLI and boto3 with their defaults; `refusals`: what
 //! nobody authenticated can cost (POST forms, silent sockets).
 
+mod behaviour;
 mod clients;
 mod faults;
 mod headers;

@@ -1,0 +1,158 @@
+//! S3 behaviours beyond the basic operations, through a real S3 client:
+//! conditional deletes.
+
+use aws_sdk_s3::primitives::DateTime;
+
+use super::*;
+
+/// DeleteObject and DeleteObjects with If-Match (an ETag or `*`),
+/// x-amz-if-match-size and x-amz-if-match-last-modified-time: a condition
+/// that fails is 412 and deletes nothing; a missing key is a success that
+/// adds no delete marker; in a versioned bucket the current entry (a delete
+/// marker included) or the version named is what is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditional_deletes_remove_only_what_they_name() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    let exists = |b: &'static str, k: &'static str| {
+        let c = c.clone();
+        async move { c.head_object().bucket(b).key(k).send().await.is_ok() }
+    };
+
+    c.create_bucket().bucket("plain").send().await.unwrap();
+    let put = c
+        .put_object()
+        .bucket("plain")
+        .key("k")
+        .body(ByteStream::from_static(b"12345"))
+        .send()
+        .await
+        .unwrap();
+    let etag = put.e_tag().unwrap().to_string();
+    let modified = *c
+        .head_object()
+        .bucket("plain")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .last_modified()
+        .unwrap();
+    let del = || c.delete_object().bucket("plain").key("k");
+    assert_eq!(
+        code(del().if_match("\"0123\"").send().await),
+        ("PreconditionFailed".into(), 412)
+    );
+    assert_eq!(code(del().if_match_size(4).send().await).1, 412);
+    let long_ago = DateTime::from_secs(1_420_070_400);
+    assert_eq!(
+        code(del().if_match_last_modified_time(long_ago).send().await).1,
+        412
+    );
+    assert!(exists("plain", "k").await, "a failed condition deleted");
+    del()
+        .if_match(&etag)
+        .if_match_size(5)
+        .if_match_last_modified_time(modified)
+        .send()
+        .await
+        .unwrap();
+    assert!(!exists("plain", "k").await);
+    // Gone: a conditional delete of it succeeds, as any delete does.
+    del().if_match("*").send().await.unwrap();
+    del().if_match("\"0123\"").send().await.unwrap();
+
+    // DeleteObjects: each key's conditions alone.
+    for k in ["a", "b"] {
+        c.put_object()
+            .bucket("plain")
+            .key(k)
+            .body(ByteStream::from_static(b"xy"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let id = |k: &str| ObjectIdentifier::builder().key(k);
+    let r = c
+        .delete_objects()
+        .bucket("plain")
+        .delete(
+            Delete::builder()
+                .objects(id("a").e_tag("\"0123\"").build().unwrap())
+                .objects(id("b").size(2).build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let deleted: Vec<&str> = r.deleted().iter().filter_map(|d| d.key()).collect();
+    assert_eq!(deleted, ["b"]);
+    let failed: Vec<(&str, &str)> = r
+        .errors()
+        .iter()
+        .map(|e| (e.key().unwrap(), e.code().unwrap()))
+        .collect();
+    assert_eq!(failed, [("a", "PreconditionFailed")]);
+    assert!(exists("plain", "a").await && !exists("plain", "b").await);
+
+    // A versioned bucket.
+    c.create_bucket().bucket("kept").send().await.unwrap();
+    c.put_bucket_versioning()
+        .bucket("kept")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let vdel = || c.delete_object().bucket("kept").key("k");
+    // Nothing there: success, and no delete marker is made.
+    let r = vdel().if_match("*").send().await.unwrap();
+    assert_eq!(r.delete_marker(), None);
+    let listed = c
+        .list_object_versions()
+        .bucket("kept")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.delete_markers().is_empty());
+    let put = c
+        .put_object()
+        .bucket("kept")
+        .key("k")
+        .body(ByteStream::from_static(b"v1"))
+        .send()
+        .await
+        .unwrap();
+    let (v1, etag) = (put.version_id().unwrap(), put.e_tag().unwrap());
+    assert_eq!(code(vdel().if_match("\"0123\"").send().await).1, 412);
+    let r = vdel().if_match(etag).send().await.unwrap();
+    assert_eq!(r.delete_marker(), Some(true));
+    // The delete marker is current: an ETag fails on it.
+    assert_eq!(code(vdel().if_match(etag).send().await).1, 412);
+    // A version named is what its conditions are checked against.
+    assert_eq!(
+        code(vdel().version_id(v1).if_match_size(3).send().await).1,
+        412
+    );
+    let r = vdel()
+        .version_id(v1)
+        .if_match_size(2)
+        .if_match(etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.version_id(), Some(v1));
+    let listed = c
+        .list_object_versions()
+        .bucket("kept")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.versions().is_empty());
+    assert_eq!(listed.delete_markers().len(), 1);
+}
