@@ -112,6 +112,27 @@ fn s3_filter(f: LifecycleFilter) -> LifecycleRuleFilter {
     out
 }
 
+/// A transition's time as S3 checks it: Days (not negative) or a Date at
+/// midnight UTC, exactly one.
+fn transition(days: Option<i32>, date: Option<&Timestamp>) -> S3Result<()> {
+    match (days, date) {
+        (Some(d), None) if d >= 0 => Ok(()),
+        (Some(_), None) => Err(s3_error!(
+            InvalidArgument,
+            "a Transition's Days must not be negative"
+        )),
+        (None, Some(t)) if codec::ms(t) % 86_400_000 == 0 => Ok(()),
+        (None, Some(_)) => Err(s3_error!(
+            InvalidArgument,
+            "a Transition's Date must be at midnight GMT"
+        )),
+        _ => Err(s3_error!(
+            MalformedXML,
+            "a Transition has exactly one of Days and Date"
+        )),
+    }
+}
+
 /// An S3 rule as om's.
 pub(super) fn om_rule(r: LifecycleRule) -> S3Result<OmRule> {
     let legacy_prefix = r.prefix.is_some();
@@ -156,7 +177,12 @@ pub(super) fn om_rule(r: LifecycleRule) -> S3Result<OmRule> {
         }),
     };
     let mut unsupported = Vec::new();
-    if r.transitions.is_some_and(|t| !t.is_empty()) {
+    if let Some(ts) = r.transitions.filter(|t| !t.is_empty()) {
+        // om runs no transition, but one S3 itself would refuse is a 400
+        // for what is wrong with it, not a 501.
+        for t in &ts {
+            transition(t.days, t.date.as_ref())?;
+        }
         unsupported.push("Transition".to_string());
     }
     if r.noncurrent_version_transitions
@@ -292,6 +318,7 @@ pub async fn delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use s3s::S3ErrorCode;
 
     fn rule() -> LifecycleRule {
         LifecycleRule {
@@ -364,8 +391,34 @@ mod tests {
         let mut r = rule();
         r.filter = None;
         r.prefix = Some("old/".into());
-        r.transitions = Some(vec![Transition::default()]);
-        let om = om_rule(r).unwrap();
+        r.transitions = Some(vec![Transition {
+            days: Some(30),
+            ..Default::default()
+        }]);
+        let om = om_rule(r.clone()).unwrap();
+        // A transition S3 would refuse is a 400 for its fault, not a 501.
+        let midnight = Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
+        let past = Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(20_220_927));
+        for (days, date, code) in [
+            (None, Some(past), S3ErrorCode::InvalidArgument),
+            (Some(-1), None, S3ErrorCode::InvalidArgument),
+            (None, None, S3ErrorCode::MalformedXML),
+            (Some(1), Some(midnight.clone()), S3ErrorCode::MalformedXML),
+        ] {
+            let mut bad = r.clone();
+            bad.transitions = Some(vec![Transition {
+                days,
+                date,
+                ..Default::default()
+            }]);
+            assert_eq!(*om_rule(bad).unwrap_err().code(), code);
+        }
+        let mut at_midnight = r.clone();
+        at_midnight.transitions = Some(vec![Transition {
+            date: Some(midnight),
+            ..Default::default()
+        }]);
+        assert_eq!(om_rule(at_midnight).unwrap().unsupported, ["Transition"]);
         assert_eq!(
             om.filter.as_ref().unwrap().predicate,
             Some(Predicate::Prefix("old/".into()))
