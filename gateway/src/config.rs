@@ -47,7 +47,8 @@ pub struct Config {
     pub secret_cache_seconds: u64,
     /// Free the blocks om releases (list, delete, acknowledge). Enable it on
     /// at least one gateway of the om cluster (more only repeat the work);
-    /// it needs admin rights on om.
+    /// it needs the cluster right RECLAIM on om (`omctl acl add /
+    /// user:om-s3:IMPERSONATE,RECLAIM`).
     #[arg(
         long,
         env = "OM_S3_RECLAIM",

@@ -58,7 +58,8 @@ pub fn s3_code(code: Code, reason: &str, field: &str) -> S3ErrorCode {
 }
 
 /// An om error as the S3 error answered for it. A delete marker's
-/// NOT_FOUND carries `x-amz-delete-marker` and the marker's version id.
+/// NOT_FOUND carries `x-amz-delete-marker: true` and the marker's version
+/// id; any other missing key `x-amz-delete-marker: false`.
 pub fn from_om(e: ClientError) -> S3Error {
     match e {
         ClientError::Api {
@@ -83,6 +84,12 @@ pub fn from_om(e: ClientError) -> S3Error {
             };
             if let Some(version) = delete_marker {
                 err.set_headers(delete_marker_headers(&version, true));
+            } else if reason == "KEY_NOT_FOUND" {
+                // No delete marker stands there: say so, as RGW does (AWS
+                // says nothing; clients that read the header see `false`).
+                let mut h = HeaderMap::new();
+                h.insert("x-amz-delete-marker", HeaderValue::from_static("false"));
+                err.set_headers(h);
             }
             err
         }

@@ -397,8 +397,10 @@ mod tests {
         }]);
         let om = om_rule(r.clone()).unwrap();
         // A transition S3 would refuse is a 400 for its fault, not a 501.
-        let midnight = Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
-        let past = Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(20_220_927));
+        let midnight =
+            Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
+        let past =
+            Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(20_220_927));
         for (days, date, code) in [
             (None, Some(past), S3ErrorCode::InvalidArgument),
             (Some(-1), None, S3ErrorCode::InvalidArgument),

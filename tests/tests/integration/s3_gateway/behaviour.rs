@@ -1,5 +1,5 @@
 //! S3 behaviours beyond the basic operations, through a real S3 client:
-//! conditional deletes.
+//! conditional deletes, delete-marker headers on a missing key.
 
 use aws_sdk_s3::primitives::DateTime;
 
@@ -155,4 +155,65 @@ async fn conditional_deletes_remove_only_what_they_name() {
         .unwrap();
     assert!(listed.versions().is_empty());
     assert_eq!(listed.delete_markers().len(), 1);
+}
+
+/// `x-amz-delete-marker` on a HEAD that found nothing: `true` where a
+/// delete marker is the current entry, `false` where nothing is (an
+/// unversioned or suspended bucket's deleted key).
+async fn delete_marker_header(c: &Client, bucket: &str, key: &str) -> Option<String> {
+    match c.head_object().bucket(bucket).key(key).send().await {
+        Ok(_) => panic!("{bucket}/{key} is there"),
+        Err(SdkError::ServiceError(e)) => e
+            .raw()
+            .headers()
+            .get("x-amz-delete-marker")
+            .map(str::to_string),
+        Err(e) => panic!("{e:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_key_says_whether_a_delete_marker_stands_there() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    for (bucket, status) in [
+        ("plain", None),
+        ("kept", Some(BucketVersioningStatus::Enabled)),
+        ("paused", Some(BucketVersioningStatus::Suspended)),
+    ] {
+        c.create_bucket().bucket(bucket).send().await.unwrap();
+        if let Some(s) = status {
+            c.put_bucket_versioning()
+                .bucket(bucket)
+                .versioning_configuration(VersioningConfiguration::builder().status(s).build())
+                .send()
+                .await
+                .unwrap();
+        }
+        c.put_object()
+            .bucket(bucket)
+            .key("k")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap();
+        c.delete_object()
+            .bucket(bucket)
+            .key("k")
+            .send()
+            .await
+            .unwrap();
+        let want = if bucket == "plain" { "false" } else { "true" };
+        assert_eq!(
+            delete_marker_header(&c, bucket, "k").await.as_deref(),
+            Some(want),
+            "{bucket}"
+        );
+        assert_eq!(
+            delete_marker_header(&c, bucket, "never").await.as_deref(),
+            Some("false"),
+            "{bucket}"
+        );
+    }
 }
