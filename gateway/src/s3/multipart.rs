@@ -239,6 +239,48 @@ fn completed_parts(m: Option<CompletedMultipartUpload>) -> S3Result<Vec<OmPart>>
         .collect()
 }
 
+/// A part number listed more than once in a row (a part uploaded twice at
+/// once, both answers listed): the entry whose ETag is the part om holds,
+/// the upload that finished last, stands for it; with none, the last
+/// entry, which om then refuses as the wrong part. One ListParts read per
+/// repeated number, none for a list without repeats.
+async fn one_entry_per_part(
+    om: &om_client::OmClient,
+    upload: ListPartsRequest,
+    parts: Vec<OmPart>,
+) -> S3Result<Vec<OmPart>> {
+    let mut out: Vec<OmPart> = Vec::with_capacity(parts.len());
+    let mut held: Option<(u32, String)> = None;
+    for p in parts {
+        let Some(last) = out.last_mut().filter(|l| l.part_number == p.part_number) else {
+            out.push(p);
+            continue;
+        };
+        if held.as_ref().is_none_or(|(n, _)| *n != p.part_number) {
+            let r = om
+                .list_parts(ListPartsRequest {
+                    part_number_marker: p.part_number.saturating_sub(1),
+                    max_parts: 1,
+                    ..upload.clone()
+                })
+                .await
+                .map_err(from_om)?;
+            let etag = r
+                .parts
+                .into_iter()
+                .find(|q| q.part_number == p.part_number)
+                .map(|q| q.etag.trim_matches('"').to_string())
+                .unwrap_or_default();
+            held = Some((p.part_number, etag));
+        }
+        let stored = held.as_ref().map(|(_, e)| e.as_str());
+        if stored != Some(last.etag.as_str()) {
+            *last = p;
+        }
+    }
+    Ok(out)
+}
+
 pub async fn complete(
     s: &OmS3,
     req: S3Request<CompleteMultipartUploadInput>,
@@ -246,6 +288,16 @@ pub async fn complete(
     let om = s.om(&req).await?;
     let i = req.input;
     let parts = completed_parts(i.multipart_upload)?;
+    let upload = ListPartsRequest {
+        read: None,
+        volume: s.volume.clone(),
+        bucket: i.bucket.clone(),
+        key: i.key.clone(),
+        upload_id: i.upload_id.clone(),
+        part_number_marker: 0,
+        max_parts: 1,
+    };
+    let parts = one_entry_per_part(&om, upload, parts).await?;
     let conds = write_conditions(i.if_match.as_ref(), i.if_none_match.as_ref())?;
     let done = om
         .complete_multipart_upload(CompleteMultipartUploadRequest {

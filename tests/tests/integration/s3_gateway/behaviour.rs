@@ -217,3 +217,63 @@ async fn a_missing_key_says_whether_a_delete_marker_stands_there() {
         );
     }
 }
+
+/// A part uploaded twice (as two uploads of it racing do), both answers
+/// listed for it at completion: the one om holds, the upload that finished
+/// last, stands; a list naming only parts om does not hold is InvalidPart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_part_listed_twice_completes_with_the_part_held() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    c.create_bucket().bucket("parts").send().await.unwrap();
+    for order in [[0, 1], [1, 0]] {
+        let up = c
+            .create_multipart_upload()
+            .bucket("parts")
+            .key("k")
+            .send()
+            .await
+            .unwrap();
+        let id = up.upload_id().unwrap();
+        let mut etags = Vec::new();
+        for body in [&b"BBBBBBBB"[..], &b"AAAAAAAA"[..]] {
+            let r = c
+                .upload_part()
+                .bucket("parts")
+                .key("k")
+                .upload_id(id)
+                .part_number(1)
+                .body(ByteStream::from(body.to_vec()))
+                .send()
+                .await
+                .unwrap();
+            etags.push(r.e_tag().unwrap().to_string());
+        }
+        let listed = |tags: &[&str]| {
+            let mut m = CompletedMultipartUpload::builder();
+            for t in tags {
+                m = m.parts(CompletedPart::builder().part_number(1).e_tag(*t).build());
+            }
+            m.build()
+        };
+        let complete = |m| {
+            c.complete_multipart_upload()
+                .bucket("parts")
+                .key("k")
+                .upload_id(id)
+                .multipart_upload(m)
+                .send()
+        };
+        let wrong = complete(listed(&[
+            "\"0123456789abcdef0123456789abcdef\"",
+            "\"fedcba9876543210fedcba9876543210\"",
+        ]))
+        .await;
+        assert_eq!(code(wrong).0, "InvalidPart");
+        complete(listed(&[&etags[order[0]], &etags[order[1]]]))
+            .await
+            .unwrap();
+        assert_eq!(body(&c, "parts", "k").await, b"AAAAAAAA");
+    }
+}
