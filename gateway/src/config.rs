@@ -72,9 +72,10 @@ pub struct Config {
     /// have sent nothing yet at most a quarter (the oldest closed first).
     #[arg(long, env = "OM_S3_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
-    /// Bytes of POST form uploads (browser uploads) held in memory at once;
-    /// also the largest one. Larger objects go by PUT or multipart upload,
-    /// which stream. [default: 256 MiB]
+    /// Bytes of POST form uploads (browser uploads) and of PUTs without a
+    /// Content-Length held in memory at once; also the largest one. Larger
+    /// objects go by PUT with a length or multipart upload, which stream.
+    /// [default: 256 MiB]
     #[arg(long, env = "OM_S3_POST_MEMORY_BYTES", default_value_t = 256 << 20)]
     pub post_memory_bytes: u64,
     /// A connection on which no byte moved for this many seconds is closed

@@ -94,6 +94,12 @@ impl Front {
             return resp;
         }
         crate::scope::resign(&mut req, &self.auth).await?;
+        if crate::length::unsized_upload(&req) {
+            let admitted = crate::length::admit(req, &self.auth, &self.post_budget).await?;
+            let resp = self.service.call(admitted.req).await.map_err(unanswered);
+            drop(admitted.permit);
+            return resp;
+        }
         hyper::service::Service::call(&self.service, req)
             .await
             .map_err(unanswered)

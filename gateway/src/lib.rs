@@ -30,6 +30,7 @@ pub mod errors;
 mod front;
 mod host;
 mod http;
+mod length;
 pub mod logging;
 mod post;
 pub mod reclaim;

@@ -39,7 +39,8 @@ pub const MAX_FORM_PARTS: usize = 64;
 /// The budget is counted in units of this many bytes.
 const UNIT: u64 = 1024;
 
-/// The POST memory budget: bytes of POST uploads held at once.
+/// The upload memory budget: bytes of POST uploads, and of uploads without
+/// a Content-Length (`length`), held at once.
 #[derive(Clone)]
 pub struct Budget {
     bytes: u64,
@@ -63,6 +64,27 @@ impl Budget {
     fn take(&self, len: u64) -> Option<OwnedSemaphorePermit> {
         let n = u32::try_from(len.div_ceil(UNIT).max(1)).ok()?;
         self.units.clone().try_acquire_many_owned(n).ok()
+    }
+
+    /// Makes `held` hold `total` bytes, taking what more that needs (a body
+    /// read as it arrives); `false` when the budget has not that much free.
+    pub fn hold(&self, held: &mut Option<OwnedSemaphorePermit>, total: u64) -> bool {
+        let want = total.div_ceil(UNIT).max(1);
+        let have = held.as_ref().map_or(0, |p| p.num_permits() as u64);
+        if want <= have {
+            return true;
+        }
+        let Some(more) = u32::try_from(want - have)
+            .ok()
+            .and_then(|n| self.units.clone().try_acquire_many_owned(n).ok())
+        else {
+            return false;
+        };
+        match held {
+            Some(h) => h.merge(more),
+            None => *held = Some(more),
+        }
+        true
     }
 }
 
@@ -169,11 +191,12 @@ fn error(code: S3ErrorCode, why: &'static str) -> S3Error {
     S3Error::with_message(code, why)
 }
 
-/// A form POST checked and ready for s3s: its body (the fields read, then
-/// the rest), and its share of the budget, held until the request ends.
+/// A request checked and ready for s3s: its body (a form's fields read,
+/// then the rest; or an unsized upload's whole body), and its share of the
+/// budget, held until the request ends.
 pub struct Admitted {
     pub req: Request<s3s::Body>,
-    pub permit: OwnedSemaphorePermit,
+    pub permit: Option<OwnedSemaphorePermit>,
 }
 
 /// Reads the fields of the form POST `req` (boundary `boundary`) and
@@ -271,7 +294,10 @@ pub async fn admit(
     let tail = body.into_data_stream().map(|r| r.map(Frame::data));
     let stream = http_body_util::StreamBody::new(head.chain(tail));
     let req = Request::from_parts(parts, s3s::Body::http_body_unsync(stream));
-    Ok(Admitted { req, permit })
+    Ok(Admitted {
+        req,
+        permit: Some(permit),
+    })
 }
 
 #[cfg(test)]
@@ -355,5 +381,20 @@ mod tests {
         drop(one);
         assert!(b.take(6 * 1024).is_some());
         drop(two);
+    }
+
+    #[test]
+    fn a_body_read_as_it_arrives_holds_what_it_read() {
+        let b = Budget::new(10 * 1024);
+        let mut held = None;
+        assert!(b.hold(&mut held, 100));
+        assert!(b.hold(&mut held, 5 * 1024));
+        assert_eq!(held.as_ref().unwrap().num_permits(), 5);
+        let other = b.take(4 * 1024).unwrap();
+        assert!(!b.hold(&mut held, 7 * 1024), "past what is free");
+        drop(other);
+        assert!(b.hold(&mut held, 10 * 1024));
+        drop(held);
+        assert!(b.take(10 * 1024).is_some(), "all of it given back");
     }
 }

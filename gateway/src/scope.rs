@@ -233,20 +233,50 @@ fn parse_query(query: &[(String, String)]) -> Option<Signed> {
     })
 }
 
-/// Re-signs `req` for its region's normalized name when its SigV4 scope
-/// names a region s3s refuses and its signature is right; leaves every
-/// other request as it is (s3s checks those). Refuses a wrong signature.
-pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error> {
+/// A SigV4 request whose signature the front end checked.
+struct Checked {
+    signed: Signed,
+    secret: s3s::auth::SecretKey,
+    /// Whether the client signed the path as sent (else re-encoded).
+    raw: bool,
+    /// The query's pairs, decoded, in their order.
+    query: Vec<(String, String)>,
+}
+
+fn parts<'a, B>(req: &'a Request<B>, query: Vec<(String, String)>) -> Parts<'a> {
+    let authority = req.uri().authority().map(|a| a.as_str());
+    Parts {
+        method: req.method(),
+        path: req.uri().path(),
+        query,
+        headers: req.headers(),
+        authority: if req.version() >= http::Version::HTTP_2 {
+            authority
+        } else {
+            None
+        },
+    }
+}
+
+/// Checks `req`'s SigV4 signature (header or presigned query) with the
+/// access key's secret, as s3s would: `None` for a request that is not
+/// SigV4 or is malformed (s3s says how), and, unless `any_region`, for one
+/// whose region s3s takes. A wrong signature is refused.
+async fn check<B>(
+    req: &Request<B>,
+    auth: &Auth,
+    any_region: bool,
+) -> Result<Option<Checked>, S3Error> {
     let header = req
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    // The cheap test first: a valid region, or no SigV4, is s3s's alone.
+    // The cheap test first: no SigV4 is s3s's alone.
     let in_header = header.is_some_and(|h| h.starts_with(ALGORITHM));
     let query_text = req.uri().query().unwrap_or("");
     let in_query = !in_header && query_text.contains("X-Amz-Credential");
     if !in_header && !in_query {
-        return Ok(());
+        return Ok(None);
     }
     let query: Vec<(String, String)> = form_urlencoded::parse(query_text.as_bytes())
         .into_owned()
@@ -256,33 +286,25 @@ pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error>
         _ => parse_query(&query),
     };
     let Some(signed) = signed else {
-        return Ok(()); // malformed: s3s says how
+        return Ok(None);
     };
     let (Signed::Header { scope, .. } | Signed::Query { scope, .. }) = &signed;
-    if valid(&scope.region) {
-        return Ok(());
+    if !any_region && valid(&scope.region) {
+        return Ok(None);
     }
     let secret = auth.secret(&scope.key).await?;
-    let authority = req.uri().authority().map(|a| a.as_str().to_string());
-    let parts = Parts {
-        method: req.method(),
-        path: req.uri().path(),
-        query,
-        headers: req.headers(),
-        authority: (req.version() >= http::Version::HTTP_2)
-            .then_some(authority.as_deref())
-            .flatten(),
-    };
+    let parts = parts(req, query.clone());
     // Which path form the client signed: s3s tries the re-encoded one, then
     // the raw one, and so does this.
-    let verified = |scope: &Scope, signed: &[&str], payload: &str, date: &str, sig: &str| {
+    let verified = |scope: &Scope, signed: &[String], payload: &str, date: &str, sig: &str| {
+        let names: Vec<&str> = signed.iter().map(String::as_str).collect();
         [false, true].into_iter().find(|raw| {
             parts
-                .canonical(signed, payload, *raw)
+                .canonical(&names, payload, *raw)
                 .is_some_and(|c| scope.sign(secret.expose(), date, &c) == sig)
         })
     };
-    match signed {
+    let raw = match &signed {
         Signed::Header {
             scope,
             signed,
@@ -293,7 +315,7 @@ pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error>
                 .get("x-amz-content-sha256")
                 .and_then(|v| v.to_str().ok())
                 .ok_or_else(|| invalid("missing header: x-amz-content-sha256"))?;
-            if payload.starts_with("STREAMING-AWS4-") {
+            if payload.starts_with("STREAMING-AWS4-") && !valid(&scope.region) {
                 return Err(invalid(
                     "a body signed chunk by chunk (STREAMING-AWS4-HMAC-SHA256-PAYLOAD) needs a \
                      region of lower-case letters, digits and '-' in its credential scope",
@@ -303,8 +325,62 @@ pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error>
                 .get("x-amz-date")
                 .and_then(|v| v.to_str().ok())
                 .ok_or_else(|| invalid("missing header: x-amz-date"))?;
+            verified(scope, signed, payload, date, signature)
+        }
+        Signed::Query {
+            scope,
+            signed,
+            signature,
+            date,
+        } => verified(scope, signed, "UNSIGNED-PAYLOAD", date, signature),
+    };
+    let raw = raw.ok_or_else(mismatch)?;
+    Ok(Some(Checked {
+        signed,
+        secret,
+        raw,
+        query,
+    }))
+}
+
+/// Checks `req`'s SigV4 signature before anything of its body is read:
+/// `Ok(true)` when it is right, `Ok(false)` when the request is not SigV4
+/// (unsigned, SigV2, malformed), and a refusal when it is wrong. s3s checks
+/// it again, with the payload's hash, as it reads the body.
+pub async fn verify<B>(req: &Request<B>, auth: &Auth) -> Result<bool, S3Error> {
+    Ok(check(req, auth, true).await?.is_some())
+}
+
+/// Re-signs `req` for its region's normalized name when its SigV4 scope
+/// names a region s3s refuses and its signature is right; leaves every
+/// other request as it is (s3s checks those). Refuses a wrong signature.
+pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error> {
+    let Some(Checked {
+        signed,
+        secret,
+        raw,
+        query,
+    }) = check(req, auth, false).await?
+    else {
+        return Ok(());
+    };
+    let parts = parts(req, query);
+    match signed {
+        Signed::Header {
+            scope,
+            signed,
+            signature: _,
+        } => {
+            let headers = req.headers();
+            let payload = headers
+                .get("x-amz-content-sha256")
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(mismatch)?;
+            let date = headers
+                .get("x-amz-date")
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(mismatch)?;
             let names: Vec<&str> = signed.iter().map(String::as_str).collect();
-            let raw = verified(&scope, &names, payload, date, &signature).ok_or_else(mismatch)?;
             let to = scope.with_region(normalized(&scope.region));
             let c = parts.canonical(&names, payload, raw).ok_or_else(mismatch)?;
             let value = format!(
@@ -319,12 +395,10 @@ pub async fn resign<B>(req: &mut Request<B>, auth: &Auth) -> Result<(), S3Error>
         Signed::Query {
             scope,
             signed,
-            signature,
+            signature: _,
             date,
         } => {
             let names: Vec<&str> = signed.iter().map(String::as_str).collect();
-            let raw = verified(&scope, &names, "UNSIGNED-PAYLOAD", &date, &signature)
-                .ok_or_else(mismatch)?;
             // The credential is part of the signed query: sign the query
             // that names the new region.
             let to = scope.with_region(normalized(&scope.region));

@@ -63,6 +63,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["errors", "blocks", "host", "logging", "uri"],
             &["auth", "config", "reclaim"],
             &["scope", "post"],
+            &["length"],
             &["front"],
             &["s3"],
             &["http"],

@@ -256,10 +256,11 @@ async fn real_clients_with_their_defaults() {
 
     // boto3: a client with the endpoint and keys, and its transfer
     // manager's defaults (multipart above 8 MiB); presigned GETs; a form
-    // upload (POST).
+    // upload (POST); a PUT without a length.
     let script = r#"
 import os, sys, urllib.request, urllib.error, boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 s3 = boto3.client("s3", endpoint_url=os.environ["EP"],
                   aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"],
                   region_name="us-east-1")
@@ -297,6 +298,33 @@ req = urllib.request.Request(post["url"], data=body, method="POST",
 assert urllib.request.urlopen(req).status == 204
 assert s3.get_object(Bucket="boto-bucket", Key="form.bin")["Body"].read() == data
 keys.append("form.bin")
+# A PUT streamed without a length (Transfer-Encoding: chunked, as
+# ceph/s3-tests sends it): taken once its signature checks; a wrong one is
+# refused before the body is read, and so is an unsigned one.
+def chunked(request, **kwargs):
+    request.headers.add_header("Transfer-Encoding", "chunked")
+def streaming(secret):
+    c = boto3.client("s3", endpoint_url=os.environ["EP"],
+                     aws_access_key_id=os.environ["AK"], aws_secret_access_key=secret,
+                     region_name="us-east-1")
+    c.meta.events.register_first("before-sign.*.*", chunked)
+    return c
+big = os.urandom(3 << 20)
+streaming(os.environ["SK"]).put_object(Bucket="boto-bucket", Key="chunked.bin", Body=big)
+assert s3.get_object(Bucket="boto-bucket", Key="chunked.bin")["Body"].read() == big
+keys.append("chunked.bin")
+try:
+    streaming("wrong").put_object(Bucket="boto-bucket", Key="nope.bin", Body=big)
+    sys.exit("a wrongly signed upload without a length was taken")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "SignatureDoesNotMatch", e.response
+req = urllib.request.Request(os.environ["EP"] + "/boto-bucket/anon.bin", method="PUT",
+                             data=iter([b"x" * 1000]), headers={"Transfer-Encoding": "chunked"})
+try:
+    urllib.request.urlopen(req)
+    sys.exit("an unsigned upload without a length was taken")
+except urllib.error.HTTPError as e:
+    assert e.code == 411 and b"signed with SigV4" in e.read()
 s3.delete_objects(Bucket="boto-bucket", Delete={"Objects": [{"Key": k} for k in keys]})
 s3.delete_bucket(Bucket="boto-bucket")
 print("ok")
