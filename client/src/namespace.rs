@@ -122,6 +122,29 @@ impl OmClient {
             .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
     }
 
+    /// Replaces a bucket's tags (S3 bucket tagging); none removes them.
+    pub async fn set_bucket_tags(
+        &self,
+        volume: &str,
+        bucket: &str,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<BucketInfo, ClientError> {
+        let req = SetBucketTagsRequest {
+            header: Some(self.next_header()),
+            volume: volume.to_string(),
+            bucket: bucket.to_string(),
+            tags,
+        };
+        let r = self
+            .call(|ch| {
+                let req = req.clone();
+                async move { Self::om(ch).set_bucket_tags(req).await }
+            })
+            .await?;
+        r.bucket
+            .ok_or_else(|| ClientError::Unavailable("empty response".to_string()))
+    }
+
     pub async fn list_buckets(
         &self,
         volume: &str,

@@ -235,6 +235,8 @@ pub fn bucket_info(b: st::BucketRecord) -> BucketInfo {
             crate::apply::versions::SUSPENDED => BucketVersioning::Suspended,
             _ => BucketVersioning::Unversioned,
         } as i32,
+        owner: b.owner,
+        tags: b.tags,
     }
 }
 
@@ -448,6 +450,8 @@ rpcs! {
             = "ListObjectVersions" versions::list_object_versions;
         rpc set_bucket_versioning(SetBucketVersioningRequest) -> SetBucketVersioningResponse
             = "SetBucketVersioning" versions::set_bucket_versioning;
+        rpc set_bucket_tags(SetBucketTagsRequest) -> SetBucketTagsResponse
+            = "SetBucketTags" namespace::set_bucket_tags;
         rpc put_bucket_lifecycle(PutBucketLifecycleRequest) -> PutBucketLifecycleResponse
             = "PutBucketLifecycle" lifecycle::put;
         rpc get_bucket_lifecycle(GetBucketLifecycleRequest) -> GetBucketLifecycleResponse

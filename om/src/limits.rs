@@ -30,6 +30,8 @@ pub const MAX_ADDRESS_BYTES: usize = 259;
 pub const MAX_CONDITION_ETAG_BYTES: usize = 1024;
 /// Most tags one object version carries (S3's limit).
 pub const MAX_OBJECT_TAGS: usize = 10;
+/// Most tags a bucket has (S3's limit).
+pub const MAX_BUCKET_TAGS: usize = 50;
 /// Deepest path a FILE_SYSTEM_OPTIMIZED bucket accepts (directories created by
 /// one command get per-entry object ids, of which there are 255).
 pub const MAX_PATH_DEPTH: usize = 200;

@@ -80,6 +80,8 @@ pub const SEALED_SECRETS: Rule = Rule { since: 14 };
 /// Conditional deletes: DeleteKey and DeleteKeys may carry
 /// `DeleteConditions` on what they remove.
 pub const DELETE_CONDITIONS: Rule = Rule { since: 15 };
+/// SetBucketTags, and a bucket's tags.
+pub const BUCKET_TAGS: Rule = Rule { since: 15 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -108,6 +110,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("RECLAIM_RIGHT", RECLAIM_RIGHT),
     ("SEALED_SECRETS", SEALED_SECRETS),
     ("DELETE_CONDITIONS", DELETE_CONDITIONS),
+    ("BUCKET_TAGS", BUCKET_TAGS),
 ];
 
 #[cfg(test)]

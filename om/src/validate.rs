@@ -3,9 +3,10 @@
 
 use crate::error::OmError;
 pub use crate::limits::{
-    MAX_ADDRESS_BYTES, MAX_CONDITION_ETAG_BYTES, MAX_CONTENT_TYPE_BYTES, MAX_DELETE_KEYS,
-    MAX_DELIMITER_BYTES, MAX_ETAG_BYTES, MAX_KEY_BYTES, MAX_METADATA_BYTES, MAX_NAME_BYTES,
-    MAX_OBJECT_TAGS, MAX_OWNER_BYTES, MAX_PATH_DEPTH, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS,
+    MAX_ADDRESS_BYTES, MAX_BUCKET_TAGS, MAX_CONDITION_ETAG_BYTES, MAX_CONTENT_TYPE_BYTES,
+    MAX_DELETE_KEYS, MAX_DELIMITER_BYTES, MAX_ETAG_BYTES, MAX_KEY_BYTES, MAX_METADATA_BYTES,
+    MAX_NAME_BYTES, MAX_OBJECT_TAGS, MAX_OWNER_BYTES, MAX_PATH_DEPTH, MAX_TAG_KEY_CHARS,
+    MAX_TAG_VALUE_CHARS,
 };
 
 /// Most bytes of a bad value an error message quotes.
@@ -332,14 +333,28 @@ pub fn tags(
     field: &'static str,
     map: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), OmError> {
-    if map.len() > MAX_OBJECT_TAGS {
+    tag_set(field, map, MAX_OBJECT_TAGS, "an object")
+}
+
+/// A bucket's tag set: `tags`' rules, with at most `MAX_BUCKET_TAGS` tags.
+pub fn bucket_tags(
+    field: &'static str,
+    map: &std::collections::BTreeMap<String, String>,
+) -> Result<(), OmError> {
+    tag_set(field, map, MAX_BUCKET_TAGS, "a bucket")
+}
+
+fn tag_set(
+    field: &'static str,
+    map: &std::collections::BTreeMap<String, String>,
+    max: usize,
+    whose: &str,
+) -> Result<(), OmError> {
+    if map.len() > max {
         return Err(OmError::invalid(
             "TOO_MANY_TAGS",
             field,
-            format!(
-                "an object has at most {MAX_OBJECT_TAGS} tags, got {}",
-                map.len()
-            ),
+            format!("{whose} has at most {max} tags, got {}", map.len()),
         ));
     }
     for (k, v) in map {

@@ -107,8 +107,21 @@ async fn gather(
     }
 }
 
-fn object(k: KeyInfo, encode: bool) -> Object {
+/// The owner S3 names on each object listed: the bucket's, since om keeps
+/// every object as its bucket owner's (S3's default object ownership,
+/// BucketOwnerEnforced); none where om records no owner (authorization
+/// off). One read of the bucket, made only for a page that lists objects.
+async fn owner(om: &OmClient, volume: &str, bucket: &str) -> S3Result<Option<Owner>> {
+    let b = om.get_bucket(volume, bucket).await.map_err(from_om)?;
+    Ok((!b.owner.is_empty()).then(|| Owner {
+        display_name: Some(b.owner.clone()),
+        id: Some(b.owner),
+    }))
+}
+
+fn object(k: KeyInfo, encode: bool, owner: Option<&Owner>) -> Object {
     Object {
+        owner: owner.cloned(),
         e_tag: etag(&k.etag),
         key: Some(maybe_encode(k.name, encode)),
         last_modified: Some(ts(k.modification_time_ms)),
@@ -159,6 +172,10 @@ pub async fn objects_v1(
     )
     .await?;
     let next_marker = g.truncated.then(|| maybe_encode(g.next_marker, encode));
+    let owner = match g.keys.is_empty() {
+        true => None,
+        false => owner(&om, &s.volume, &i.bucket).await?,
+    };
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(i.bucket),
         // V1 echoes Prefix as given even with encoding-type=url (S3, and
@@ -168,8 +185,12 @@ pub async fn objects_v1(
         marker: Some(maybe_encode(i.marker.unwrap_or_default(), encode)),
         max_keys: Some(max as i32),
         is_truncated: Some(g.truncated),
-        contents: (!g.keys.is_empty())
-            .then(|| g.keys.into_iter().map(|k| object(k, encode)).collect()),
+        contents: (!g.keys.is_empty()).then(|| {
+            g.keys
+                .into_iter()
+                .map(|k| object(k, encode, owner.as_ref()))
+                .collect()
+        }),
         common_prefixes: prefixes(g.prefixes, encode),
         delimiter: echo_delimiter(i.delimiter, encode),
         next_marker,
@@ -201,6 +222,10 @@ pub async fn objects_v2(
     )
     .await?;
     let count = g.keys.len() + g.prefixes.len();
+    let owner = match i.fetch_owner == Some(true) && !g.keys.is_empty() {
+        true => owner(&om, &s.volume, &i.bucket).await?,
+        false => None,
+    };
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(i.bucket),
         prefix: Some(maybe_encode(i.prefix.unwrap_or_default(), encode)),
@@ -209,8 +234,12 @@ pub async fn objects_v2(
         continuation_token: i.continuation_token,
         is_truncated: Some(g.truncated),
         next_continuation_token: g.truncated.then_some(g.next_token),
-        contents: (!g.keys.is_empty())
-            .then(|| g.keys.into_iter().map(|k| object(k, encode)).collect()),
+        contents: (!g.keys.is_empty()).then(|| {
+            g.keys
+                .into_iter()
+                .map(|k| object(k, encode, owner.as_ref()))
+                .collect()
+        }),
         common_prefixes: prefixes(g.prefixes, encode),
         delimiter: echo_delimiter(i.delimiter, encode),
         encoding_type: i.encoding_type,
@@ -225,7 +254,7 @@ enum Entry {
     Marker(DeleteMarkerEntry),
 }
 
-fn version_entry(k: KeyInfo, encode: bool) -> Entry {
+fn version_entry(k: KeyInfo, encode: bool, owner: Option<&Owner>) -> Entry {
     let key = Some(maybe_encode(k.name, encode));
     let version_id = Some(if k.version_id.is_empty() {
         "null".to_string()
@@ -237,7 +266,7 @@ fn version_entry(k: KeyInfo, encode: bool) -> Entry {
             is_latest: Some(k.is_latest),
             key,
             last_modified: Some(ts(k.modification_time_ms)),
-            owner: None,
+            owner: owner.cloned(),
             version_id,
         });
     }
@@ -251,6 +280,7 @@ fn version_entry(k: KeyInfo, encode: bool) -> Entry {
             ObjectVersionStorageClass::STANDARD,
         )),
         version_id,
+        owner: owner.cloned(),
         ..Default::default()
     })
 }
@@ -270,6 +300,7 @@ pub async fn versions(
     let (mut next_key, mut next_version) = (String::new(), String::new());
     let mut token = String::new();
     let mut count = 0u32;
+    let mut owner: Option<Option<Owner>> = None;
     while count < max {
         let first = token.is_empty();
         let page = om
@@ -297,8 +328,11 @@ pub async fn versions(
             .map_err(from_om)?;
         let got = page.versions.len() + page.common_prefixes.len();
         count += got as u32;
+        if owner.is_none() && !page.versions.is_empty() {
+            owner = Some(self::owner(&om, &s.volume, &i.bucket).await?);
+        }
         for v in page.versions {
-            match version_entry(v, encode) {
+            match version_entry(v, encode, owner.as_ref().and_then(Option::as_ref)) {
                 Entry::Version(v) => versions.push(v),
                 Entry::Marker(m) => markers.push(m),
             }
@@ -362,11 +396,11 @@ mod tests {
             modification_time_ms: 1_000,
             ..Default::default()
         };
-        let o = object(k.clone(), true);
+        let o = object(k.clone(), true, None);
         assert_eq!(o.key.as_deref(), Some("dir/a%20b"));
         assert_eq!(o.size, Some(5));
         assert_eq!(o.e_tag, Some(ETag::Strong("abc".into())));
-        assert_eq!(object(k, false).key.as_deref(), Some("dir/a b"));
+        assert_eq!(object(k, false, None).key.as_deref(), Some("dir/a b"));
         let p = prefixes(vec!["x y/".into()], true).unwrap();
         assert_eq!(p[0].prefix.as_deref(), Some("x%20y/"));
         assert!(prefixes(vec![], false).is_none());
@@ -380,7 +414,7 @@ mod tests {
             is_latest: true,
             ..Default::default()
         };
-        match version_entry(v, false) {
+        match version_entry(v, false, None) {
             Entry::Version(v) => {
                 assert_eq!(v.version_id.as_deref(), Some("null"));
                 assert_eq!(v.is_latest, Some(true));
@@ -393,7 +427,7 @@ mod tests {
             delete_marker: true,
             ..Default::default()
         };
-        match version_entry(m, false) {
+        match version_entry(m, false, None) {
             Entry::Marker(m) => assert_eq!(m.version_id.as_deref(), Some("00ab")),
             Entry::Version(_) => panic!("a marker"),
         }

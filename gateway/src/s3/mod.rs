@@ -128,6 +128,12 @@ operations! {
         = "GetObjectTagging" tagging::get;
     delete_object_tagging(DeleteObjectTaggingInput -> DeleteObjectTaggingOutput)
         = "DeleteObjectTagging" tagging::delete;
+    put_bucket_tagging(PutBucketTaggingInput -> PutBucketTaggingOutput)
+        = "PutBucketTagging" tagging::put_bucket;
+    get_bucket_tagging(GetBucketTaggingInput -> GetBucketTaggingOutput)
+        = "GetBucketTagging" tagging::get_bucket;
+    delete_bucket_tagging(DeleteBucketTaggingInput -> DeleteBucketTaggingOutput)
+        = "DeleteBucketTagging" tagging::delete_bucket;
 
     list_objects(ListObjectsInput -> ListObjectsOutput) = "ListObjects" listing::objects_v1;
     list_objects_v2(ListObjectsV2Input -> ListObjectsV2Output) = "ListObjectsV2" listing::objects_v2;

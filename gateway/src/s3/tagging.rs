@@ -1,6 +1,8 @@
 //! Object tags: om replaces, reads or removes the whole tag set of one
 //! version of a key (`put_key_tagging`, `get_key_tagging`,
-//! `delete_key_tagging`) and checks S3's rules on them.
+//! `delete_key_tagging`) and checks S3's rules on them. Bucket tags: om
+//! replaces a bucket's whole set (`set_bucket_tags`; none removes them) and
+//! answers it with the bucket.
 
 use std::collections::BTreeMap;
 
@@ -99,6 +101,49 @@ pub async fn delete(
     Ok(S3Response::new(DeleteObjectTaggingOutput {
         version_id: header_version(&r.version_id),
     }))
+}
+
+/// PutBucketTagging: replaces the bucket's tags (S3's rules, at most 50).
+pub async fn put_bucket(
+    s: &OmS3,
+    req: S3Request<PutBucketTaggingInput>,
+) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+    let om = s.om(&req).await?;
+    let i = req.input;
+    om.set_bucket_tags(&s.volume, &i.bucket, tag_map(i.tagging.tag_set)?)
+        .await
+        .map_err(from_om)?;
+    Ok(S3Response::new(PutBucketTaggingOutput::default()))
+}
+
+/// GetBucketTagging: the bucket's tags; none is 404 NoSuchTagSet, as S3.
+pub async fn get_bucket(
+    s: &OmS3,
+    req: S3Request<GetBucketTaggingInput>,
+) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+    let om = s.om(&req).await?;
+    let b = om
+        .get_bucket(&s.volume, &req.input.bucket)
+        .await
+        .map_err(from_om)?;
+    if b.tags.is_empty() {
+        return Err(s3_error!(NoSuchTagSet, "the bucket has no tags"));
+    }
+    Ok(S3Response::new(GetBucketTaggingOutput {
+        tag_set: tag_set(b.tags),
+    }))
+}
+
+/// DeleteBucketTagging: removes the bucket's tags.
+pub async fn delete_bucket(
+    s: &OmS3,
+    req: S3Request<DeleteBucketTaggingInput>,
+) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+    let om = s.om(&req).await?;
+    om.set_bucket_tags(&s.volume, &req.input.bucket, BTreeMap::new())
+        .await
+        .map_err(from_om)?;
+    Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
 }
 
 #[cfg(test)]

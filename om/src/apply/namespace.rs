@@ -117,7 +117,48 @@ impl Operation for om_proto::store::SetBucketVersioning {
     }
 }
 
+impl Operation for om_proto::store::SetBucketTags {
+    fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
+        vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
+    }
+
+    fn target(&self) -> String {
+        Resource::Bucket(&self.volume, &self.bucket).to_string()
+    }
+
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
+        limits::name("volume", &self.volume)?;
+        limits::name("bucket", &self.bucket)?;
+        if !crate::rules::BUCKET_TAGS.holds(rules) {
+            return Err(OmError::invalid(
+                "UNSUPPORTED_COMMAND",
+                "tags",
+                "bucket tags need apply rules 15",
+            ));
+        }
+        crate::validate::bucket_tags("tags", &self.tags)
+    }
+
+    fn apply(&self, ctx: &Ctx<'_>, b: &mut EntryWrites<'_>) -> Result<CommandResult, OmError> {
+        ctx.set_bucket_tags(b, self)
+    }
+}
+
 impl Ctx<'_> {
+    /// Replaces a bucket's tags.
+    pub(super) fn set_bucket_tags(
+        &self,
+        b: &mut EntryWrites<'_>,
+        c: &om_proto::store::SetBucketTags,
+    ) -> Result<CommandResult, OmError> {
+        let mut bucket = self.bucket(&c.volume, &c.bucket)?;
+        bucket.tags = c.tags.clone();
+        bucket.modification_time_ms = self.now;
+        bucket.update_id = self.index;
+        self.put_bucket(b, &mut bucket)?;
+        ok(command_result::Result::Bucket(bucket))
+    }
+
     pub(super) fn create_volume(
         &self,
         b: &mut EntryWrites<'_>,
@@ -227,6 +268,7 @@ impl Ctx<'_> {
             acl: Vec::new(),
             owner: self.caller.map(|c| c.user.clone()).unwrap_or_default(),
             versioning: versions::UNVERSIONED,
+            tags: Default::default(),
         };
         vol.bucket_count = self.grow(vol.bucket_count, 1, "name", "the volume's bucket count")?;
         vol.update_id = self.index;

@@ -118,6 +118,7 @@ ops! {
     DeleteBucket,
     SetBucketQuota,
     SetBucketVersioning,
+    SetBucketTags,
     SetAcl,
     // Keys (`objects.rs`, `bulk.rs`, `tagging.rs`).
     PutKey,
@@ -186,6 +187,7 @@ pub fn batchable(op: &Op) -> bool {
         | Op::DeleteBucket(_)
         | Op::SetBucketQuota(_)
         | Op::SetBucketVersioning(_)
+        | Op::SetBucketTags(_)
         | Op::SetAcl(_)
         | Op::PutKeys(_)
         | Op::DeleteKeys(_)
@@ -219,6 +221,7 @@ pub fn adds_data(op: &Op) -> bool {
         | Op::SetVolumeQuota(_)
         | Op::SetBucketQuota(_)
         | Op::SetBucketVersioning(_)
+        | Op::SetBucketTags(_)
         | Op::SetAcl(_)
         | Op::PutKey(_)
         | Op::PutKeys(_)

@@ -383,4 +383,46 @@ mod tests {
             "KEY_NOT_FOUND"
         );
     }
+
+    /// Bucket tags (rules 15): replaced whole, at most 50, removed by an
+    /// empty set; an older entry may not carry them.
+    #[test]
+    fn buckets_keep_a_tag_set() {
+        let mut sm = Sm::new();
+        setup(&mut sm, LAYOUT_OBJECT_STORE);
+        let set = |t: BTreeMap<String, String>| {
+            Op::SetBucketTags(st::SetBucketTags {
+                volume: "vol".into(),
+                bucket: "bkt".into(),
+                tags: t,
+            })
+        };
+        let bucket = |sm: &Sm| {
+            table::get::<table::BucketTable>(&sm.db, &keys::bucket_key("vol", "bkt"))
+                .unwrap()
+                .unwrap()
+        };
+        let command_result::Result::Bucket(b) = sm.ok(set(tags(&[("team", "storage")]))) else {
+            panic!()
+        };
+        assert_eq!(b.tags, tags(&[("team", "storage")]));
+        assert_eq!(bucket(&sm).tags, b.tags);
+        let many: BTreeMap<String, String> =
+            (0..51).map(|i| (format!("k{i}"), String::new())).collect();
+        assert_eq!(sm.rejected(set(many)), "TOO_MANY_TAGS");
+        assert_eq!(sm.rejected(set(tags(&[("aws:x", "v")]))), "INVALID_TAG");
+        assert_eq!(
+            sm.rejected_rules(set(tags(&[("a", "b")])), 14),
+            "UNSUPPORTED_COMMAND"
+        );
+        assert_eq!(bucket(&sm).tags, tags(&[("team", "storage")]));
+        sm.ok(set(BTreeMap::new()));
+        assert!(bucket(&sm).tags.is_empty());
+        let missing = Op::SetBucketTags(st::SetBucketTags {
+            volume: "vol".into(),
+            bucket: "nope".into(),
+            tags: BTreeMap::new(),
+        });
+        assert_eq!(sm.rejected(missing), "BUCKET_NOT_FOUND");
+    }
 }

@@ -1,4 +1,4 @@
-//! Handlers of volumes and buckets: create, get, list, delete.
+//! Handlers of volumes and buckets: create, get, list, delete, tags.
 
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
@@ -131,6 +131,27 @@ pub async fn get_bucket(
     Ok(GetBucketResponse {
         bucket: Some(bucket_info(b)),
     })
+}
+
+pub async fn set_bucket_tags(
+    svc: &OmService,
+    r: SetBucketTagsRequest,
+) -> Result<SetBucketTagsResponse, OmError> {
+    let id = write_id(&r.header, &r)?;
+    validate::resource_name("volume", &r.volume)?;
+    validate::resource_name("bucket", &r.bucket)?;
+    validate::bucket_tags("tags", &r.tags)?;
+    let op = Op::SetBucketTags(st::SetBucketTags {
+        volume: r.volume,
+        bucket: r.bucket,
+        tags: r.tags,
+    });
+    match svc.propose(id, op).await? {
+        command_result::Result::Bucket(b) => Ok(SetBucketTagsResponse {
+            bucket: Some(bucket_info(b)),
+        }),
+        other => Err(unexpected(other)),
+    }
 }
 
 pub async fn list_buckets(

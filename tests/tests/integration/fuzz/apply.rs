@@ -273,6 +273,14 @@ fn apply_refuses_random_commands_without_staging() {
             }
         ),
         op!(
+            SetBucketTags,
+            st::SetBucketTags {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                tags: meta()
+            }
+        ),
+        op!(
             SetBucketVersioning,
             st::SetBucketVersioning {
                 volume: "vol1".into(),

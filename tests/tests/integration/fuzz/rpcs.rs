@@ -469,6 +469,35 @@ fn targets(f: &Fixture) -> Vec<Target> {
             }
         ),
         target!(
+            "SetBucketTags",
+            set_bucket_tags,
+            SetBucketTagsRequest,
+            true,
+            SetBucketTagsRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                tags: [("team".to_string(), "storage".to_string())].into(),
+                ..Default::default()
+            }
+        ),
+        target!(
+            "DeleteKey(conditions)",
+            delete_key,
+            DeleteKeyRequest,
+            true,
+            DeleteKeyRequest {
+                volume: "vol1".into(),
+                bucket: "ver1".into(),
+                key: "k".into(),
+                conditions: Some(DeleteConditions {
+                    if_match: "\"0123456789abcdef0123456789abcdef\"".into(),
+                    if_size: Some(3),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        ),
+        target!(
             "DeleteKey(version)",
             delete_key,
             DeleteKeyRequest,

@@ -1,5 +1,6 @@
 //! S3 behaviours beyond the basic operations, through a real S3 client:
-//! conditional deletes, delete-marker headers on a missing key.
+//! conditional deletes, delete-marker headers on a missing key, a part
+//! listed twice, bucket tagging and owners in listings.
 
 use aws_sdk_s3::primitives::DateTime;
 
@@ -276,4 +277,102 @@ async fn a_part_listed_twice_completes_with_the_part_held() {
             .unwrap();
         assert_eq!(body(&c, "parts", "k").await, b"AAAAAAAA");
     }
+}
+
+/// Bucket tagging (Put, Get, Delete; NoSuchTagSet when there are none;
+/// S3's limit of 50 tags; only who may write the bucket sets them), and
+/// owners in listings: every object is its bucket owner's (S3's default
+/// object ownership), named by V1, by V2 with fetch-owner, and by
+/// ListObjectVersions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buckets_keep_tags_and_listings_name_owners() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    let (bkey, bsecret) = env.s3_secret(OPS, "bob").await;
+    let bob = s3(&env.url, &bkey, &bsecret);
+    c.create_bucket().bucket("tagged").send().await.unwrap();
+
+    let get = || c.get_bucket_tagging().bucket("tagged").send();
+    assert_eq!(code(get().await), ("NoSuchTagSet".into(), 404));
+    let tagging = |n: usize| {
+        let mut t = Tagging::builder();
+        for i in 0..n {
+            t = t.tag_set(
+                Tag::builder()
+                    .key(format!("team{i:02}"))
+                    .value("storage")
+                    .build()
+                    .unwrap(),
+            );
+        }
+        t.build().unwrap()
+    };
+    let put = |t: Tagging| c.put_bucket_tagging().bucket("tagged").tagging(t).send();
+    put(tagging(2)).await.unwrap();
+    let tags: Vec<(String, String)> = get()
+        .await
+        .unwrap()
+        .tag_set()
+        .iter()
+        .map(|t| (t.key().to_string(), t.value().to_string()))
+        .collect();
+    assert_eq!(
+        tags,
+        [
+            ("team00".to_string(), "storage".to_string()),
+            ("team01".to_string(), "storage".to_string())
+        ]
+    );
+    assert_eq!(code(put(tagging(51)).await).0, "InvalidTag");
+    assert_eq!(
+        get().await.unwrap().tag_set().len(),
+        2,
+        "refused, unchanged"
+    );
+    let by_bob = bob
+        .put_bucket_tagging()
+        .bucket("tagged")
+        .tagging(tagging(1))
+        .send()
+        .await;
+    assert_eq!(code(by_bob), ("AccessDenied".into(), 403));
+    assert_eq!(get().await.unwrap().tag_set().len(), 2);
+    c.delete_bucket_tagging()
+        .bucket("tagged")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(code(get().await).1, 404);
+
+    // Owners.
+    c.put_object()
+        .bucket("tagged")
+        .key("k")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    let v2 = |fetch| {
+        c.list_objects_v2()
+            .bucket("tagged")
+            .fetch_owner(fetch)
+            .send()
+    };
+    let listed = v2(true).await.unwrap();
+    let owner = listed.contents()[0].owner().unwrap();
+    assert_eq!(
+        (owner.id(), owner.display_name()),
+        (Some("alice"), Some("alice"))
+    );
+    assert!(v2(false).await.unwrap().contents()[0].owner().is_none());
+    let v1 = c.list_objects().bucket("tagged").send().await.unwrap();
+    assert_eq!(v1.contents()[0].owner().unwrap().id(), Some("alice"));
+    let versions = c
+        .list_object_versions()
+        .bucket("tagged")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versions.versions()[0].owner().unwrap().id(), Some("alice"));
 }
