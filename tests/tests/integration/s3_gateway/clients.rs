@@ -325,6 +325,21 @@ try:
     sys.exit("an unsigned upload without a length was taken")
 except urllib.error.HTTPError as e:
     assert e.code == 411 and b"signed with SigV4" in e.read()
+# Metadata that is not ASCII (sent as UTF-8, as botocore sends it) comes
+# back RFC 2047-encoded, as S3 documents.
+def utf8_meta(params, **kwargs):
+    params["headers"]["x-amz-meta-note"] = "Gr\u00fc\u00dfe"
+meta = boto3.client("s3", endpoint_url=os.environ["EP"],
+                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"],
+                    region_name="us-east-1")
+meta.meta.events.register("before-call.s3.PutObject", utf8_meta)
+meta.put_object(Bucket="boto-bucket", Key="meta.bin", Body=b"m")
+got = s3.head_object(Bucket="boto-bucket", Key="meta.bin")["Metadata"]["note"]
+import email.header
+decoded = "".join(p.decode(c or "ascii") if isinstance(p, bytes) else p
+                  for p, c in email.header.decode_header(got))
+assert got.startswith("=?UTF-8?") and decoded == "Gr\u00fc\u00dfe", got
+keys.append("meta.bin")
 s3.delete_objects(Bucket="boto-bucket", Delete={"Objects": [{"Key": k} for k in keys]})
 s3.delete_bucket(Bucket="boto-bucket")
 print("ok")
