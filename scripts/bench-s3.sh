@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The S3 gateway under load: a 3-node om cluster and om-s3 on this machine,
-# a credential from omctl, then s3_bench (aws-sdk-s3): PUT and GET of 4 KiB
-# and 1 MiB objects at 1, 16 and 64 clients, with om's gRPC requests and
-# Raft entries per S3 operation. Prints a Markdown table (BENCHMARKS.md).
+# The S3 gateway under load against the physical limits, in one run: a
+# 3-node om cluster and om-s3 on this machine, a credential from omctl; the
+# disk's own sequential write and read rate where the blocks go (dd, 1 GiB,
+# O_DIRECT, the write fsynced), om's own CommitKey and LookupKey rates
+# (omctl bench) at each client count; then s3_bench (aws-sdk-s3): PUT and
+# GET of 4 KiB, 1 MiB and 64 MiB objects at 1, 16 and 64 clients, each
+# beside its limit (large objects the disk's rate, 4 KiB ones om's rate),
+# with om's gRPC requests and Raft entries per S3 operation. Prints
+# Markdown tables (BENCHMARKS.md).
 #   scripts/bench-s3.sh [s3_bench flags, e.g. --seconds 10 --clients 1,16]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
@@ -25,8 +30,42 @@ for _ in $(seq 1 100); do
   (exec 3<>"/dev/tcp/${listen%:*}/${listen#*:}") 2>/dev/null && break
   sleep 0.2
 done
+# The disk where the blocks go, on its own, before anything else loads it.
+mibs() { LC_ALL=C awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") s = $(i - 1); printf "%.0f", $1 / s / 1048576 }'; }
+disk_write=$(LC_ALL=C dd if=/dev/zero of="$work/dd.bin" bs=1M count=1024 oflag=direct conv=fsync 2>&1 | mibs)
+disk_read=$(LC_ALL=C dd if="$work/dd.bin" of=/dev/null bs=1M iflag=direct 2>&1 | mibs)
+rm -f "$work/dd.bin"
+echo "disk ($(df --output=source "$work" | tail -1)): sequential write $disk_write MiB/s, read $disk_read MiB/s (dd, 1 GiB, O_DIRECT)"
+echo
+# om's own write and read rates at the client counts s3_bench uses.
+clients=1,16,64
+prev=""
+for a in "$@"; do [ "$prev" = --clients ] && clients=$a; prev=$a; done
+om_ops=""
+echo "| om alone | clients | ops/s |"
+echo "|---|---:|---:|"
+for c in ${clients//,/ }; do
+  rows=$("$target/release/omctl" --endpoint "$eps" --timeout 60 bench --concurrency "$c" --seconds 5 \
+    --om-metrics "$(cluster_http "$base")" | grep '^| om ')
+  commit=$(awk -F'|' '$3 ~ /CommitKey/ { gsub(/ /, "", $5); print $5 }' <<<"$rows")
+  lookup=$(awk -F'|' '$3 ~ /LookupKey/ { gsub(/ /, "", $5); print $5 }' <<<"$rows")
+  echo "| CommitKey | $c | $commit |"
+  echo "| LookupKey | $c | $lookup |"
+  om_ops+="commit:$c=$commit,lookup:$c=$lookup,"
+done
+echo
+# GETs read from the disk, as dd read it, where the page cache can be
+# emptied before each GET phase (root); else say they may read memory.
+cold=()
+if [ "$(id -u)" -eq 0 ]; then
+  cold=(--drop-caches)
+  echo "GETs read cold: the page cache is emptied before each GET phase"
+else
+  echo "GETs may read from the page cache (not root: cannot empty it)"
+fi
 cred=$("$target/release/omctl" --endpoint "$eps" --output json s3 secret create bench)
 key=$(sed -n 's/.*"access_key":"\([^"]*\)".*/\1/p' <<<"$cred")
 secret=$(sed -n 's/.*"secret_key":"\([^"]*\)".*/\1/p' <<<"$cred")
 "$target/release/s3_bench" --url "http://$listen" --access-key "$key" --secret-key "$secret" \
-  --om-metrics "$(cluster_http "$base")" "$@"
+  --om-metrics "$(cluster_http "$base")" --disk-mibs "$disk_write,$disk_read" \
+  --om-ops "$om_ops" --gateway-pid "$gw_pid" "${cold[@]}" "$@"

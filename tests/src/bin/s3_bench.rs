@@ -7,7 +7,14 @@
 //! om-s3 and runs it:
 //!   s3_bench --url http://127.0.0.1:9878 --access-key K --secret-key S \
 //!     --om-metrics 127.0.0.1:23021,127.0.0.1:23022,127.0.0.1:23023 \
-//!     [--seconds 5] [--sizes 4096,1048576] [--clients 1,16,64]
+//!     [--seconds 5] [--sizes 4096,1048576,67108864] [--clients 1,16,64] \
+//!     [--disk-mibs WRITE,READ] [--om-ops commit:1=N,lookup:1=M,...] [--drop-caches] [--gateway-pid PID]
+//!
+//! With `--disk-mibs` (the disk's own sequential rates, measured beside
+//! it), PUT and GET of 1 MiB and larger objects say what share of the
+//! disk's write and read rate they reach; with `--om-ops` (om's own
+//! CommitKey and LookupKey rates per client count), 4 KiB PUTs and GETs
+//! say what share of om's rate they reach.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +32,30 @@ struct Args {
     seconds: u64,
     sizes: Vec<usize>,
     clients: Vec<usize>,
+    /// The disk's sequential write and read rates, MiB/s.
+    disk: Option<(f64, f64)>,
+    /// om's own rate, ops/s, by ("commit" or "lookup", clients).
+    om_ops: Vec<(String, usize, f64)>,
+    /// Empty the page cache before each GET phase (root), so GETs read
+    /// from the disk as the disk's read rate was measured, not from memory.
+    drop_caches: bool,
+    /// The gateway's process, whose CPU time each phase reports per MiB.
+    gateway_pid: Option<u32>,
+}
+
+/// A process's CPU time (user and system), from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz
 }
 
 fn args() -> Args {
@@ -34,13 +65,21 @@ fn args() -> Args {
         secret_key: String::new(),
         metrics: Vec::new(),
         seconds: 5,
-        sizes: vec![4096, 1 << 20],
+        sizes: vec![4096, 1 << 20, 64 << 20],
         clients: vec![1, 16, 64],
+        disk: None,
+        om_ops: Vec::new(),
+        drop_caches: false,
+        gateway_pid: None,
     };
     let list =
         |v: &str| -> Vec<usize> { v.split(',').map(|x| x.parse().expect("a number")).collect() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--drop-caches" {
+            a.drop_caches = true;
+            continue;
+        }
         let v = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--url" => a.url = v,
@@ -50,6 +89,22 @@ fn args() -> Args {
             "--seconds" => a.seconds = v.parse().expect("seconds"),
             "--sizes" => a.sizes = list(&v),
             "--clients" => a.clients = list(&v),
+            "--gateway-pid" => a.gateway_pid = Some(v.parse().expect("a pid")),
+            "--disk-mibs" => {
+                let r: Vec<f64> = v.split(',').map(|x| x.parse().expect("MiB/s")).collect();
+                a.disk = Some((r[0], r[1]));
+            }
+            "--om-ops" => {
+                for item in v.split(',').filter(|x| !x.is_empty()) {
+                    let (op, rest) = item.split_once(':').expect("op:clients=ops");
+                    let (c, n) = rest.split_once('=').expect("op:clients=ops");
+                    a.om_ops.push((
+                        op.to_string(),
+                        c.parse().expect("clients"),
+                        n.parse().expect("ops/s"),
+                    ));
+                }
+            }
             other => panic!("unknown flag {other}"),
         }
     }
@@ -118,6 +173,8 @@ struct Phase {
     elapsed: Duration,
     rpcs: f64,
     entries: f64,
+    /// The gateway's CPU seconds in the phase.
+    gateway_cpu: f64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -136,6 +193,7 @@ where
     Fut: std::future::Future<Output = u64> + Send,
 {
     let before = om_counters(&a.metrics).await;
+    let cpu_before = a.gateway_pid.map_or(0.0, cpu_seconds);
     let op = Arc::new(op);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(a.seconds);
@@ -168,6 +226,7 @@ where
         elapsed: Duration::ZERO,
         rpcs: 0.0,
         entries: 0.0,
+        gateway_cpu: 0.0,
     };
     for t in tasks {
         let (lat, bytes) = t.await.expect("a client task");
@@ -177,6 +236,7 @@ where
         p.latencies.extend(lat);
     }
     p.elapsed = started.elapsed();
+    p.gateway_cpu = a.gateway_pid.map_or(0.0, cpu_seconds) - cpu_before;
     let after = om_counters(&a.metrics).await;
     let ops = p.ops.max(1) as f64;
     p.rpcs = (after.0 - before.0) / ops;
@@ -185,19 +245,45 @@ where
     p
 }
 
-fn row(op: &str, size: usize, clients: usize, p: &Phase) {
+/// What a phase reached of the physical limit: for 1 MiB and larger
+/// objects the disk's rate (write for PUT, read for GET), for smaller ones
+/// om's own rate (CommitKey for PUT, LookupKey for GET) at as many clients.
+fn share(a: &Args, op: &str, size: usize, clients: usize, ops_s: f64, mib_s: f64) -> String {
+    if size >= 1 << 20 {
+        return match a.disk {
+            Some((w, r)) => {
+                let (of, name) = if op == "PUT" { (w, "write") } else { (r, "read") };
+                format!("{:.0}% of disk {name} ({of:.0} MiB/s)", 100.0 * mib_s / of)
+            }
+            None => "-".into(),
+        };
+    }
+    let name = if op == "PUT" { "commit" } else { "lookup" };
+    match a.om_ops.iter().find(|(o, c, _)| o == name && *c == clients) {
+        Some((_, _, n)) => format!("{:.0}% of om {name} ({n:.0}/s)", 100.0 * ops_s / n),
+        None => "-".into(),
+    }
+}
+
+fn row(a: &Args, op: &str, size: usize, clients: usize, p: &Phase) {
     let secs = p.elapsed.as_secs_f64();
+    let (ops_s, mib_s) = (
+        p.ops as f64 / secs,
+        p.bytes as f64 / secs / (1 << 20) as f64,
+    );
     println!(
-        "| {op} | {} | {clients} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+        "| {op} | {} | {clients} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.1} | {:.2} |",
         if size >= 1 << 20 {
             format!("{} MiB", size >> 20)
         } else {
             format!("{} KiB", size >> 10)
         },
-        p.ops as f64 / secs,
+        ops_s,
         percentile(&p.latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&p.latencies, 0.99).as_secs_f64() * 1e3,
-        p.bytes as f64 / secs / (1 << 20) as f64,
+        mib_s,
+        share(a, op, size, clients, ops_s, mib_s),
+        p.gateway_cpu * 1e3 / (p.bytes as f64 / (1 << 20) as f64).max(1e-9),
         p.rpcs,
         p.entries,
     );
@@ -214,9 +300,9 @@ async fn main() {
         .await
         .expect("create the bucket");
     println!(
-        "| op | size | clients | ops/s | p50 ms | p99 ms | MiB/s | om RPCs/op | Raft entries/op |"
+        "| op | size | clients | ops/s | p50 ms | p99 ms | MiB/s | of the limit | gateway CPU ms/MiB | om RPCs/op | Raft entries/op |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     for &size in &a.sizes {
         let data = bytes::Bytes::from(vec![0x5a; size]);
         for &clients in &a.clients {
@@ -237,7 +323,12 @@ async fn main() {
                 }
             })
             .await;
-            row("PUT", size, clients, &put);
+            row(&a, "PUT", size, clients, &put);
+            if a.drop_caches {
+                // SAFETY: sync(2) takes no arguments and cannot fail.
+                unsafe { libc::sync() };
+                std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop the page cache");
+            }
             // Each client reads back as many objects as the slowest wrote.
             let per_client = put.per_client.iter().copied().min().unwrap_or(0).max(1);
             let (b, p) = (bucket.clone(), prefix.clone());
@@ -251,11 +342,18 @@ async fn main() {
                         .send()
                         .await
                         .expect("GET");
-                    r.body.collect().await.expect("a body").into_bytes().len() as u64
+                    // Read as it arrives, never held whole: 64 clients
+                    // of 64 MiB objects would hold 4 GiB.
+                    let mut body = r.body;
+                    let mut n = 0u64;
+                    while let Some(chunk) = body.try_next().await.expect("a body") {
+                        n += chunk.len() as u64;
+                    }
+                    n
                 }
             })
             .await;
-            row("GET", size, clients, &get);
+            row(&a, "GET", size, clients, &get);
         }
     }
 }
