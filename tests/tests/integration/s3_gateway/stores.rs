@@ -15,7 +15,7 @@ fn sizes(listed: &[aws_sdk_s3::types::Object]) -> Vec<(String, i64)> {
 }
 
 /// The block objects under `prefix` in the first gateway's bucket.
-async fn block_objects(a: &Client, prefix: &str) -> Vec<(String, i64)> {
+pub(super) async fn block_objects(a: &Client, prefix: &str) -> Vec<(String, i64)> {
     objects_in(a, "blockstore", prefix).await
 }
 
