@@ -520,6 +520,8 @@ mod conditions_tests;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]
+mod part_sizes_tests;
+#[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
 mod tests;

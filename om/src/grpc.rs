@@ -263,6 +263,7 @@ pub fn key_info(volume: &str, bucket: &str, name: String, k: st::KeyRecord) -> K
         update_id: k.update_id,
         expiration_ms: 0,
         expiration_rule_id: String::new(),
+        part_sizes: k.part_sizes,
     }
 }
 

@@ -82,6 +82,8 @@ pub const SEALED_SECRETS: Rule = Rule { since: 14 };
 pub const DELETE_CONDITIONS: Rule = Rule { since: 15 };
 /// SetBucketTags, and a bucket's tags.
 pub const BUCKET_TAGS: Rule = Rule { since: 15 };
+/// CompleteMultipart records the object's part sizes.
+pub const PART_SIZES: Rule = Rule { since: 15 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -111,6 +113,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("SEALED_SECRETS", SEALED_SECRETS),
     ("DELETE_CONDITIONS", DELETE_CONDITIONS),
     ("BUCKET_TAGS", BUCKET_TAGS),
+    ("PART_SIZES", PART_SIZES),
 ];
 
 #[cfg(test)]

@@ -406,18 +406,63 @@ pub async fn put(
     }))
 }
 
+/// What a GET or HEAD reads of key `k`: a byte range, or a part (S3's
+/// `partNumber`: part N of a multipart object, with its part count; part 1
+/// of an object written whole is all of it), else the whole object; and
+/// whether that is part of the object (206). Not both a range and a part.
+fn read_span(
+    range: Option<&Range>,
+    part: Option<i32>,
+    k: &KeyInfo,
+) -> S3Result<(std::ops::Range<u64>, bool, Option<i32>)> {
+    let Some(n) = part else {
+        let (span, partial) = conditions::select(range, k.size)?;
+        return Ok((span, partial, None));
+    };
+    if range.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "a Range and a partNumber cannot be given together"
+        ));
+    }
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=10_000).contains(n))
+        .ok_or_else(|| s3_error!(InvalidArgument, "partNumber is 1 to 10000"))?;
+    if k.part_sizes.is_empty() {
+        if k.etag.contains('-') {
+            return Err(s3_error!(
+                NotImplemented,
+                "this object was completed before om recorded its part sizes: read it by range"
+            ));
+        }
+        if n != 1 {
+            return Err(s3_error!(
+                InvalidPart,
+                "the object was written whole: it has one part"
+            ));
+        }
+        return Ok((0..k.size, false, None));
+    }
+    let count = k.part_sizes.len();
+    let Some(&size) = k.part_sizes.get(n - 1) else {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidPart,
+            format!("the object has {count} parts"),
+        ));
+    };
+    let start: u64 = k.part_sizes[..n - 1].iter().sum();
+    let span = start..start + size;
+    let partial = span != (0..k.size);
+    Ok((span, partial, i32::try_from(count).ok()))
+}
+
 pub async fn get(
     s: &OmS3,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let om = s.om(&req).await?;
     let i = &req.input;
-    if i.part_number.is_some() {
-        return Err(s3_error!(
-            NotImplemented,
-            "GET by part number is not supported"
-        ));
-    }
     let k = lookup(&om, &s.volume, &i.bucket, &i.key, i.version_id.as_deref()).await?;
     Conditions {
         if_match: i.if_match.as_ref(),
@@ -426,7 +471,7 @@ pub async fn get(
         if_unmodified_since: i.if_unmodified_since.as_ref(),
     }
     .for_read(&k.etag, k.modification_time_ms)?;
-    let (span, partial) = conditions::select(i.range.as_ref(), k.size)?;
+    let (span, partial, parts_count) = read_span(i.range.as_ref(), i.part_number, &k)?;
     let len = span.end - span.start;
     let content_range = partial.then(|| conditions::content_range(&span, k.size));
     let body = data::read(&s.store, &k.blocks, span).await?;
@@ -450,6 +495,7 @@ pub async fn get(
         version_id: header_version(&k.version_id),
         tag_count: (k.tag_count > 0).then(|| i32::try_from(k.tag_count).unwrap_or(i32::MAX)),
         expiration: expiration(&k),
+        parts_count,
         ..Default::default()
     }))
 }
@@ -460,12 +506,6 @@ pub async fn head(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let om = s.om(&req).await?;
     let i = &req.input;
-    if i.part_number.is_some() {
-        return Err(s3_error!(
-            NotImplemented,
-            "HEAD by part number is not supported"
-        ));
-    }
     let k = lookup(&om, &s.volume, &i.bucket, &i.key, i.version_id.as_deref()).await?;
     Conditions {
         if_match: i.if_match.as_ref(),
@@ -474,9 +514,10 @@ pub async fn head(
         if_unmodified_since: i.if_unmodified_since.as_ref(),
     }
     .for_read(&k.etag, k.modification_time_ms)?;
-    let (span, partial) = conditions::select(i.range.as_ref(), k.size)?;
+    let (span, partial, parts_count) = read_span(i.range.as_ref(), i.part_number, &k)?;
     let (stored, metadata) = Stored::split(&k.metadata);
     let out = HeadObjectOutput {
+        parts_count,
         content_length: i64::try_from(span.end - span.start).ok(),
         content_range: partial.then(|| conditions::content_range(&span, k.size)),
         accept_ranges: Some("bytes".to_string()),

@@ -401,6 +401,11 @@ impl Ctx<'_> {
             }
         }
         self.end_upload(b, &uk, c.upload_id)?;
+        let part_sizes = if crate::rules::PART_SIZES.holds(self.rules) {
+            listed.iter().map(|p| p.size).collect()
+        } else {
+            Vec::new()
+        };
         let rec = KeyRecord {
             size,
             blocks,
@@ -408,6 +413,7 @@ impl Ctx<'_> {
             metadata: upload.metadata,
             content_type: upload.content_type,
             tags: upload.tags,
+            part_sizes,
             ..Default::default()
         };
         self.write_key(b, &mut bucket, &c.key, old, rec, vol)

@@ -577,6 +577,8 @@ impl Ctx<'_> {
         } else {
             src.tags
         };
+        // A copy is one part, with a plain MD5 ETag (a multipart source's
+        // needs `content_md5`): it keeps no part sizes.
         let rec = KeyRecord {
             size: src.size,
             blocks: src.blocks,

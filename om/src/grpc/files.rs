@@ -200,6 +200,7 @@ pub async fn list_status(
                 let s = match s {
                     Status::File { path, mut rec } if omit_blocks => {
                         rec.blocks = Vec::new();
+                        rec.part_sizes = Vec::new();
                         Status::File { path, rec }
                     }
                     other => other,

@@ -200,6 +200,7 @@ pub async fn list_keys(svc: &OmService, r: ListKeysRequest) -> Result<ListKeysRe
             |name, mut k| {
                 if omit_blocks {
                     k.blocks = Vec::new();
+                    k.part_sizes = Vec::new();
                 }
                 sized(key_info(&r.volume, &r.bucket, name, k))
             },

@@ -417,6 +417,7 @@ mod tests {
             tag_count: u32::MAX,
             expiration_ms: u64::MAX,
             expiration_rule_id: "\u{10000}".repeat(crate::lifecycle::MAX_RULE_ID_CHARS),
+            part_sizes: vec![5 << 30; crate::apply::MAX_PART_NUMBER as usize],
         }
     }
 

@@ -112,6 +112,7 @@ pub async fn list_object_versions(
             |name, mut k, latest| {
                 if omit_blocks {
                     k.blocks = Vec::new();
+                    k.part_sizes = Vec::new();
                 }
                 let mut info = key_info(&r.volume, &r.bucket, name, k);
                 info.is_latest = latest;

@@ -252,7 +252,11 @@ fn share(a: &Args, op: &str, size: usize, clients: usize, ops_s: f64, mib_s: f64
     if size >= 1 << 20 {
         return match a.disk {
             Some((w, r)) => {
-                let (of, name) = if op == "PUT" { (w, "write") } else { (r, "read") };
+                let (of, name) = if op == "PUT" {
+                    (w, "write")
+                } else {
+                    (r, "read")
+                };
                 format!("{:.0}% of disk {name} ({of:.0} MiB/s)", 100.0 * mib_s / of)
             }
             None => "-".into(),

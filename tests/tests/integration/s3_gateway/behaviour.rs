@@ -1,6 +1,7 @@
 //! S3 behaviours beyond the basic operations, through a real S3 client:
 //! conditional deletes, delete-marker headers on a missing key, a part
-//! listed twice, bucket tagging and owners in listings.
+//! listed twice, bucket tagging and owners in listings, reads by part
+//! number.
 
 use aws_sdk_s3::primitives::DateTime;
 
@@ -375,4 +376,120 @@ async fn buckets_keep_tags_and_listings_name_owners() {
         .await
         .unwrap();
     assert_eq!(versions.versions()[0].owner().unwrap().id(), Some("alice"));
+}
+
+/// GET and HEAD by part number: part N of a multipart object (its bytes,
+/// its length and the object's part count, the object's ETag), 400
+/// InvalidPart past the last; part 1 of an object written whole is all of
+/// it; a key whose upload is not complete is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn objects_are_read_by_part_number() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    c.create_bucket().bucket("parts").send().await.unwrap();
+    let up = c
+        .create_multipart_upload()
+        .bucket("parts")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let parts = [vec![1u8; 5 << 20], vec![2u8; 5 << 20], vec![3u8; 1000]];
+    let mut done = CompletedMultipartUpload::builder();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket("parts")
+            .key("mp")
+            .upload_id(id)
+            .part_number(n)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        done = done.parts(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let early = c
+        .get_object()
+        .bucket("parts")
+        .key("mp")
+        .part_number(1)
+        .send();
+    assert_eq!(code(early.await), ("NoSuchKey".into(), 404));
+    let made = c
+        .complete_multipart_upload()
+        .bucket("parts")
+        .key("mp")
+        .upload_id(id)
+        .multipart_upload(done.build())
+        .send()
+        .await
+        .unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let got = c
+            .get_object()
+            .bucket("parts")
+            .key("mp")
+            .part_number(n)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.parts_count(), Some(3));
+        assert_eq!(got.e_tag(), made.e_tag());
+        assert_eq!(got.content_length(), Some(p.len() as i64));
+        let bytes = got.body.collect().await.unwrap().into_bytes();
+        assert!(bytes[..] == p[..], "part {n}");
+        let head = c
+            .head_object()
+            .bucket("parts")
+            .key("mp")
+            .part_number(n)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (head.parts_count(), head.content_length()),
+            (Some(3), Some(p.len() as i64))
+        );
+    }
+    let past = c
+        .get_object()
+        .bucket("parts")
+        .key("mp")
+        .part_number(4)
+        .send();
+    assert_eq!(code(past.await), ("InvalidPart".into(), 400));
+
+    c.put_object()
+        .bucket("parts")
+        .key("whole")
+        .body(ByteStream::from_static(b"body"))
+        .send()
+        .await
+        .unwrap();
+    let one = c
+        .get_object()
+        .bucket("parts")
+        .key("whole")
+        .part_number(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(&one.body.collect().await.unwrap().into_bytes()[..], b"body");
+    let two = c
+        .get_object()
+        .bucket("parts")
+        .key("whole")
+        .part_number(2)
+        .send();
+    assert_eq!(code(two.await), ("InvalidPart".into(), 400));
 }

@@ -214,9 +214,11 @@ async fn a_gateway_killed_mid_upload_leaves_what_the_abort_rule_removes() {
                 .len()
         }
     };
-    wait_for(Duration::from_secs(60), "the block's multipart upload", || {
-        async move { (uploads().await > 0).then_some(()) }
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the block's multipart upload",
+        || async move { (uploads().await > 0).then_some(()) },
+    )
     .await;
     let _ = gateway.kill();
     let _ = gateway.wait();
