@@ -121,7 +121,7 @@ fn transition(days: Option<i32>, date: Option<&Timestamp>) -> S3Result<()> {
             InvalidArgument,
             "a Transition's Days must not be negative"
         )),
-        (None, Some(t)) if codec::ms(t) % 86_400_000 == 0 => Ok(()),
+        (None, Some(t)) if codec::ms(t).is_multiple_of(86_400_000) => Ok(()),
         (None, Some(_)) => Err(s3_error!(
             InvalidArgument,
             "a Transition's Date must be at midnight GMT"
