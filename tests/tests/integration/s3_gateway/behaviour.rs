@@ -101,16 +101,7 @@ async fn conditional_deletes_remove_only_what_they_name() {
 
     // A versioned bucket.
     c.create_bucket().bucket("kept").send().await.unwrap();
-    c.put_bucket_versioning()
-        .bucket("kept")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(&c, "kept", BucketVersioningStatus::Enabled).await;
     let vdel = || c.delete_object().bucket("kept").key("k");
     // Nothing there: success, and no delete marker is made.
     let r = vdel().if_match("*").send().await.unwrap();
@@ -186,12 +177,7 @@ async fn a_missing_key_says_whether_a_delete_marker_stands_there() {
     ] {
         c.create_bucket().bucket(bucket).send().await.unwrap();
         if let Some(s) = status {
-            c.put_bucket_versioning()
-                .bucket(bucket)
-                .versioning_configuration(VersioningConfiguration::builder().status(s).build())
-                .send()
-                .await
-                .unwrap();
+            set_versioning(&c, bucket, s).await;
         }
         c.put_object()
             .bucket(bucket)

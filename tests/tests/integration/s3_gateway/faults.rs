@@ -160,13 +160,7 @@ async fn a_gateway_killed_mid_upload_leaves_what_the_abort_rule_removes() {
     env.volume_for_alice("s3b").await;
     let a = s3(&env.url, &alice_key, &alice_secret);
     a.create_bucket().bucket("blockstore").send().await.unwrap();
-    let store_env = [
-        ("AWS_ENDPOINT", env.url.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", alice_key.as_str()),
-        ("AWS_SECRET_ACCESS_KEY", alice_secret.as_str()),
-    ];
+    let store_env = block_store_env(&env.url, &alice_key, &alice_secret);
     let args = ["--blocks", "s3://blockstore/b1", "--volume", "s3b"];
     let (mut gateway, url) = env.start_gateway(&args, &store_env).await;
     let c = s3(&url, &alice_key, &alice_secret);

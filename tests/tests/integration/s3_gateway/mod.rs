@@ -288,6 +288,32 @@ fn code<E: ProvideErrorMetadata, R: std::fmt::Debug>(
     }
 }
 
+/// Sets `bucket`'s versioning to `status`.
+async fn set_versioning(c: &Client, bucket: &str, status: BucketVersioningStatus) {
+    c.put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The environment of a gateway whose `s3://` block store is the S3
+/// service at `url`, reached with these keys.
+fn block_store_env<'a>(
+    url: &'a str,
+    key: &'a str,
+    secret: &'a str,
+) -> [(&'static str, &'a str); 5] {
+    [
+        ("AWS_ENDPOINT", url),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+    ]
+}
+
 fn md5_hex(b: &[u8]) -> String {
     format!("{:x}", md5::Md5::digest(b))
 }

@@ -396,16 +396,7 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
 
     // Versioning and delete markers.
     c.create_bucket().bucket("docs").send().await.unwrap();
-    c.put_bucket_versioning()
-        .bucket("docs")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(&c, "docs", BucketVersioningStatus::Enabled).await;
     let v1 = c
         .put_object()
         .bucket("docs")

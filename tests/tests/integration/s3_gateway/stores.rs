@@ -53,13 +53,7 @@ async fn blocks_live_in_an_s3_bucket() {
     let a = s3(&env.url, &alice_key, &alice_secret);
     a.create_bucket().bucket("blockstore").send().await.unwrap();
 
-    let store_env = [
-        ("AWS_ENDPOINT", env.url.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", alice_key.as_str()),
-        ("AWS_SECRET_ACCESS_KEY", alice_secret.as_str()),
-    ];
+    let store_env = block_store_env(&env.url, &alice_key, &alice_secret);
     // A bucket that does not exist, or a wrong secret: the gateway does not
     // start, and says why.
     for (bucket, secret) in [
