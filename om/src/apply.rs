@@ -207,8 +207,13 @@ pub fn apply_command(
                 if !crate::rules::ACL_AT_APPLY.holds(cmd.rules) {
                     return Ok(());
                 }
-                crate::authz::check_rights(db, cmd.caller.as_ref(), ops::rights(op, cmd.rules))
-                    .and_then(|()| ops::check_caller(db, cmd.caller.as_ref(), op))
+                crate::authz::check_rights(
+                    db,
+                    cmd.caller.as_ref(),
+                    ops::rights(op, cmd.rules),
+                    cmd.rules,
+                )
+                .and_then(|()| ops::check_caller(db, cmd.caller.as_ref(), op))
             })
             .and_then(|()| ops::apply(op, &ctx, batch)),
     });

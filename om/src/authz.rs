@@ -205,17 +205,17 @@ fn owns(owner: &str, c: &Caller) -> bool {
     !owner.is_empty() && owner == c.user
 }
 
-/// The refusal for `c` lacking `right` on `r`.
-pub fn denied(c: &Caller, r: Resource<'_>, right: u32) -> OmError {
+const CURRENT: u32 = crate::rules::CURRENT;
+
+/// The refusal for `c` lacking `right` on `r`, worded as apply rules
+/// `rules` word it (`validate::quote_in`; outside apply, `rules::CURRENT`).
+pub fn denied(c: &Caller, r: Resource<'_>, right: u32, rules: u32) -> OmError {
     let right = right_names(right).join("+");
+    let quote = |v: &str| crate::validate::quote_in(rules, v);
     let who = if c.by.is_empty() {
-        format!("{:?}", crate::validate::quote_prefix(&c.user))
+        quote(&c.user)
     } else {
-        format!(
-            "{:?} (impersonated by {:?})",
-            crate::validate::quote_prefix(&c.user),
-            crate::validate::quote_prefix(&c.by)
-        )
+        format!("{} (impersonated by {})", quote(&c.user), quote(&c.by))
     };
     let resource = r.to_string();
     OmError::Denied {
@@ -225,15 +225,17 @@ pub fn denied(c: &Caller, r: Resource<'_>, right: u32) -> OmError {
     }
 }
 
-/// `Ok` when `c` holds `right` on `r` (or `r` does not exist).
+/// `Ok` when `c` holds `right` on `r` (or `r` does not exist); a refusal
+/// is worded as apply rules `rules` word it.
 pub fn check(
     db: &(impl StateRead + ?Sized),
     c: &Caller,
     r: Resource<'_>,
     right: u32,
+    rules: u32,
 ) -> Result<(), OmError> {
     match rights_on(db, c, r)? {
-        Some(have) if have & right != right => Err(denied(c, r, right)),
+        Some(have) if have & right != right => Err(denied(c, r, right, rules)),
         _ => Ok(()),
     }
 }
@@ -251,10 +253,10 @@ pub fn check_lookup(
     right: u32,
 ) -> Result<(), OmError> {
     match rights_on(db, c, r)? {
-        Some(have) if have & right != right => Err(denied(c, r, right)),
+        Some(have) if have & right != right => Err(denied(c, r, right, CURRENT)),
         Some(_) => Ok(()),
         None if sees_missing(db, c, r)? => Ok(()),
-        None => Err(match denied(c, r, right) {
+        None => Err(match denied(c, r, right, CURRENT) {
             OmError::Denied {
                 right,
                 resource,
@@ -310,12 +312,13 @@ pub fn check_rights(
     db: &(impl StateRead + ?Sized),
     caller: Option<&Caller>,
     rights: Vec<(Resource<'_>, u32)>,
+    rules: u32,
 ) -> Result<(), OmError> {
     let Some(c) = caller else {
         return Ok(());
     };
     for (r, right) in rights {
-        check(db, c, r, right)?;
+        check(db, c, r, right, rules)?;
     }
     Ok(())
 }
@@ -601,5 +604,27 @@ mod tests {
         assert_eq!(Resource::of("", "").to_string(), "/");
         assert_eq!(Resource::of("v", "").to_string(), "/v");
         assert_eq!(Resource::of("v", "b").to_string(), "/v/b");
+    }
+
+    /// From rules 15 a refusal quotes each name once; an older entry keeps
+    /// the wording its replicas answered with.
+    #[test]
+    fn refusals_quote_names_once_from_rules_15() {
+        let c = Caller {
+            user: "alice".into(),
+            by: "gw".into(),
+            ..Default::default()
+        };
+        let m = |rules| denied(&c, Resource::Cluster, ALL, rules).to_string();
+        assert!(
+            m(15).contains("\"alice\" (impersonated by \"gw\") lacks ALL on /"),
+            "{}",
+            m(15)
+        );
+        assert!(
+            m(14).contains(r#""\"alice\"" (impersonated by "\"gw\"")"#),
+            "{}",
+            m(14)
+        );
     }
 }

@@ -28,19 +28,30 @@ use crate::error::OmError;
 pub use crate::limits::{
     MAX_CONFIG_BYTES, MAX_FILTER_TAGS, MAX_NEWER_NONCURRENT_VERSIONS, MAX_RULE_ID_CHARS, MAX_RULES,
 };
-use crate::validate::{MAX_KEY_BYTES, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, quote_prefix};
+use crate::validate::{MAX_KEY_BYTES, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, quote_in};
 
 pub const DAY_MS: u64 = 86_400_000;
 
-fn bad(reason: &str, field: String, rule: &LifecycleRule, what: &str) -> OmError {
+/// The rule a refusal names, and the apply rules it is worded by
+/// (`validate::quote_in`).
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    rule: &'a LifecycleRule,
+    rules: u32,
+}
+
+fn bad(reason: &str, field: String, rule: Named<'_>, what: &str) -> OmError {
     OmError::invalid(
         reason,
         field,
-        format!("lifecycle rule {:?}: {what}", quote_prefix(&rule.id)),
+        format!(
+            "lifecycle rule {}: {what}",
+            quote_in(rule.rules, &rule.rule.id)
+        ),
     )
 }
 
-fn tag(t: &LifecycleTag, field: String, rule: &LifecycleRule) -> Result<(), OmError> {
+fn tag(t: &LifecycleTag, field: String, rule: Named<'_>) -> Result<(), OmError> {
     let chars = |s: &str| s.chars().count();
     if t.key.is_empty() || chars(&t.key) > MAX_TAG_KEY_CHARS {
         return Err(bad(
@@ -61,7 +72,7 @@ fn tag(t: &LifecycleTag, field: String, rule: &LifecycleRule) -> Result<(), OmEr
     Ok(())
 }
 
-fn prefix(p: &str, field: String, rule: &LifecycleRule) -> Result<(), OmError> {
+fn prefix(p: &str, field: String, rule: Named<'_>) -> Result<(), OmError> {
     if p.len() > MAX_KEY_BYTES || p.contains('\0') {
         return Err(bad(
             "INVALID_FILTER",
@@ -74,7 +85,7 @@ fn prefix(p: &str, field: String, rule: &LifecycleRule) -> Result<(), OmError> {
 }
 
 /// Checks a filter; says whether it names tags.
-fn filter(f: &LifecycleFilter, at: &str, rule: &LifecycleRule) -> Result<bool, OmError> {
+fn filter(f: &LifecycleFilter, at: &str, rule: Named<'_>) -> Result<bool, OmError> {
     match &f.predicate {
         None => Ok(false),
         Some(Predicate::Prefix(p)) => {
@@ -112,7 +123,7 @@ fn filter(f: &LifecycleFilter, at: &str, rule: &LifecycleRule) -> Result<bool, O
                         "INVALID_FILTER",
                         format!("{field}.tags"),
                         rule,
-                        &format!("tag {:?} is named twice", quote_prefix(&t.key)),
+                        &format!("tag {} is named twice", quote_in(rule.rules, &t.key)),
                     ));
                 }
             }
@@ -143,20 +154,21 @@ fn filter(f: &LifecycleFilter, at: &str, rule: &LifecycleRule) -> Result<bool, O
     }
 }
 
-fn days(n: u32, field: String, rule: &LifecycleRule) -> Result<(), OmError> {
+fn days(n: u32, field: String, rule: Named<'_>) -> Result<(), OmError> {
     if n == 0 {
         return Err(bad("INVALID_DAYS", field, rule, "day counts are positive"));
     }
     Ok(())
 }
 
-fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
+fn rule(r: &LifecycleRule, i: usize, rules: u32) -> Result<(), OmError> {
+    let named = Named { rule: r, rules };
     let at = format!("rules[{i}]");
     if r.id.is_empty() || r.id.chars().count() > MAX_RULE_ID_CHARS {
         return Err(bad(
             "INVALID_RULE_ID",
             format!("{at}.id"),
-            r,
+            named,
             &format!("an id has 1 to {MAX_RULE_ID_CHARS} characters"),
         ));
     }
@@ -164,12 +176,12 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         return Err(bad(
             "UNSUPPORTED_LIFECYCLE_ACTION",
             format!("{at}.{}", name.chars().take(64).collect::<String>()),
-            r,
-            &format!("om does not run {:?} actions", quote_prefix(name)),
+            named,
+            &format!("om does not run {} actions", quote_in(rules, name)),
         ));
     }
     let tags = match &r.filter {
-        Some(f) => filter(f, &at, r)?,
+        Some(f) => filter(f, &at, named)?,
         None => false,
     };
     if r.legacy_prefix
@@ -181,7 +193,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         return Err(bad(
             "INVALID_FILTER",
             format!("{at}.legacy_prefix"),
-            r,
+            named,
             "a rule in the legacy form filters by a prefix only",
         ));
     }
@@ -196,18 +208,18 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
             return Err(bad(
                 "INVALID_EXPIRATION",
                 field,
-                r,
+                named,
                 "Expiration has exactly one of Days, Date and ExpiredObjectDeleteMarker",
             ));
         }
         if let Some(d) = e.days {
-            days(d, format!("{field}.days"), r)?;
+            days(d, format!("{field}.days"), named)?;
         }
         if e.date_ms.is_some_and(|d| d % DAY_MS != 0) {
             return Err(bad(
                 "INVALID_DATE",
                 format!("{field}.date"),
-                r,
+                named,
                 "an expiration date is a midnight UTC",
             ));
         }
@@ -215,7 +227,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
             return Err(bad(
                 "INVALID_FILTER",
                 format!("{at}.filter"),
-                r,
+                named,
                 "ExpiredObjectDeleteMarker cannot be combined with a tag filter",
             ));
         }
@@ -223,12 +235,12 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
     if let Some(n) = &r.noncurrent_version_expiration {
         actions += 1;
         let field = format!("{at}.noncurrent_version_expiration");
-        days(n.noncurrent_days, format!("{field}.noncurrent_days"), r)?;
+        days(n.noncurrent_days, format!("{field}.noncurrent_days"), named)?;
         if n.newer_noncurrent_versions > MAX_NEWER_NONCURRENT_VERSIONS {
             return Err(bad(
                 "INVALID_NONCURRENT_VERSIONS",
                 format!("{field}.newer_noncurrent_versions"),
-                r,
+                named,
                 &format!("NewerNoncurrentVersions is at most {MAX_NEWER_NONCURRENT_VERSIONS}"),
             ));
         }
@@ -238,13 +250,13 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         days(
             a.days_after_initiation,
             format!("{at}.abort_incomplete_multipart_upload.days_after_initiation"),
-            r,
+            named,
         )?;
         if tags {
             return Err(bad(
                 "INVALID_FILTER",
                 format!("{at}.filter"),
-                r,
+                named,
                 "AbortIncompleteMultipartUpload cannot be combined with a tag filter",
             ));
         }
@@ -253,7 +265,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
         return Err(bad(
             "NO_LIFECYCLE_ACTION",
             at,
-            r,
+            named,
             "a rule needs at least one action",
         ));
     }
@@ -262,7 +274,7 @@ fn rule(r: &LifecycleRule, i: usize) -> Result<(), OmError> {
 
 /// Checks a whole configuration (the edge on the request, apply on the
 /// command: neither depends on state).
-pub fn validate(rules: &[LifecycleRule]) -> Result<(), OmError> {
+pub fn validate(rules: &[LifecycleRule], apply_rules: u32) -> Result<(), OmError> {
     if rules.is_empty() || rules.len() > MAX_RULES {
         return Err(OmError::invalid(
             "INVALID_RULE_COUNT",
@@ -283,12 +295,15 @@ pub fn validate(rules: &[LifecycleRule]) -> Result<(), OmError> {
     }
     let mut ids = std::collections::BTreeSet::new();
     for (i, r) in rules.iter().enumerate() {
-        rule(r, i)?;
+        rule(r, i, apply_rules)?;
         if !ids.insert(r.id.as_str()) {
             return Err(bad(
                 "DUPLICATE_RULE_ID",
                 format!("rules[{i}].id"),
-                r,
+                Named {
+                    rule: r,
+                    rules: apply_rules,
+                },
                 "another rule has this id",
             ));
         }
@@ -302,13 +317,16 @@ pub fn validate(rules: &[LifecycleRule]) -> Result<(), OmError> {
 /// a prefix filter). Only the edge runs this; apply does not, since
 /// configurations stored before the check existed lack filters.
 pub fn validate_request(rules: &[LifecycleRule]) -> Result<(), OmError> {
-    validate(rules)?;
+    validate(rules, crate::rules::CURRENT)?;
     for (i, r) in rules.iter().enumerate() {
         if r.filter.is_none() {
             return Err(bad(
                 "INVALID_FILTER",
                 format!("rules[{i}].filter"),
-                r,
+                Named {
+                    rule: r,
+                    rules: crate::rules::CURRENT,
+                },
                 "a rule needs a Filter (an empty one applies it to every object) or a Prefix",
             ));
         }
@@ -350,6 +368,11 @@ pub fn assign_ids(rules: &mut [LifecycleRule]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// `validate` as this binary's apply rules word it.
+    fn validate(rules: &[LifecycleRule]) -> Result<(), OmError> {
+        super::validate(rules, crate::rules::CURRENT)
+    }
+
     use om_proto::v1::{
         LifecycleAbortUpload, LifecycleAnd, LifecycleExpiration, LifecycleNoncurrentExpiration,
     };
@@ -625,5 +648,19 @@ mod tests {
             })
             .collect();
         assert_eq!(refused(big).0, "LIFECYCLE_TOO_LARGE");
+    }
+
+    /// From rules 15 a refusal quotes a rule id once; an older entry keeps
+    /// the wording its replicas answered with.
+    #[test]
+    fn refusals_quote_a_rule_id_once_from_rules_15() {
+        let dup = vec![expire("a", 1), expire("a", 2)];
+        let msg = |rules| super::validate(&dup, rules).unwrap_err().to_string();
+        assert!(msg(15).contains("lifecycle rule \"a\": "), "{}", msg(15));
+        assert!(
+            msg(14).contains(r#"lifecycle rule "\"a\"": "#),
+            "{}",
+            msg(14)
+        );
     }
 }

@@ -84,6 +84,10 @@ pub const DELETE_CONDITIONS: Rule = Rule { since: 15 };
 pub const BUCKET_TAGS: Rule = Rule { since: 15 };
 /// CompleteMultipart records the object's part sizes.
 pub const PART_SIZES: Rule = Rule { since: 15 };
+/// Refusal messages quote a name once (`validate::quote_prefix`); entries
+/// of older rules keep the message they were answered with, which quoted
+/// names twice (`"\"alice\""`).
+pub const QUOTE_ONCE: Rule = Rule { since: 15 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -114,6 +118,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("DELETE_CONDITIONS", DELETE_CONDITIONS),
     ("BUCKET_TAGS", BUCKET_TAGS),
     ("PART_SIZES", PART_SIZES),
+    ("QUOTE_ONCE", QUOTE_ONCE),
 ];
 
 #[cfg(test)]

@@ -15,6 +15,18 @@ pub const QUOTED_PREFIX_BYTES: usize = 64;
 /// A value as error messages show it: Debug-quoted, cut to at most
 /// `QUOTED_PREFIX_BYTES` bytes on a character boundary, with the full length
 /// noted when cut, so an error never echoes a huge input back.
+/// `quote_prefix` as a command of apply rules `rules` quotes a name in its
+/// refusal: once from rules 15 (`rules::QUOTE_ONCE`), twice before, as the
+/// replicas that answered those entries did.
+pub fn quote_in(rules: u32, value: &str) -> String {
+    let q = quote_prefix(value);
+    if crate::rules::QUOTE_ONCE.holds(rules) {
+        q
+    } else {
+        format!("{q:?}")
+    }
+}
+
 pub fn quote_prefix(value: &str) -> String {
     if value.len() <= QUOTED_PREFIX_BYTES {
         return format!("{value:?}");

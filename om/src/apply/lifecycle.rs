@@ -46,11 +46,11 @@ impl Operation for om_proto::store::SetBucketLifecycle {
         Resource::Bucket(&self.volume, &self.bucket).to_string()
     }
 
-    fn limits(&self, _rules: u32) -> Result<(), OmError> {
+    fn limits(&self, rules: u32) -> Result<(), OmError> {
         limits::name("volume", &self.volume)?;
         limits::name("bucket", &self.bucket)?;
         if !self.delete {
-            crate::lifecycle::validate(&self.rules)?;
+            crate::lifecycle::validate(&self.rules, rules)?;
         }
         Ok(())
     }
@@ -175,6 +175,7 @@ impl Ctx<'_> {
                 &acting,
                 crate::authz::Resource::Bucket(&c.volume, &c.bucket),
                 crate::authz::DELETE,
+                self.rules,
             )?;
         }
         let fso = bucket.layout == LAYOUT_FSO;

@@ -400,7 +400,7 @@ fn scans_reach_the_state_s3s_semantics_give() {
             }
         }
         let rules = random_rules(&mut rng);
-        if crate::lifecycle::validate(&rules).is_err() {
+        if crate::lifecycle::validate(&rules, crate::rules::CURRENT).is_err() {
             continue;
         }
         set_rules(&mut sm, rules.clone());

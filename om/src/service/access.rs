@@ -72,7 +72,12 @@ impl OmService {
         let cluster = authz::cluster_acl(&self.db)?;
         let mine = authz::cluster_rights(&cluster, &me);
         if mine & IMPERSONATE == 0 {
-            return Err(authz::denied(&me, Resource::Cluster, IMPERSONATE));
+            return Err(authz::denied(
+                &me,
+                Resource::Cluster,
+                IMPERSONATE,
+                crate::rules::CURRENT,
+            ));
         }
         let target = Caller {
             user: imp.user.clone(),

@@ -134,7 +134,7 @@ async fn round(
         });
         let here = Resource::Bucket(&bucket.volume, &bucket.name);
         if let Some(c) = &acting
-            && let Err(e) = authz::check(svc.db(), c, here, authz::DELETE)
+            && let Err(e) = authz::check(svc.db(), c, here, authz::DELETE, crate::rules::CURRENT)
         {
             metrics::counter!("om_lifecycle_pages_refused_total").increment(1);
             tracing::debug!(error = %e, bucket = %here, "lifecycle rules not applied: their \
