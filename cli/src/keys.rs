@@ -107,6 +107,13 @@ pub enum KeyCmd {
         /// Remove this version (or delete marker) permanently.
         #[arg(long, default_value = "")]
         version: String,
+        /// Delete only if what would be removed has this ETag (`*`: anything);
+        /// else FAILED_PRECONDITION IF_MATCH_FAILED, and nothing changes.
+        #[arg(long)]
+        if_match: Option<String>,
+        /// Delete only if what would be removed is this many bytes.
+        #[arg(long)]
+        if_size: Option<u64>,
     },
     /// Delete several keys of VOLUME/BUCKET in one request.
     DeleteMany {
@@ -297,9 +304,20 @@ pub async fn run(c: &OmClient, out: Output, k: KeyCmd) -> Result<()> {
             let (v, b, key) = split3(&path)?;
             print_kv(out, key_json(&c.rename_key(v, b, key, &new_key).await?));
         }
-        KeyCmd::Delete { path, version } => {
+        KeyCmd::Delete {
+            path,
+            version,
+            if_match,
+            if_size,
+        } => {
             let (v, b, key) = split3(&path)?;
-            let r = c.delete_key_version(v, b, key, &version).await?;
+            let conditions = (if_match.is_some() || if_size.is_some()).then(|| DeleteConditions {
+                if_match_any: if_match.as_deref() == Some("*"),
+                if_match: if_match.filter(|e| e != "*").unwrap_or_default(),
+                if_size,
+                ..Default::default()
+            });
+            let r = c.delete_key_if(v, b, key, &version, conditions).await?;
             if out == Output::Json {
                 println!(
                     "{}",

@@ -78,6 +78,12 @@ pub enum BucketCmd {
     Clrquota(quota::ClrArgs),
     /// Enable or suspend versioning of VOLUME/BUCKET (never back to unversioned).
     SetVersioning(versions::SetArgs),
+    /// Replace VOLUME/BUCKET's tags with TAGS (KEY=VALUE ...; none removes
+    /// them; at most 50, S3's rules).
+    SetTags {
+        path: String,
+        tags: Vec<String>,
+    },
     /// Lifecycle rules (AWS's JSON): set, get, delete.
     #[command(subcommand)]
     Lifecycle(lifecycle::Cmd),
@@ -192,6 +198,11 @@ pub async fn bucket(c: &OmClient, out: Output, b: BucketCmd) -> Result<()> {
                 &next,
                 truncated,
             );
+        }
+        BucketCmd::SetTags { path, tags } => {
+            let (v, n) = split2(&path)?;
+            let tags = parse_meta(&tags)?;
+            print_kv(out, bucket_json(&c.set_bucket_tags(v, n, tags).await?));
         }
         BucketCmd::Delete { path } => {
             let (v, n) = split2(&path)?;

@@ -104,6 +104,7 @@ pub fn bucket_json(b: &BucketInfo) -> Value {
         "versioning": crate::versions::versioning_name(b.versioning),
         "created_ms": b.creation_time_ms, "modified_ms": b.modification_time_ms,
         "object_id": b.object_id, "update_id": b.update_id, "metadata": b.metadata,
+        "owner": b.owner, "tags": b.tags,
     })
 }
 

@@ -480,6 +480,14 @@ async fn omctl_manages_versions() {
     };
     let b = run(&["bucket", "set-versioning", "vol/bkt", "enabled"]);
     assert_eq!(b["versioning"], "ENABLED");
+    let b = run(&["bucket", "set-tags", "vol/bkt", "team=storage", "tier=hot"]);
+    assert_eq!(
+        b["tags"],
+        serde_json::json!({"team": "storage", "tier": "hot"})
+    );
+    assert_eq!(run(&["bucket", "info", "vol/bkt"])["tags"]["tier"], "hot");
+    let b = run(&["bucket", "set-tags", "vol/bkt"]);
+    assert_eq!(b["tags"], serde_json::json!({}));
     let v1 = run(&["key", "put", "vol/bkt/k", "--size", "5"]);
     let v2 = run(&["key", "put", "vol/bkt/k", "--size", "7"]);
     let old = run(&[
@@ -493,7 +501,21 @@ async fn omctl_manages_versions() {
         (old["size"].as_u64(), old["is_latest"].as_bool()),
         (Some(5), Some(false))
     );
-    let d = run(&["key", "delete", "vol/bkt/k"]);
+    let refused = Command::new(binary("omctl"))
+        .args([
+            "--endpoint",
+            &ep,
+            "key",
+            "delete",
+            "vol/bkt/k",
+            "--if-size",
+            "6",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("IF_MATCH_FAILED"));
+    let d = run(&["key", "delete", "vol/bkt/k", "--if-size", "7"]);
     assert_eq!(d["delete_marker"], true);
     let l = run(&["key", "versions", "vol/bkt", "--all", "--max", "1"]);
     let ids: Vec<&str> = l["items"]
