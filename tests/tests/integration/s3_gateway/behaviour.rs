@@ -383,26 +383,9 @@ async fn objects_are_read_by_part_number() {
         .unwrap();
     let id = up.upload_id().unwrap();
     let parts = [vec![1u8; 5 << 20], vec![2u8; 5 << 20], vec![3u8; 1000]];
-    let mut done = CompletedMultipartUpload::builder();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = c
-            .upload_part()
-            .bucket("parts")
-            .key("mp")
-            .upload_id(id)
-            .part_number(n)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        done = done.parts(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
+    let done = CompletedMultipartUpload::builder()
+        .set_parts(Some(upload_parts(&c, "parts", "mp", id, &parts).await))
+        .build();
     let early = c
         .get_object()
         .bucket("parts")
@@ -415,7 +398,7 @@ async fn objects_are_read_by_part_number() {
         .bucket("parts")
         .key("mp")
         .upload_id(id)
-        .multipart_upload(done.build())
+        .multipart_upload(done)
         .send()
         .await
         .unwrap();

@@ -314,6 +314,37 @@ fn block_store_env<'a>(
     ]
 }
 
+/// Uploads `parts` as parts 1, 2, ... of upload `id` of `bucket`/`key`;
+/// answers the parts to list at completion, in order.
+async fn upload_parts(
+    c: &Client,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    parts: &[Vec<u8>],
+) -> Vec<CompletedPart> {
+    let mut done = Vec::new();
+    for (n, p) in (1..).zip(parts) {
+        let r = c
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(id)
+            .part_number(n)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    done
+}
+
 fn md5_hex(b: &[u8]) -> String {
     format!("{:x}", md5::Md5::digest(b))
 }

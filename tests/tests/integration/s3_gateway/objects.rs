@@ -257,26 +257,9 @@ async fn an_s3_client_works_end_to_end_through_the_gateway() {
         .unwrap();
     let id = up.upload_id().unwrap().to_string();
     let parts: Vec<Vec<u8>> = vec![vec![1u8; 5 << 20], vec![2u8; 5 << 20], vec![3u8]];
-    let mut done = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = c
-            .upload_part()
-            .bucket("photos")
-            .key("big.bin")
-            .upload_id(&id)
-            .part_number(n)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.e_tag(), Some(format!("\"{}\"", md5_hex(p)).as_str()));
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
+    let done = upload_parts(&c, "photos", "big.bin", &id, &parts).await;
+    for (d, p) in done.iter().zip(&parts) {
+        assert_eq!(d.e_tag(), Some(format!("\"{}\"", md5_hex(p)).as_str()));
     }
     let listed = c
         .list_parts()

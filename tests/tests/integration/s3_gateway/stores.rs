@@ -132,26 +132,7 @@ async fn blocks_live_in_an_s3_bucket() {
         .unwrap();
     let id = up.upload_id().unwrap();
     let parts = [vec![3u8; 5 << 20], vec![4u8; 1000]];
-    let mut done = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = c
-            .upload_part()
-            .bucket("photos")
-            .key("parts")
-            .upload_id(id)
-            .part_number(n)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
+    let done = upload_parts(&c, "photos", "parts", id, &parts).await;
     c.complete_multipart_upload()
         .bucket("photos")
         .key("parts")
