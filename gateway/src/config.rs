@@ -72,9 +72,9 @@ pub struct Config {
     /// have sent nothing yet at most a quarter (the oldest closed first).
     #[arg(long, env = "OM_S3_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
-    /// Bytes of POST form uploads (browser uploads) and of PUTs without a
-    /// Content-Length held in memory at once; also the largest one. Larger
-    /// objects go by PUT with a length or multipart upload, which stream.
+    /// Bytes of SigV2 POST form uploads (`--allow-sigv2`) and of PUTs
+    /// without a Content-Length held in memory at once; also the largest
+    /// one. SigV4 forms, PUTs with a length and multipart uploads stream.
     /// [default: 256 MiB]
     #[arg(long, env = "OM_S3_POST_MEMORY_BYTES", default_value_t = 256 << 20)]
     pub post_memory_bytes: u64,

@@ -7,7 +7,7 @@
 //! `--allow-sigv2`, and then date-checked and bounded as SigV4 is; and a
 //! SigV4 credential scope whose region s3s refuses, re-signed (`scope`);
 //! and POST form uploads, refused before their file is read unless signed,
-//! and held to a memory budget (`post`).
+//! then streamed as PUTs (`post`, `form`).
 
 use futures::future::BoxFuture;
 use http::HeaderValue;
@@ -40,6 +40,8 @@ pub struct Front {
     pub allow_sigv2: bool,
     /// Bytes of POST form uploads held at once (`post`).
     pub post_budget: crate::post::Budget,
+    /// The base domains of virtual-host style requests (a form's bucket).
+    pub domains: Option<std::sync::Arc<crate::host::Domains>>,
 }
 
 /// Most a signed request's date may differ from the gateway's clock, as S3.
@@ -88,10 +90,21 @@ impl Front {
             S3Error::new(S3ErrorCode::InternalError)
         };
         if let Some(boundary) = post::form_boundary(&req) {
-            let admitted = post::admit(req, &boundary, self.allow_sigv2, &self.post_budget).await?;
+            let (admitted, reply) =
+                match post::admit(req, &boundary, self.allow_sigv2, &self.post_budget).await? {
+                    post::Admission::SigV4(signed) => {
+                        let d = self.domains.as_deref();
+                        let (a, r) = crate::form::stream(signed, &boundary, &self.auth, d).await?;
+                        (a, Some(r))
+                    }
+                    post::Admission::Ready(a) => (a, None),
+                };
             let resp = self.service.call(admitted.req).await.map_err(unanswered);
             drop(admitted.permit);
-            return resp;
+            return match reply {
+                Some(reply) => reply.answer(resp?),
+                None => resp,
+            };
         }
         crate::scope::resign(&mut req, &self.auth).await?;
         if crate::length::unsized_upload(&req) {

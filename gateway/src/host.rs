@@ -41,6 +41,23 @@ fn split<'a>(host: &'a str, domain: &str) -> Option<Option<&'a str>> {
         .then_some(Some(bucket))
 }
 
+impl Domains {
+    /// The bucket `host` names, if it is `BUCKET.DOMAIN`.
+    pub fn bucket<'a>(&self, host: &'a str) -> Option<&'a str> {
+        let name = without_port(host);
+        self.0.iter().find_map(|d| split(name, d).flatten())
+    }
+}
+
+/// The domains, shared between s3s and the front end.
+pub struct Shared(pub std::sync::Arc<Domains>);
+
+impl S3Host for Shared {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
+        self.0.parse_host_header(host)
+    }
+}
+
 impl S3Host for Domains {
     fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
         let name = without_port(host);
@@ -70,6 +87,8 @@ mod tests {
         assert_eq!(b("localhost:9878"), None);
         assert_eq!(b("xs3.localhost"), None);
         assert_eq!(b("gateway.internal"), None);
+        assert_eq!(d.bucket("photos.s3.localhost:9878"), Some("photos"));
+        assert_eq!(d.bucket("s3.localhost"), None);
         assert_eq!(without_port("[::1]:9878"), "::1");
         assert_eq!(without_port("host"), "host");
     }

@@ -27,6 +27,7 @@ pub mod auth;
 pub mod blocks;
 pub mod config;
 pub mod errors;
+mod form;
 mod front;
 mod host;
 mod http;
@@ -193,7 +194,8 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
     ));
     builder.set_auth(auth::SecretLookup(auth.clone()));
     // POST forms: s3s reads a signed form's file into memory; the front
-    // end holds all of them to `--post-memory-bytes` (see `post`).
+    // end streams SigV4 ones itself and holds SigV2 ones to
+    // `--post-memory-bytes` (see `post`).
     let post_budget = post::Budget::new(cfg.post_memory_bytes);
     let mut limits = s3s::config::S3Config::default();
     limits.post_object_max_file_size = post_budget.bytes();
@@ -204,8 +206,9 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         limits,
     ))));
     let domains = cfg.domains();
-    if !domains.is_empty() {
-        builder.set_host(host::Domains::new(domains));
+    let domains = (!domains.is_empty()).then(|| Arc::new(host::Domains::new(domains)));
+    if let Some(d) = &domains {
+        builder.set_host(host::Shared(d.clone()));
     }
     let service = builder.build();
 
@@ -243,6 +246,7 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         auth,
         allow_sigv2: cfg.allow_sigv2,
         post_budget,
+        domains,
     };
     tasks.spawn(serve(
         LimitedListener::new(listener, policy),

@@ -11,15 +11,17 @@
 //! - refuses a form that carries no signature (`x-amz-signature`, or
 //!   `signature` of SigV2 when `--allow-sigv2`): om has no anonymous user,
 //!   so it could only be refused after the upload;
-//! - refuses a form without Content-Length (411), or whose length exceeds
-//!   the POST memory budget (`--post-memory-bytes`: 400 EntityTooLarge);
-//! - reserves the form's length from that budget for as long as the request
-//!   runs, or answers 503 SlowDown when the budget is taken.
+//! - refuses a form without Content-Length (411);
+//! - streams a SigV4 form's file as a PUT once its policy allows it
+//!   (`form`): it costs no more memory than a PUT;
+//! - reads a SigV2 form whole, as s3s does: it reserves the form's length
+//!   from the POST memory budget (`--post-memory-bytes`: 400
+//!   EntityTooLarge past it) for as long as the request runs, or answers
+//!   503 SlowDown when the budget is taken. The fields read are handed on
+//!   to s3s in front of the rest of the body.
 //!
-//! The fields read are handed on to s3s in front of the rest of the body,
-//! which s3s then reads as it would have. So unsigned forms cost at most the
-//! fields' bytes, and signed ones at most the budget in all. A larger object
-//! goes by PUT or a multipart upload, which stream.
+//! So unsigned forms cost at most the fields' bytes, SigV4 ones what a PUT
+//! costs, and SigV2 ones at most the budget in all.
 
 use std::sync::Arc;
 
@@ -120,9 +122,8 @@ pub fn form_boundary<B>(req: &Request<B>) -> Option<String> {
 enum Scan {
     /// More bytes are needed.
     More,
-    /// The file part's headers end at this offset; the fields before it
-    /// (names in lower case).
-    File(usize, Vec<(String, String)>),
+    /// The file part's headers end at this offset; the form's fields.
+    File(usize, Form),
     Malformed(&'static str),
 }
 
@@ -133,8 +134,27 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         .map(|p| p + from)
 }
 
-/// The `name` of a part's `Content-Disposition: form-data; name="..."`.
-fn part_name(headers: &str) -> Option<String> {
+/// The fields of a form before its file part (names in lower case), and
+/// the file's name.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Form {
+    pub fields: Vec<(String, String)>,
+    pub filename: Option<String>,
+}
+
+impl Form {
+    /// The value of the field `name` (lower case).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The parameter `param` of a part's `Content-Disposition: form-data;
+/// name="..."; filename="..."`.
+fn disposition(headers: &str, param: &str) -> Option<String> {
     let line = headers.split("\r\n").find(|l| {
         l.split_once(':')
             .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("content-disposition"))
@@ -142,7 +162,7 @@ fn part_name(headers: &str) -> Option<String> {
     let (_, v) = line.split_once(':')?;
     v.split(';').find_map(|p| {
         let (k, v) = p.trim().split_once('=')?;
-        (k.trim() == "name").then(|| v.trim().trim_matches('"').to_ascii_lowercase())
+        (k.trim() == param).then(|| v.trim().trim_matches('"').to_string())
     })
 }
 
@@ -167,12 +187,13 @@ fn scan(buf: &[u8], boundary: &str) -> Scan {
         let Ok(headers) = std::str::from_utf8(&buf[at..head_end]) else {
             return Scan::Malformed("a form part's headers are not UTF-8");
         };
-        let Some(name) = part_name(headers) else {
+        let Some(name) = disposition(headers, "name").map(|n| n.to_ascii_lowercase()) else {
             return Scan::Malformed("a form part has no name");
         };
         let body = head_end + 4;
         if name == "file" {
-            return Scan::File(body, fields);
+            let filename = disposition(headers, "filename");
+            return Scan::File(body, Form { fields, filename });
         }
         if fields.len() >= MAX_FORM_PARTS {
             return Scan::Malformed("the form has too many fields");
@@ -191,12 +212,36 @@ fn error(code: S3ErrorCode, why: &'static str) -> S3Error {
     S3Error::with_message(code, why)
 }
 
-/// A request checked and ready for s3s: its body (a form's fields read,
-/// then the rest; or an unsized upload's whole body), and its share of the
-/// budget, held until the request ends.
+/// A request checked and ready for s3s: its body (a SigV4 form's file as a
+/// PUT's, streamed; a SigV2 form's fields read, then the rest; or an
+/// unsized upload's whole body), and its share of the budget, held until
+/// the request ends.
 pub struct Admitted {
     pub req: Request<s3s::Body>,
     pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// A form signed with SigV4 whose fields were read (`form` checks it).
+pub struct SigV4Form {
+    pub parts: http::request::Parts,
+    /// The bytes read: the fields, the file part's headers, perhaps some
+    /// of the file.
+    pub read: Vec<u8>,
+    /// The rest of the body.
+    pub body: Incoming,
+    /// The form's Content-Length.
+    pub len: u64,
+    /// Where the file begins in `read`.
+    pub file_at: usize,
+    pub form: Form,
+}
+
+/// What the fields of a form say to do with it.
+pub enum Admission {
+    /// Signed with SigV4: for `form` to check and stream.
+    SigV4(SigV4Form),
+    /// Signed with SigV2 and allowed: read whole, within the budget.
+    Ready(Admitted),
 }
 
 /// Reads the fields of the form POST `req` (boundary `boundary`) and
@@ -206,7 +251,7 @@ pub async fn admit(
     boundary: &str,
     allow_sigv2: bool,
     budget: &Budget,
-) -> Result<Admitted, S3Error> {
+) -> Result<Admission, S3Error> {
     let len = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -218,17 +263,11 @@ pub async fn admit(
                 "a POST form upload needs a Content-Length",
             )
         })?;
-    if len > budget.bytes() {
-        return Err(error(
-            S3ErrorCode::EntityTooLarge,
-            "a POST form upload may be at most --post-memory-bytes: use PUT or a multipart upload",
-        ));
-    }
     let (parts, mut body) = req.into_parts();
     let mut buf: Vec<u8> = Vec::new();
-    let (file_at, fields) = loop {
+    let (file_at, form) = loop {
         match scan(&buf, boundary) {
-            Scan::File(at, fields) => break (at, fields),
+            Scan::File(at, form) => break (at, form),
             Scan::Malformed(why) => return Err(error(S3ErrorCode::MalformedPOSTRequest, why)),
             Scan::More => {}
         }
@@ -264,20 +303,34 @@ pub async fn admit(
             "the form's fields before its file exceed 64 KiB",
         ));
     }
-    let has = |n: &str| fields.iter().any(|(k, _)| k == n);
-    if !has("x-amz-signature") {
-        if !has("signature") {
-            return Err(error(
-                S3ErrorCode::AccessDenied,
-                "anonymous requests are not accepted: sign the form's policy",
-            ));
-        }
-        if !allow_sigv2 {
-            return Err(error(
-                S3ErrorCode::AccessDenied,
-                "signature version 2 is turned off on this gateway: sign requests with SigV4",
-            ));
-        }
+    if form.get("x-amz-signature").is_some() {
+        return Ok(Admission::SigV4(SigV4Form {
+            parts,
+            read: buf,
+            body,
+            len,
+            file_at,
+            form,
+        }));
+    }
+    if form.get("signature").is_none() {
+        return Err(error(
+            S3ErrorCode::AccessDenied,
+            "anonymous requests are not accepted: sign the form's policy",
+        ));
+    }
+    if !allow_sigv2 {
+        return Err(error(
+            S3ErrorCode::AccessDenied,
+            "signature version 2 is turned off on this gateway: sign requests with SigV4",
+        ));
+    }
+    if len > budget.bytes() {
+        return Err(error(
+            S3ErrorCode::EntityTooLarge,
+            "a SigV2 POST form upload may be at most --post-memory-bytes: use SigV4, PUT or a \
+             multipart upload",
+        ));
     }
     let permit = budget.take(len).ok_or_else(|| {
         error(
@@ -294,10 +347,10 @@ pub async fn admit(
     let tail = body.into_data_stream().map(|r| r.map(Frame::data));
     let stream = http_body_util::StreamBody::new(head.chain(tail));
     let req = Request::from_parts(parts, s3s::Body::http_body_unsync(stream));
-    Ok(Admitted {
+    Ok(Admission::Ready(Admitted {
         req,
         permit: Some(permit),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -321,12 +374,14 @@ mod tests {
     #[test]
     fn fields_are_read_up_to_the_file() {
         let b = form(&[("key", "k"), ("X-Amz-Signature", "ab")], "data");
-        let Scan::File(at, fields) = scan(&b, "XyZ") else {
+        let Scan::File(at, form) = scan(&b, "XyZ") else {
             panic!("{:?}", scan(&b, "XyZ"));
         };
         assert!(b[at..].starts_with(b"data\r\n--XyZ--"));
+        assert_eq!(form.filename.as_deref(), Some("f"));
+        assert_eq!(form.get("key"), Some("k"));
         assert_eq!(
-            fields,
+            form.fields,
             vec![
                 ("key".to_string(), "k".to_string()),
                 ("x-amz-signature".to_string(), "ab".to_string())

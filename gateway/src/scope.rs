@@ -91,6 +91,14 @@ impl Scope {
         )
     }
 
+    /// The signing key of this scope.
+    fn signing_key(&self, secret: &str) -> [u8; 32] {
+        let k = hmac(format!("AWS4{secret}").as_bytes(), self.date.as_bytes());
+        let k = hmac(&k, self.region.as_bytes());
+        let k = hmac(&k, self.service.as_bytes());
+        hmac(&k, b"aws4_request")
+    }
+
     /// The signature of `canonical` at `amz_date` under this scope.
     fn sign(&self, secret: &str, amz_date: &str, canonical: &str) -> String {
         let to_sign = format!(
@@ -100,11 +108,7 @@ impl Scope {
             self.service,
             hex::encode(Sha256::digest(canonical.as_bytes()))
         );
-        let k = hmac(format!("AWS4{secret}").as_bytes(), self.date.as_bytes());
-        let k = hmac(&k, self.region.as_bytes());
-        let k = hmac(&k, self.service.as_bytes());
-        let k = hmac(&k, b"aws4_request");
-        hex::encode(hmac(&k, to_sign.as_bytes()))
+        hex::encode(hmac(&self.signing_key(secret), to_sign.as_bytes()))
     }
 }
 
@@ -341,6 +345,82 @@ async fn check<B>(
         raw,
         query,
     }))
+}
+
+/// The credential of a POST form whose policy signature is right: what
+/// signs the PUT the form becomes (`form`).
+pub struct FormSigner {
+    scope: Scope,
+    secret: s3s::auth::SecretKey,
+}
+
+/// Checks a SigV4 POST form's signature: the policy, base64 as sent,
+/// signed with the signing key of the form's `x-amz-credential`, with the
+/// access key's secret. A wrong one is SignatureDoesNotMatch.
+pub async fn verify_form(
+    credential: &str,
+    policy: &str,
+    signature: &str,
+    auth: &Auth,
+) -> Result<FormSigner, S3Error> {
+    let scope = Scope::parse(credential).ok_or_else(|| {
+        invalid("x-amz-credential is not ACCESS-KEY/DATE/REGION/SERVICE/aws4_request")
+    })?;
+    let secret = auth.secret(&scope.key).await?;
+    let right = hex::encode(hmac(&scope.signing_key(secret.expose()), policy.as_bytes()));
+    if !right.eq_ignore_ascii_case(signature) {
+        return Err(mismatch());
+    }
+    Ok(FormSigner { scope, secret })
+}
+
+impl FormSigner {
+    /// Signs `req` (a PUT whose body the gateway streams, so
+    /// `UNSIGNED-PAYLOAD`) as the form's credential at `now`: sets
+    /// `x-amz-date`, `x-amz-content-sha256` and `Authorization`, signing
+    /// those and `host`. The scope is dated `now` (the form's own date may
+    /// be as old as its policy allows) and names the form's region, or its
+    /// normalized name where s3s would refuse it.
+    pub fn sign_put<B>(
+        &self,
+        req: &mut Request<B>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), S3Error> {
+        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+        let region = if valid(&self.scope.region) {
+            self.scope.region.clone()
+        } else {
+            normalized(&self.scope.region)
+        };
+        let scope = Scope {
+            key: self.scope.key.clone(),
+            date: now.format("%Y%m%d").to_string(),
+            region,
+            service: "s3".to_string(),
+        };
+        let h = req.headers_mut();
+        h.insert(
+            "x-amz-date",
+            HeaderValue::from_str(&amz_date).map_err(|_| mismatch())?,
+        );
+        h.insert(
+            "x-amz-content-sha256",
+            HeaderValue::from_static("UNSIGNED-PAYLOAD"),
+        );
+        let names = ["host", "x-amz-content-sha256", "x-amz-date"];
+        let c = parts(req, Vec::new())
+            .canonical(&names, "UNSIGNED-PAYLOAD", true)
+            .ok_or_else(mismatch)?;
+        let value = format!(
+            "{ALGORITHM} Credential={}, SignedHeaders={}, Signature={}",
+            scope.credential(),
+            names.join(";"),
+            scope.sign(self.secret.expose(), &amz_date, &c)
+        );
+        let value = HeaderValue::from_str(&value).map_err(|_| mismatch())?;
+        req.headers_mut().insert(http::header::AUTHORIZATION, value);
+        Ok(())
+    }
 }
 
 /// Checks `req`'s SigV4 signature before anything of its body is read:

@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod history;
+pub mod lazyfs;
 pub mod linearizability;
 pub mod mutate;
 pub mod netns;

@@ -9,5 +9,6 @@ mod durability;
 mod fault_schedules;
 mod linearizable;
 mod partitions;
+mod power_cut;
 mod rejoin;
 mod stale_read;

@@ -63,7 +63,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["errors", "blocks", "host", "logging", "uri"],
             &["auth", "config", "reclaim"],
             &["scope", "post"],
-            &["length"],
+            &["length", "form"],
             &["front"],
             &["s3"],
             &["http"],

@@ -8,11 +8,13 @@
 //! `large`: a 5 GiB multipart object with declared parts; `stores`: blocks
 //! kept in an S3 bucket instead of a directory; `clients`: s3cmd, rclone,
 //! restic, the AWS CLI and boto3 with their defaults; `refusals`: what
-//! nobody authenticated can cost (POST forms, silent sockets).
+//! nobody authenticated can cost (POST forms, silent sockets); `forms`:
+//! signed POST forms, streamed and held to their policy.
 
 mod behaviour;
 mod clients;
 mod faults;
+mod forms;
 mod headers;
 mod large;
 mod objects;

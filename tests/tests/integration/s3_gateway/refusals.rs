@@ -24,15 +24,18 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-/// Sends a POST form of `fields` and a file of `file_bytes` to `url`'s
-/// bucket `bucket`, writing while the gateway reads and reading its answer
-/// meanwhile; returns the bytes written before the gateway stopped reading
-/// (or all of them), and the answer's status line and body if one came.
-async fn post_form(
+/// Sends a POST form of `fields` and a file named `f` of `file_bytes`
+/// bytes `x` to `url`'s bucket `bucket`, closed by `tail` (`FORM_END`, as
+/// clients close it), writing while the gateway reads and reading its
+/// answer meanwhile; returns the bytes written before the gateway stopped
+/// reading (or all of them), and the answer's status line and body if one
+/// came.
+pub(super) async fn post_form(
     url: &str,
     bucket: &str,
     fields: &[(&str, &str)],
     file_bytes: usize,
+    tail: &str,
 ) -> (usize, String) {
     let host = url.strip_prefix("http://").unwrap();
     let mut head = String::new();
@@ -45,12 +48,11 @@ async fn post_form(
         "--B0und\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\
          Content-Type: application/octet-stream\r\n\r\n",
     );
-    let tail = "\r\n--B0und--\r\n";
     let len = head.len() + file_bytes + tail.len();
     let s = TcpStream::connect(host).await.unwrap();
     let (mut r, mut w) = s.into_split();
     let request = format!(
-        "POST /{bucket} HTTP/1.1\r\nHost: {host}\r\n\
+        "POST /{bucket} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
          Content-Type: multipart/form-data; boundary=B0und\r\nContent-Length: {len}\r\n\r\n{head}"
     );
     let reader = tokio::spawn(async move {
@@ -73,8 +75,35 @@ async fn post_form(
             let _ = w.write_all(tail.as_bytes()).await;
         }
     }
+    // The write half stays open until the answer came: the gateway takes a
+    // client that closes it for one that went away.
+    let answer = reader.await.unwrap();
     drop(w);
-    (written, reader.await.unwrap())
+    (written, answer)
+}
+
+/// How `post_form`'s forms end.
+pub(super) const FORM_END: &str = "\r\n--B0und--\r\n";
+
+/// Runs `f` while sampling the resident memory of process `pid`: its
+/// output, and how far the memory grew above where it began.
+pub(super) async fn peak_growth<T>(pid: u32, f: impl std::future::Future<Output = T>) -> (T, u64) {
+    let before = rss(pid);
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(rss(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let out = f.await;
+    sampling.store(false, Ordering::Relaxed);
+    sampler.await.unwrap();
+    (out, peak.load(Ordering::Relaxed).saturating_sub(before))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -120,22 +149,8 @@ async fn nothing_unauthenticated_costs_memory_or_slots() {
             "HTTP/1.1 4",
         ),
     ] {
-        let before = rss(pid);
-        let peak = Arc::new(AtomicU64::new(before));
-        let sampling = Arc::new(AtomicBool::new(true));
-        let sampler = {
-            let (peak, sampling) = (peak.clone(), sampling.clone());
-            tokio::spawn(async move {
-                while sampling.load(Ordering::Relaxed) {
-                    peak.fetch_max(rss(pid), Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
-        };
-        let (written, answer_text) = post_form(&env.url, "forms", &fields, form).await;
-        sampling.store(false, Ordering::Relaxed);
-        sampler.await.unwrap();
-        let grew = peak.load(Ordering::Relaxed).saturating_sub(before);
+        let ((written, answer_text), grew) =
+            peak_growth(pid, post_form(&env.url, "forms", &fields, form, FORM_END)).await;
         assert!(
             grew < 32 << 20,
             "{what}: the gateway grew by {} MiB while a 256 MiB form was sent",
