@@ -127,8 +127,16 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         };
-        node.run_until(shutdown_signal()).await;
-        std::process::ExitCode::SUCCESS
+        match node.run_until(shutdown_signal()).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(why) => {
+                eprintln!(
+                    "om: the Raft core stopped ({why}): exiting rather than serving from a disk \
+                     it cannot trust; started again, it recovers from what the disk holds"
+                );
+                std::process::ExitCode::FAILURE
+            }
+        }
     })
 }
 

@@ -285,9 +285,40 @@ impl Node {
     }
 
     /// Runs until `signal` completes, then shuts down.
-    pub async fn run_until(self, signal: impl Future<Output = ()>) {
-        signal.await;
-        self.stop_gracefully().await;
+    /// Serves until `signal`, then stops gracefully; or until the Raft core
+    /// stops on its own (a storage error: a failed fsync of the log, a
+    /// write RocksDB refuses), then stops at once and says why: a member
+    /// that cannot trust its disk must not go on serving from memory.
+    /// Restarted, it recovers from what its disk holds, as after a crash.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<(), String> {
+        let stopped = self.raft_stopped();
+        tokio::select! {
+            _ = signal => {
+                self.stop_gracefully().await;
+                Ok(())
+            }
+            why = stopped => {
+                tracing::error!(%why, "the Raft core stopped: exiting");
+                self.shutdown().await;
+                Err(why)
+            }
+        }
+    }
+
+    /// Resolves when the Raft core stops by itself, with why.
+    fn raft_stopped(&self) -> impl Future<Output = String> + use<> {
+        use openraft::async_runtime::WatchReceiver;
+        let mut m = self.raft.metrics();
+        async move {
+            loop {
+                if let Err(e) = &m.borrow_watched().running_state {
+                    return e.to_string();
+                }
+                if m.changed().await.is_err() {
+                    return "the Raft core ended".to_string();
+                }
+            }
+        }
     }
 
     /// What SIGTERM does: a leader first hands leadership to the most

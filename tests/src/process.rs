@@ -182,6 +182,14 @@ impl OmProcess {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    /// How the process ended, if it exited by itself (it is then no longer
+    /// running, and `restart` starts it again).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
 }
 
 /// The flags of member `me` of the static cluster `all`, then `more`.

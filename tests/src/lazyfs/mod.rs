@@ -13,6 +13,9 @@
 //! and in any order, so each unsynced page is then kept, lost, or torn (a
 //! prefix of it written), chosen by a seed.
 //!
+//! An fsync can also be made to fail (`LazyFs::fail_fsyncs`), as a disk's
+//! write-back error reaches it: EIO, and the data it covered is lost.
+//!
 //! Files are opened with direct I/O and attributes are never cached, so
 //! the kernel holds no copy of unsynced data that would outlive a cut.
 //! Mounting needs root (or `fusermount3`) and `/dev/fuse`.
@@ -75,12 +78,15 @@ struct State {
     stats: Stats,
     /// fsync answers success and makes nothing durable (a disk that lies).
     lying: bool,
+    /// How many of the next fsyncs fail (EIO), losing what they covered.
+    failing: u32,
 }
 
 /// What the filesystem has seen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
     pub syncs: u64,
+    pub failed_syncs: u64,
     pub pages_lost: u64,
     pub pages_kept: u64,
     pub pages_torn: u64,
@@ -527,6 +533,15 @@ impl Filesystem for Fs {
             reply.ok();
             return;
         }
+        if st.failing > 0 {
+            // As Linux does: the write-back failed, the pages are dropped
+            // (marked clean), and a later fsync has nothing to report.
+            st.failing -= 1;
+            st.stats.failed_syncs += 1;
+            st.dirty.remove(&ino.0);
+            reply.error(Errno::EIO);
+            return;
+        }
         let r = match st.dirty.remove(&ino.0) {
             Some(mut d) => d.sync(),
             None => Ok(()),
@@ -742,6 +757,12 @@ impl LazyFs {
     /// loses.
     pub fn lie_about_fsync(&self, lying: bool) {
         self.state.lock().expect("lazyfs state").lying = lying;
+    }
+
+    /// Makes the next `n` fsyncs fail with EIO, each losing the unsynced
+    /// data of the file it was asked for (Linux's write-back error).
+    pub fn fail_fsyncs(&self, n: u32) {
+        self.state.lock().expect("lazyfs state").failing = n;
     }
 
     /// What the filesystem has seen so far.

@@ -12,3 +12,4 @@ mod partitions;
 mod power_cut;
 mod rejoin;
 mod stale_read;
+mod storage_errors;
