@@ -660,6 +660,22 @@ impl Filesystem for Fs {
     }
 }
 
+/// `n` lazy filesystems, or `None` once it said why they cannot be
+/// mounted here ("skipped: …", for a test to return on).
+pub fn mounts(n: usize) -> Option<Vec<LazyFs>> {
+    let mut all = Vec::new();
+    for _ in 0..n {
+        match LazyFs::mount() {
+            Ok(fs) => all.push(fs),
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return None;
+            }
+        }
+    }
+    Some(all)
+}
+
 /// A lazy filesystem mounted over a directory; unmounted on drop.
 pub struct LazyFs {
     mount: PathBuf,

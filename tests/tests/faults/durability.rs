@@ -1,98 +1,27 @@
 //! Real `om` processes killed with SIGKILL: nothing acknowledged is lost.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
-use om_tests::{OmProcess, wait_for};
+use om_tests::OmProcess;
+use om_tests::writes::{Acked, WriteStream, check_acked, single_node};
 
 const READY: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_a_write_stream_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let mut om = OmProcess::spawn(dir.path());
-    om.wait_ready(READY).await;
-    let c = om.client();
-    c.create_volume("vol1", "").await.unwrap();
-    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
-        .await
-        .unwrap();
-
-    // Writers record a key only after om acknowledged it.
-    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
-    let mut writers = Vec::new();
-    for w in 0..4 {
-        let acked = acked.clone();
-        let endpoint = om.grpc.clone();
-        writers.push(tokio::spawn(async move {
-            let c = OmClient::new(
-                &[endpoint],
-                ClientOptions {
-                    deadline: Duration::from_millis(500),
-                    attempt_timeout: Duration::from_millis(500),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            for i in 0..100_000u64 {
-                let key = format!("w{w}/k{i:06}");
-                match c.put_key("vol1", "bkt1", &key, i).await {
-                    Ok(k) => acked.lock().unwrap().push((key, k.update_id)),
-                    Err(_) => return,
-                }
-            }
-        }));
-    }
-    // Kill in the middle of the stream, once plenty of writes are acknowledged.
-    wait_for(Duration::from_secs(60), "200 acknowledged writes", || {
-        let n = acked.lock().unwrap().len();
-        async move { (n >= 200).then_some(()) }
-    })
-    .await;
+    let mut om = single_node(dir.path()).await;
+    // Writers record a key only after om acknowledged it; kill in the
+    // middle of the stream, once plenty of writes are acknowledged.
+    let acked = Acked::default();
+    let stream = WriteStream::start(&om.grpc, "", 4, &acked);
+    stream.wait_acked(200).await;
     om.kill9();
-    for w in writers {
-        w.await.unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() >= 200);
-
+    stream.join().await;
     om.restart();
     om.wait_ready(READY).await;
-    let c = om.client();
-    for (key, update_id) in &acked {
-        let k = c
-            .lookup_key("vol1", "bkt1", key)
-            .await
-            .unwrap_or_else(|e| panic!("acknowledged key {key} lost: {e}"));
-        assert!(k.update_id >= *update_id, "{key} went back in time");
-    }
-    // And the listing agrees with the lookups.
-    let mut listed = 0;
-    let mut marker = String::new();
-    loop {
-        let r = c
-            .list_keys(om_client::v1::ListKeysRequest {
-                volume: "vol1".into(),
-                bucket: "bkt1".into(),
-                start_after: marker.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        listed += r.keys.len();
-        if !r.truncated {
-            break;
-        }
-        marker = r.next_start_after;
-    }
-    assert!(listed >= acked.len());
-    let b = c.get_bucket("vol1", "bkt1").await.unwrap();
-    assert_eq!(
-        b.key_count as usize, listed,
-        "bucket counters agree with the table"
-    );
+    check_acked(&om.client(), &acked, "a kill -9").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,91 +17,36 @@
 //! "skipped" and why. `OM_POWER_SEEDS=1,2,3` picks the three-member runs
 //! (default `1`) and `OM_POWER_SECONDS` how long each runs (default 20).
 
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
 use om_tests::history::{Recorder, check_linearizable};
-use om_tests::lazyfs::{Cut, LazyFs};
-use om_tests::{OmProcess, claimed_leader, cluster_addrs, wait_for};
+use om_tests::lazyfs::{Cut, LazyFs, mounts};
+use om_tests::writes::{Acked, WriteStream, check_acked, single_node};
+use om_tests::{OmProcess, claimed_leader, cluster_addrs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const READY: Duration = Duration::from_secs(60);
-
-/// `n` lazy filesystems, or why they cannot be mounted here.
-fn mounts(n: usize) -> Option<Vec<LazyFs>> {
-    let mut all = Vec::new();
-    for _ in 0..n {
-        match LazyFs::mount() {
-            Ok(fs) => all.push(fs),
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                return None;
-            }
-        }
-    }
-    Some(all)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_power_cut_loses_no_acknowledged_write_on_one_node() {
     let Some(fs) = mounts(1) else { return };
     let dir = fs[0].path().join("om");
     std::fs::create_dir(&dir).unwrap();
-    let mut om = OmProcess::spawn(&dir);
-    om.wait_ready(READY).await;
-    let c = om.client();
-    c.create_volume("vol1", "").await.unwrap();
-    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
-        .await
-        .unwrap();
-
-    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let mut om = single_node(&dir).await;
+    let acked = Acked::default();
     for (round, cut) in [Cut::Lose, Cut::Scramble(7), Cut::Scramble(8)]
         .into_iter()
         .enumerate()
     {
-        let mut writers = Vec::new();
-        for w in 0..4 {
-            let acked = acked.clone();
-            let endpoint = om.grpc.clone();
-            writers.push(tokio::spawn(async move {
-                let c = OmClient::new(
-                    &[endpoint],
-                    ClientOptions {
-                        deadline: Duration::from_millis(500),
-                        attempt_timeout: Duration::from_millis(500),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
-                for i in 0..100_000u64 {
-                    let key = format!("r{round}/w{w}/k{i:06}");
-                    match c.put_key("vol1", "bkt1", &key, i).await {
-                        Ok(k) => acked.lock().unwrap().push((key, k.update_id)),
-                        Err(_) => return,
-                    }
-                }
-            }));
-        }
         let before = acked.lock().unwrap().len();
-        wait_for(
-            Duration::from_secs(60),
-            "200 more acknowledged writes",
-            || {
-                let n = acked.lock().unwrap().len();
-                async move { (n >= before + 200).then_some(()) }
-            },
-        )
-        .await;
+        let stream = WriteStream::start(&om.grpc, &format!("r{round}/"), 4, &acked);
+        stream.wait_acked(before + 200).await;
         om.kill9();
         let stats = fs[0].cut(cut);
         eprintln!("round {round}: {cut:?}: {stats:?}");
-        for w in writers {
-            w.await.unwrap();
-        }
+        stream.join().await;
         om.restart();
         om.wait_ready(READY).await;
     }
@@ -110,45 +55,7 @@ async fn a_power_cut_loses_no_acknowledged_write_on_one_node() {
         stats.pages_lost > 0 && stats.syncs > 0,
         "the cuts lost nothing: the test proved nothing ({stats:?})"
     );
-
-    let c = om.client();
-    let acked = acked.lock().unwrap().clone();
-    for (key, update_id) in &acked {
-        let k = c
-            .lookup_key("vol1", "bkt1", key)
-            .await
-            .unwrap_or_else(|e| panic!("acknowledged key {key} lost in a power cut: {e}"));
-        assert!(k.update_id >= *update_id, "{key} went back in time");
-    }
-    let mut listed = 0;
-    let mut marker = String::new();
-    loop {
-        let r = c
-            .list_keys(om_client::v1::ListKeysRequest {
-                volume: "vol1".into(),
-                bucket: "bkt1".into(),
-                start_after: marker.clone(),
-                max_keys: 1000,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        listed += r.keys.len();
-        if !r.truncated {
-            break;
-        }
-        marker = r.next_start_after;
-    }
-    assert!(
-        listed >= acked.len(),
-        "{listed} keys listed, {} acknowledged",
-        acked.len()
-    );
-    let b = c.get_bucket("vol1", "bkt1").await.unwrap();
-    assert_eq!(
-        b.key_count as usize, listed,
-        "bucket counters agree with the table"
-    );
+    check_acked(&om.client(), &acked, "power cuts").await;
 }
 
 /// The check can fail: on a disk whose fsync lies, a power cut loses
@@ -159,13 +66,8 @@ async fn a_disk_that_lies_about_fsync_loses_acknowledged_writes() {
     let Some(fs) = mounts(1) else { return };
     let dir = fs[0].path().join("om");
     std::fs::create_dir(&dir).unwrap();
-    let mut om = OmProcess::spawn(&dir);
-    om.wait_ready(READY).await;
+    let mut om = single_node(&dir).await;
     let c = om.client();
-    c.create_volume("vol1", "").await.unwrap();
-    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
-        .await
-        .unwrap();
     fs[0].lie_about_fsync(true);
     let mut acked = Vec::new();
     for i in 0..200u64 {
@@ -204,20 +106,27 @@ async fn a_disk_that_lies_about_fsync_loses_acknowledged_writes() {
     );
 }
 
-async fn run(seed: u64, seconds: u64) {
-    let Some(fs) = mounts(3) else { return };
-    let mut rng = StdRng::seed_from_u64(seed);
-    let dirs: Vec<_> = fs.iter().map(|f| f.path().join("om")).collect();
+/// A cluster of one member on each of `fs`: its data directories, its
+/// processes and their gRPC addresses, by id - 1.
+pub(crate) fn members_on(fs: &[LazyFs]) -> (Vec<PathBuf>, Vec<OmProcess>, Vec<String>) {
+    let dirs: Vec<PathBuf> = fs.iter().map(|f| f.path().join("om")).collect();
     for d in &dirs {
         std::fs::create_dir(d).unwrap();
     }
-    let addrs = cluster_addrs(3);
-    let mut procs: Vec<OmProcess> = addrs
+    let addrs = cluster_addrs(fs.len() as u64);
+    let procs = addrs
         .iter()
         .zip(&dirs)
         .map(|(a, d)| OmProcess::spawn_member(d, a, &addrs))
         .collect();
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let eps = addrs.iter().map(|a| a.grpc.clone()).collect();
+    (dirs, procs, eps)
+}
+
+async fn run(seed: u64, seconds: u64) {
+    let Some(fs) = mounts(3) else { return };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (dirs, mut procs, eps) = members_on(&fs);
     let c = om_tests::replicas::register_bucket(&eps).await;
 
     let rec = Recorder::start(&eps, 6, true);

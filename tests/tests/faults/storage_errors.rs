@@ -13,30 +13,14 @@
 //! Mounting needs `/dev/fuse` and root; without them each test says
 //! "skipped" and why.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use om_client::v1::BucketLayout;
-use om_client::{ClientOptions, OmClient};
 use om_tests::history::{Recorder, check_linearizable};
-use om_tests::lazyfs::{Cut, LazyFs};
-use om_tests::{OmProcess, claimed_leader, cluster_addrs, wait_for};
+use om_tests::lazyfs::{Cut, mounts};
+use om_tests::writes::{Acked, WriteStream, check_acked, single_node};
+use om_tests::{OmProcess, claimed_leader, wait_for};
 
 const READY: Duration = Duration::from_secs(60);
-
-fn mounts(n: usize) -> Option<Vec<LazyFs>> {
-    let mut all = Vec::new();
-    for _ in 0..n {
-        match LazyFs::mount() {
-            Ok(fs) => all.push(fs),
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                return None;
-            }
-        }
-    }
-    Some(all)
-}
 
 /// Waits (up to 30 s) until `p` exits by itself; its status.
 async fn exits(p: &mut OmProcess) -> std::process::ExitStatus {
@@ -58,49 +42,14 @@ async fn a_failed_fsync_stops_the_node_and_loses_nothing_it_acknowledged() {
     let Some(fs) = mounts(1) else { return };
     let dir = fs[0].path().join("om");
     std::fs::create_dir(&dir).unwrap();
-    let mut om = OmProcess::spawn(&dir);
-    om.wait_ready(READY).await;
-    let c = om.client();
-    c.create_volume("vol1", "").await.unwrap();
-    c.create_bucket("vol1", "bkt1", BucketLayout::ObjectStore)
-        .await
-        .unwrap();
-
-    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
-    let mut writers = Vec::new();
-    for w in 0..4 {
-        let acked = acked.clone();
-        let endpoint = om.grpc.clone();
-        writers.push(tokio::spawn(async move {
-            let c = OmClient::new(
-                &[endpoint],
-                ClientOptions {
-                    deadline: Duration::from_millis(500),
-                    attempt_timeout: Duration::from_millis(500),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            for i in 0..100_000u64 {
-                let key = format!("w{w}/k{i:06}");
-                match c.put_key("vol1", "bkt1", &key, i).await {
-                    Ok(k) => acked.lock().unwrap().push((key, k.update_id)),
-                    Err(_) => return,
-                }
-            }
-        }));
-    }
-    wait_for(Duration::from_secs(60), "200 acknowledged writes", || {
-        let n = acked.lock().unwrap().len();
-        async move { (n >= 200).then_some(()) }
-    })
-    .await;
+    let mut om = single_node(&dir).await;
+    let acked = Acked::default();
+    let stream = WriteStream::start(&om.grpc, "", 4, &acked);
+    stream.wait_acked(200).await;
     fs[0].fail_fsyncs(1);
     let status = exits(&mut om).await;
     assert!(!status.success(), "{status}");
-    for w in writers {
-        w.await.unwrap();
-    }
+    stream.join().await;
     let stats = fs[0].cut(Cut::Lose);
     eprintln!("exited {status} after a failed fsync; then a cut: {stats:?}");
     assert_eq!(stats.failed_syncs, 1, "{stats:?}");
@@ -108,31 +57,14 @@ async fn a_failed_fsync_stops_the_node_and_loses_nothing_it_acknowledged() {
     om.restart();
     om.wait_ready(READY).await;
     let c = om.client();
-    let acked = acked.lock().unwrap().clone();
-    for (key, update_id) in &acked {
-        let k = c
-            .lookup_key("vol1", "bkt1", key)
-            .await
-            .unwrap_or_else(|e| panic!("acknowledged key {key} lost after a failed fsync: {e}"));
-        assert!(k.update_id >= *update_id, "{key} went back in time");
-    }
+    check_acked(&c, &acked, "a failed fsync").await;
     c.put_key("vol1", "bkt1", "after", 1).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_fsync_fails_stops_and_the_others_go_on() {
     let Some(fs) = mounts(3) else { return };
-    let dirs: Vec<_> = fs.iter().map(|f| f.path().join("om")).collect();
-    for d in &dirs {
-        std::fs::create_dir(d).unwrap();
-    }
-    let addrs = cluster_addrs(3);
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .map(|(a, d)| OmProcess::spawn_member(d, a, &addrs))
-        .collect();
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let (dirs, mut procs, eps) = super::power_cut::members_on(&fs);
     let c = om_tests::replicas::register_bucket(&eps).await;
 
     let rec = Recorder::start(&eps, 6, true);
