@@ -130,6 +130,12 @@ pub fn proposed_batch(writes: usize) {
 /// (`om_raft_proposals_failed_total{reason}`): `not_leader` (it lost
 /// leadership first), `timeout` (no commit within the request timeout: no
 /// quorum, or a slow one), `shutdown`, `other`.
+/// This leader handed leadership over for `reason` (`disk_space`: its
+/// data volume ran short), `om_leadership_handovers_total`.
+pub fn leadership_handed_over(reason: &'static str) {
+    metrics::counter!("om_leadership_handovers_total", "reason" => reason).increment(1);
+}
+
 pub fn proposal_failed(reason: &'static str) {
     metrics::counter!("om_raft_proposals_failed_total", "reason" => reason).increment(1);
 }

@@ -144,6 +144,7 @@ impl Node {
                 cluster_id: &storage.cluster_id,
                 incarnation: &storage.incarnation,
                 leader_contact: storage.leader_contact.clone(),
+                disk: storage.disk.clone(),
                 admission: &admission,
                 divergence: &divergence,
                 service: &service,
@@ -387,7 +388,7 @@ fn build_service(
     .with_staleness(storage.leader_contact.clone(), cfg.max_staleness_ms)
     .with_leader_window(cfg.election_timeout * 2)
     .with_secrets(security.keyring.clone(), cfg.insecure)
-    .with_min_free_bytes(cfg.min_free_bytes);
+    .with_disk(storage.disk.clone());
     // A forwarded write names its client, which the leader believes only
     // from a member proven by TLS: with authentication on and no TLS a
     // follower does not forward (its clients are sent to the leader).

@@ -26,6 +26,7 @@ mod namespace;
 mod objects;
 mod pages;
 pub mod s3;
+mod space;
 mod tagging;
 pub mod versions;
 
@@ -107,10 +108,9 @@ pub struct OmService {
     legacy_retry_clear_term: std::sync::atomic::AtomicU64,
     /// Proposes writes, several per entry under load (`batch`).
     proposer: Arc<batch::Proposer>,
-    /// Bytes the data volume must keep free for writes that add data
-    /// (`--min-free-bytes`), and what is free (`tasks::health`).
-    min_free_bytes: u64,
-    free_bytes: std::sync::atomic::AtomicU64,
+    /// This member's data volume space (`--min-free-bytes`, read by
+    /// `tasks::health`) and, leading, its followers'.
+    disk: Arc<om_raft_store::disk::DiskSpace>,
     /// The keys S3 secrets are sealed under (`--secrets-key-file`).
     keyring: Option<Arc<crate::secrets::Keyring>>,
     /// Whether S3 secrets may be stored in plain text without a keyring
@@ -196,8 +196,7 @@ impl OmService {
             legacy_retry_clear_term: std::sync::atomic::AtomicU64::new(0),
             keyring: None,
             plaintext_secrets: true,
-            min_free_bytes: 0,
-            free_bytes: std::sync::atomic::AtomicU64::new(u64::MAX),
+            disk: Arc::default(),
         }
     }
 
@@ -333,36 +332,14 @@ impl OmService {
     }
 
     /// Refuses writes that add data while the data volume has fewer than
-    /// `bytes` free.
-    pub fn with_min_free_bytes(mut self, bytes: u64) -> Self {
-        self.min_free_bytes = bytes;
+    /// `disk`'s minimum free, or a majority of the voters do (`check_space`).
+    pub fn with_disk(mut self, disk: Arc<om_raft_store::disk::DiskSpace>) -> Self {
+        self.disk = disk;
         self
     }
 
-    /// What the data volume has free, as last read.
-    pub fn set_free_bytes(&self, bytes: u64) {
-        self.free_bytes
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// RESOURCE_EXHAUSTED (`DISK_FULL`) for a write that adds data while
-    /// the data volume is short of space: refused before the leader
-    /// proposes it, so RocksDB never runs out in the middle of a write.
-    pub fn check_space(&self, op: &Op) -> Result<(), OmError> {
-        let free = self.free_bytes.load(std::sync::atomic::Ordering::Relaxed);
-        if free >= self.min_free_bytes || !crate::apply::ops::adds_data(op) {
-            return Ok(());
-        }
-        crate::metrics::proposal_failed("disk_full");
-        Err(OmError::exhausted(
-            "DISK_FULL",
-            "",
-            format!(
-                "node {}'s data volume has {free} bytes free, below --min-free-bytes {}: writes \
-                 that add data are refused until space is freed (deletes go on); retry later",
-                self.node_id, self.min_free_bytes
-            ),
-        ))
+    pub fn disk(&self) -> &om_raft_store::disk::DiskSpace {
+        &self.disk
     }
 
     /// This node's clock (tests jump it with `Clock::set_offset`).

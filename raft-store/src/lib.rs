@@ -19,6 +19,7 @@ pub mod backup;
 pub mod codec;
 pub mod command;
 pub mod digest;
+pub mod disk;
 pub mod hot;
 pub mod keys;
 pub mod log_store;

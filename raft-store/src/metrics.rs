@@ -97,3 +97,15 @@ pub fn applied_run(entries: usize) {
     runs.increment(1);
     n.increment(entries as u64);
 }
+
+/// What `peer` last said of its data volume (`om_raft_peer_disk_space`:
+/// 0 ok, 1 low, 2 full), as a leader heard it.
+pub fn peer_space(peer: u64, space: crate::disk::Space) {
+    metrics::gauge!("om_raft_peer_disk_space", "peer" => peer.to_string()).set(space as u8 as f64);
+}
+
+/// An append carrying entries was refused because this member's data
+/// volume is full (`om_raft_appends_refused_total{reason="disk_full"}`).
+pub fn append_refused_disk_full() {
+    metrics::counter!("om_raft_appends_refused_total", "reason" => "disk_full").increment(1);
+}

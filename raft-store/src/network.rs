@@ -69,6 +69,7 @@ pub struct NetworkFactory {
     faults: Option<Arc<Faults>>,
     tls: Option<Arc<om_tls::ClientTls>>,
     identity: Option<Arc<dyn PeerIdentity>>,
+    disk: Arc<crate::disk::DiskSpace>,
 }
 
 /// Who a node says it is in every Raft RPC, and what it does when a peer
@@ -95,7 +96,14 @@ impl NetworkFactory {
             faults,
             tls: None,
             identity: None,
+            disk: Arc::default(),
         }
+    }
+
+    /// Records in `disk` what followers say of their space.
+    pub fn with_disk(mut self, disk: Arc<crate::disk::DiskSpace>) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Sends `identity`'s headers with every RPC and tells it of refusals.
@@ -146,6 +154,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             me: self.me,
             faults: self.faults.clone(),
             identity: self.identity.clone(),
+            disk: self.disk.clone(),
         }
     }
 }
@@ -158,11 +167,33 @@ pub struct PeerClient {
     me: NodeId,
     faults: Option<Arc<Faults>>,
     identity: Option<Arc<dyn PeerIdentity>>,
+    disk: Arc<crate::disk::DiskSpace>,
+}
+
+/// Records what `target` said of its space: in an append's answer, or by
+/// refusing it as full.
+fn heard_space(
+    disk: &crate::disk::DiskSpace,
+    target: NodeId,
+    r: &Result<pb::AppendEntriesResponse, Status>,
+) {
+    match r {
+        Ok(a) => disk.reported(target, crate::disk::Space::from_code(a.disk_space)),
+        Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+            disk.reported(target, crate::disk::Space::Full)
+        }
+        Err(_) => {}
+    }
 }
 
 fn status_to_rpc(s: Status) -> RpcErr {
     match s.code() {
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+        // A member whose volume is full (`disk`): retried after openraft's
+        // backoff, like an unreachable one.
+        tonic::Code::Unavailable
+        | tonic::Code::DeadlineExceeded
+        | tonic::Code::Cancelled
+        | tonic::Code::ResourceExhausted => {
             RPCError::Unreachable(Unreachable::from_string(s.to_string()))
         }
         _ => RPCError::Network(NetworkError::from_string(s.to_string())),
@@ -376,10 +407,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         req.set_timeout(option.soft_ttl());
         let (mut client, health) = self.ready(Gate::FailFast).await?;
         let sent = std::time::Instant::now();
-        let r = client.append_entries(req).await;
+        let r = client.append_entries(req).await.map(|r| r.into_inner());
+        heard_space(&self.disk, self.target, &r);
         let resp = self.answer(self.observe(&health, Some(sent), r))?;
-        append_resp_from_pb(&resp.into_inner())
-            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+        append_resp_from_pb(&resp).map_err(|e| RPCError::Network(NetworkError::from_string(e)))
     }
 
     /// Pipelined replication on one bidirectional gRPC stream: requests go out
@@ -446,6 +477,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 .into_inner();
             let (me, target) = (self.me, self.target);
             let identity = self.identity.clone();
+            let disk = self.disk.clone();
             let mut ended = false;
             let mut held_recheck: Option<Pin<Box<tokio::time::Sleep>>> = None;
             let results = futures::stream::poll_fn(move |cx| {
@@ -474,6 +506,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                     if let Some(f) = &faults_in {
                         f.answer_passed(target, me);
                     }
+                    heard_space(&disk, target, &r);
                     let item = (|| {
                         if cut() {
                             health.failed(&"link is cut");
@@ -699,6 +732,7 @@ pub fn append_resp_to_pb(r: &AppendEntriesResponse<TypeConfig>) -> pb::AppendEnt
     };
     pb::AppendEntriesResponse {
         result: Some(result),
+        disk_space: 0,
     }
 }
 

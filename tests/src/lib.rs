@@ -11,6 +11,7 @@ pub mod linearizability;
 pub mod mutate;
 pub mod netns;
 pub mod replicas;
+pub mod tmpfs;
 pub mod writes;
 
 mod cluster;

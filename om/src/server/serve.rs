@@ -31,6 +31,7 @@ pub(super) struct RaftPort<'a> {
     pub cluster_id: &'a Arc<ClusterId>,
     pub incarnation: &'a Arc<crate::incarnation::Incarnation>,
     pub leader_contact: Arc<LeaderContact>,
+    pub disk: Arc<om_raft_store::disk::DiskSpace>,
     pub admission: &'a Admission,
     pub divergence: &'a Arc<Divergence>,
     /// Proposes the writes followers forward.
@@ -70,6 +71,7 @@ pub(super) fn raft_port(
         Guarded::new(
             RaftGrpcService::new(p.raft.clone())
                 .with_contact(p.leader_contact)
+                .with_disk(p.disk)
                 .into_server(),
             gate,
         ),

@@ -30,6 +30,8 @@ pub(super) struct Storage {
     pub incarnation: Arc<Incarnation>,
     /// When this follower last heard its leader (stale-read bounds).
     pub leader_contact: Arc<LeaderContact>,
+    /// This member's data volume space and, leading, its followers'.
+    pub disk: Arc<om_raft_store::disk::DiskSpace>,
     /// Whether the data directory held nothing (a new or wiped member).
     pub empty_store: bool,
     /// The newest command time applied (the clock's floor).
@@ -133,6 +135,10 @@ impl Storage {
             state_machine: store.state_machine,
             backups,
             leader_contact: Arc::new(LeaderContact::default()),
+            disk: Arc::new(om_raft_store::disk::DiskSpace::new(
+                cfg.node_id,
+                cfg.min_free_bytes,
+            )),
             latest_time,
         })
     }
@@ -159,7 +165,8 @@ impl Storage {
             Arc::new(raft_config(cfg)?),
             NetworkFactory::new(cfg.node_id, opts.faults.clone())
                 .with_tls(peer_tls)
-                .with_identity(self.incarnation.clone()),
+                .with_identity(self.incarnation.clone())
+                .with_disk(self.disk.clone()),
             self.log_store.clone(),
             self.state_machine.clone(),
         )

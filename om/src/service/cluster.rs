@@ -261,6 +261,15 @@ impl OmService {
     /// stopping node does first, so writes pause for one transfer instead
     /// of an election timeout. Returns the new leader, if one took over.
     pub async fn step_down(&self, timeout: Duration) -> Option<u64> {
+        self.step_down_to(timeout, |_| true).await
+    }
+
+    /// `step_down` to the most caught-up voter `eligible` admits.
+    pub async fn step_down_to(
+        &self,
+        timeout: Duration,
+        eligible: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
         let m = self.raft.metrics().borrow_watched().clone();
         if m.state != openraft::ServerState::Leader {
             return None;
@@ -275,7 +284,7 @@ impl OmService {
             .membership_config
             .membership()
             .voter_ids()
-            .filter(|v| *v != self.node_id)
+            .filter(|v| *v != self.node_id && eligible(*v))
             .max_by_key(|v| (matched(v), std::cmp::Reverse(*v)))?;
         match self.transfer_leader(to, timeout).await {
             Ok(()) => Some(to),

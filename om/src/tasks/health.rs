@@ -125,6 +125,9 @@ pub async fn publish_raft_metrics(svc: Arc<OmService>, mut stop: watch::Receiver
     }
 }
 
+/// The least time between two handovers for want of space.
+pub const HANDOVER_EVERY: Duration = Duration::from_secs(10);
+
 /// How often the data volume's space is read.
 pub const DISK_SPACE_EVERY: Duration = Duration::from_secs(1);
 
@@ -132,8 +135,12 @@ pub const DISK_SPACE_EVERY: Duration = Duration::from_secs(1);
 /// (`om_data_volume_size_bytes`, `om_data_volume_available_bytes`), so an
 /// alert fires before the volume fills (OmDataVolumeLow), and tells the
 /// service, which refuses writes that add data below `--min-free-bytes`.
+///
+/// A leader whose volume is short hands leadership to a member with room
+/// (at most once per `HANDOVER_EVERY`).
 pub async fn publish_disk_space(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
     let path = svc.db().path().to_path_buf();
+    let mut handed_over: Option<std::time::Instant> = None;
     loop {
         let p = path.clone();
         if let Ok(Some((size, available))) =
@@ -141,7 +148,13 @@ pub async fn publish_disk_space(svc: Arc<OmService>, mut stop: watch::Receiver<b
         {
             metrics::gauge!("om_data_volume_size_bytes").set(size as f64);
             metrics::gauge!("om_data_volume_available_bytes").set(available as f64);
-            svc.set_free_bytes(available);
+            svc.disk().set_free(available);
+        }
+        if handed_over.is_none_or(|t| t.elapsed() >= HANDOVER_EVERY)
+            && svc.disk().space() != om_raft_store::disk::Space::Ok
+            && svc.hand_over_for_space().await.is_some()
+        {
+            handed_over = Some(std::time::Instant::now());
         }
         tokio::select! {
             _ = tokio::time::sleep(DISK_SPACE_EVERY) => {}

@@ -93,6 +93,9 @@ fn from_current_leader(r: &AppendEntriesResponse<TypeConfig>) -> bool {
 pub struct RaftGrpcService {
     raft: Raft,
     contact: Arc<LeaderContact>,
+    /// This member's space, told in every append answer; when full, appends
+    /// carrying entries are refused.
+    disk: Arc<crate::disk::DiskSpace>,
     /// Where and how incoming snapshots are staged: the state machine's,
     /// fetched from it on the first transfer.
     inbox: tokio::sync::OnceCell<SnapshotInbox>,
@@ -103,6 +106,7 @@ impl RaftGrpcService {
         RaftGrpcService {
             raft,
             contact: Arc::default(),
+            disk: Arc::default(),
             inbox: tokio::sync::OnceCell::new(),
         }
     }
@@ -110,6 +114,13 @@ impl RaftGrpcService {
     /// Records in `contact` when appends from a current leader arrive.
     pub fn with_contact(mut self, contact: Arc<LeaderContact>) -> Self {
         self.contact = contact;
+        self
+    }
+
+    /// Tells leaders of this member's space (`disk`) and refuses entries
+    /// while it is full.
+    pub fn with_disk(mut self, disk: Arc<crate::disk::DiskSpace>) -> Self {
+        self.disk = disk;
         self
     }
 
@@ -155,6 +166,26 @@ pub(super) fn fatal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("raft: {e}"))
 }
 
+/// Hands one append to Raft unless this member is too full to take its
+/// entries; the answer says how much room this member has.
+async fn append(
+    raft: &Raft,
+    contact: &LeaderContact,
+    disk: &crate::disk::DiskSpace,
+    rpc: openraft::raft::AppendEntriesRequest<TypeConfig>,
+) -> Result<pb::AppendEntriesResponse, Status> {
+    disk.admit_entries(rpc.entries.len())
+        .map_err(Status::resource_exhausted)?;
+    let resp = raft.append_entries(rpc).await.map_err(fatal)?;
+    if from_current_leader(&resp) {
+        contact.touch();
+    }
+    Ok(pb::AppendEntriesResponse {
+        disk_space: disk.space().code(),
+        ..append_resp_to_pb(&resp)
+    })
+}
+
 type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendEntriesResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -185,11 +216,9 @@ impl RaftService for RaftGrpcService {
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         check_sender(req.extensions().get(), req.get_ref().vote.as_ref())?;
         let rpc = append_from_pb(req.get_ref()).map_err(|e| invalid(&e.to_string()))?;
-        let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
-        if from_current_leader(&resp) {
-            self.contact.touch();
-        }
-        Ok(Response::new(append_resp_to_pb(&resp)))
+        Ok(Response::new(
+            append(&self.raft, &self.contact, &self.disk, rpc).await?,
+        ))
     }
 
     type StreamAppendStream = AppendStream;
@@ -200,21 +229,19 @@ impl RaftService for RaftGrpcService {
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         let raft = self.raft.clone();
         let contact = self.contact.clone();
+        let disk = self.disk.clone();
         let peers: Option<AuthenticatedPeers> = req.extensions().get().cloned();
         let input = req.into_inner();
         let out = input.then(move |r| {
             let raft = raft.clone();
             let peers = peers.clone();
             let contact = contact.clone();
+            let disk = disk.clone();
             async move {
                 let r = r?;
                 check_sender(peers.as_ref(), r.vote.as_ref())?;
                 let rpc = append_from_pb(&r).map_err(|e| invalid(&e.to_string()))?;
-                let resp = raft.append_entries(rpc).await.map_err(fatal)?;
-                if from_current_leader(&resp) {
-                    contact.touch();
-                }
-                Ok(append_resp_to_pb(&resp))
+                append(&raft, &contact, &disk, rpc).await
             }
         });
         Ok(Response::new(Box::pin(out)))

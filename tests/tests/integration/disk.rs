@@ -4,55 +4,12 @@
 //! a restart. The volume is a small tmpfs (mounting needs root: without it
 //! the test says "skipped" and why).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use om_client::ClientError;
 use om_client::v1::BucketLayout;
+use om_tests::tmpfs::Tmpfs;
 use om_tests::{TestNode, wait_for};
-
-/// A tmpfs of `mib` MiB mounted on a new directory, unmounted on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(mib: u64) -> Result<Tmpfs, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let o = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={mib}m,mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| format!("mount: {e}"))?;
-        if !o.status.success() {
-            return Err(format!(
-                "mount -t tmpfs: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ));
-        }
-        Ok(Tmpfs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
 
 /// The key names of vol1/bkt1.
 async fn names(c: &om_client::OmClient) -> Vec<String> {
@@ -68,19 +25,12 @@ async fn names(c: &om_client::OmClient) -> Vec<String> {
     page.keys.into_iter().map(|k| k.name).collect()
 }
 
-fn available(p: &Path) -> u64 {
-    om::tasks::health::volume_space(p).unwrap().1
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_data_volume_refuses_writes_that_add_data_and_recovers() {
-    let fs = match Tmpfs::mount(160) {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!("skipped: a tmpfs cannot be mounted here ({why})");
-            return;
-        }
+    let Some(mut fs) = Tmpfs::mounts(1, 160) else {
+        return;
     };
+    let fs = &mut fs[0];
     let data = tempfile::tempdir_in(fs.path()).unwrap();
     let n = TestNode::start_in(data, |a| a.min_free_bytes = Some(48 << 20)).await;
     let c = n.client();
@@ -93,10 +43,8 @@ async fn a_full_data_volume_refuses_writes_that_add_data_and_recovers() {
             .await
             .unwrap();
     }
-    // Something else fills the volume to 24 MiB free.
-    let filler: PathBuf = fs.path().join("filler");
-    let fill = available(fs.path()).saturating_sub(24 << 20);
-    std::fs::write(&filler, vec![7u8; fill as usize]).unwrap();
+    // Something else fills the volume to 36 MiB free.
+    fs.fill_to(36 << 20);
     let refused = wait_for(Duration::from_secs(10), "writes refused", || async {
         match c.put_key("vol1", "bkt1", "more", 1).await {
             Err(ClientError::Api {
@@ -133,7 +81,7 @@ async fn a_full_data_volume_refuses_writes_that_add_data_and_recovers() {
         "{e:?}"
     );
     // Space freed: writes go on, no restart.
-    std::fs::remove_file(&filler).unwrap();
+    fs.unfill();
     wait_for(Duration::from_secs(10), "writes taken again", || async {
         c.put_key("vol1", "bkt1", "again", 1).await.ok()
     })
