@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-s3 bench-profile soak-retry-cache fmt lint
+.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-s3 bench-profile soak-retry-cache soak fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -101,3 +101,12 @@ bench-s3: build
 
 soak-retry-cache: build
 	bash scripts/retry-cache-soak.sh
+
+# The long fault runs (fault schedules, partitions, power cuts), each over
+# SOAK_SEEDS seeds (default 20) of SOAK_SECONDS each (default 60), one after
+# another; the summary goes to SOAK_OUT (default soak-summary.md), and
+# RELIABILITY.md keeps each release's. Partitions and power cuts need root
+# (and /dev/fuse); without, the summary says skipped and why. E.g.
+# make soak SOAK_SEEDS=5 SOAK_SECONDS=30
+soak: build
+	bash scripts/soak.sh
