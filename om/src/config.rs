@@ -118,6 +118,12 @@ pub struct Args {
     /// members', in milliseconds [default: 10000].
     #[arg(long, env = "OM_DIVERGENCE_CHECK_INTERVAL_MS")]
     pub divergence_check_interval_ms: Option<u64>,
+    /// Read the whole store from disk, every block's checksum verified,
+    /// every this many seconds (the first time within a minute of start);
+    /// a block that rotted or a failed read stops the member (docs/operations.md,
+    /// "A member's store is corrupt") [default: 86400; 0: never].
+    #[arg(long, env = "OM_SCRUB_INTERVAL_S")]
+    pub scrub_interval_s: Option<u64>,
     /// Build a snapshot every this many applied entries [default: 10000];
     /// past 64 MiB of snapshot, also wait for as many bytes of log.
     #[arg(long, env = "OM_SNAPSHOT_EVERY")]
@@ -290,6 +296,7 @@ struct FileConfig {
     heartbeat_ms: Option<u64>,
     election_timeout_ms: Option<u64>,
     divergence_check_interval_ms: Option<u64>,
+    scrub_interval_s: Option<u64>,
     snapshot_every: Option<u64>,
     retry_cache_ttl_s: Option<u64>,
     snapshot_keep_logs: Option<u64>,
@@ -354,6 +361,8 @@ pub struct Config {
     pub election_timeout: Duration,
     /// Between two comparisons of this node's state digest with the others'.
     pub divergence_check_interval: Duration,
+    /// Between two scrubs of the store (zero: never).
+    pub scrub_interval: Duration,
     pub snapshot_every: u64,
     pub retry_cache_ttl: Duration,
     pub snapshot_keep_logs: u64,
@@ -559,6 +568,11 @@ impl Config {
                     .or(file.divergence_check_interval_ms)
                     .unwrap_or(10_000)
                     .max(100),
+            ),
+            scrub_interval: Duration::from_secs(
+                args.scrub_interval_s
+                    .or(file.scrub_interval_s)
+                    .unwrap_or(86_400),
             ),
             snapshot_every: args
                 .snapshot_every

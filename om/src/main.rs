@@ -130,10 +130,7 @@ fn main() -> std::process::ExitCode {
         match node.run_until(shutdown_signal()).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(why) => {
-                eprintln!(
-                    "om: the Raft core stopped ({why}): exiting rather than serving from a disk \
-                     it cannot trust; started again, it recovers from what the disk holds"
-                );
+                eprintln!("om: {why}");
                 std::process::ExitCode::FAILURE
             }
         }

@@ -136,6 +136,25 @@ pub fn leadership_handed_over(reason: &'static str) {
     metrics::counter!("om_leadership_handovers_total", "reason" => reason).increment(1);
 }
 
+/// The store was found untrusted (`store::fault`): the member stops.
+pub fn store_untrusted() {
+    metrics::counter!("om_store_untrusted_total").increment(1);
+}
+
+/// A scrub pass (`tasks::scrub`) read `records` records and `bytes` bytes
+/// of every column family, each block's checksum verified.
+pub fn scrubbed(records: u64, bytes: u64, seconds: f64) {
+    metrics::counter!("om_scrub_passes_total").increment(1);
+    metrics::gauge!("om_scrub_last_records").set(records as f64);
+    metrics::gauge!("om_scrub_last_bytes").set(bytes as f64);
+    metrics::gauge!("om_scrub_last_seconds").set(seconds);
+    metrics::gauge!("om_scrub_last_pass_timestamp_seconds").set(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    );
+}
+
 pub fn proposal_failed(reason: &'static str) {
     metrics::counter!("om_raft_proposals_failed_total", "reason" => reason).increment(1);
 }
@@ -226,11 +245,7 @@ pub fn db_sizes(db: &rocksdb::DB) {
     // column family reports it, memtable charges included); memtables and
     // table readers (index and filter blocks outside the cache) add up.
     let (mut memtables, mut readers, mut cache) = (0u64, 0u64, None);
-    for &cf in crate::store::keys::TABLE_CFS.iter().chain(&[
-        om_raft_store::keys::LOG_CF,
-        om_raft_store::keys::RAFT_META_CF,
-        om_raft_store::keys::SM_META_CF,
-    ]) {
+    for cf in crate::store::keys::all_cfs() {
         let Some(h) = db.cf_handle(cf) else { continue };
         let get = |p: &str| db.property_int_value_cf(h, p).ok().flatten().unwrap_or(0);
         memtables += get("rocksdb.cur-size-all-mem-tables");
@@ -240,11 +255,7 @@ pub fn db_sizes(db: &rocksdb::DB) {
     metrics::gauge!("om_db_memtable_bytes").set(memtables as f64);
     metrics::gauge!("om_db_table_readers_bytes").set(readers as f64);
     metrics::gauge!("om_db_block_cache_usage_bytes").set(cache.unwrap_or(0) as f64);
-    for &cf in crate::store::keys::TABLE_CFS.iter().chain(&[
-        om_raft_store::keys::LOG_CF,
-        om_raft_store::keys::RAFT_META_CF,
-        om_raft_store::keys::SM_META_CF,
-    ]) {
+    for cf in crate::store::keys::all_cfs() {
         let Some(h) = db.cf_handle(cf) else { continue };
         for (name, prop) in [
             ("om_db_live_data_bytes", "rocksdb.estimate-live-data-size"),

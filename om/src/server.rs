@@ -301,7 +301,17 @@ impl Node {
             why = stopped => {
                 tracing::error!(%why, "the Raft core stopped: exiting");
                 self.shutdown().await;
-                Err(why)
+                Err(format!(
+                    "the Raft core stopped ({why}): exiting rather than serving from a disk it \
+                     cannot trust; started again, it recovers from what the disk holds"
+                ))
+            }
+            why = crate::store::fault::wait() => {
+                self.shutdown().await;
+                Err(format!(
+                    "the store cannot be trusted ({why}): rebuild this member from a peer \
+                     (docs/operations.md, \"A member's store is corrupt\")"
+                ))
             }
         }
     }

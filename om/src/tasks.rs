@@ -18,6 +18,7 @@ pub mod expiry;
 pub mod health;
 pub mod lifecycle;
 pub mod rejoin;
+pub mod scrub;
 pub mod secrets;
 pub mod snapshot_policy;
 

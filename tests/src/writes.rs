@@ -80,6 +80,15 @@ impl WriteStream {
         .await;
     }
 
+    /// Stops the writers (a write in flight may or may not have been
+    /// taken; it was not acknowledged).
+    pub async fn stop(self) {
+        for w in self.writers {
+            w.abort();
+            let _ = w.await;
+        }
+    }
+
     /// Waits for the writers to stop (stop the node first).
     pub async fn join(self) {
         for w in self.writers {

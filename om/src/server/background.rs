@@ -69,6 +69,11 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
         svc.clone(),
         stop.clone(),
     ));
+    tasks.spawn(crate::tasks::scrub::run(
+        i.storage.db.clone(),
+        i.cfg.scrub_interval,
+        stop.clone(),
+    ));
     tasks.spawn(crate::tasks::health::publish_disk_space(
         svc.clone(),
         stop.clone(),

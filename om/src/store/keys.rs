@@ -386,6 +386,15 @@ pub fn key_successor(key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Every column family of the store: the tables and Raft's own.
+pub fn all_cfs() -> impl Iterator<Item = &'static str> {
+    TABLE_CFS.iter().copied().chain([
+        om_raft_store::keys::LOG_CF,
+        om_raft_store::keys::RAFT_META_CF,
+        om_raft_store::keys::SM_META_CF,
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,8 @@
 //! prefix of it written), chosen by a seed.
 //!
 //! An fsync can also be made to fail (`LazyFs::fail_fsyncs`), as a disk's
-//! write-back error reaches it: EIO, and the data it covered is lost.
+//! write-back error reaches it: EIO, and the data it covered is lost; and
+//! reads of some files (`LazyFs::fail_reads`), as bad sectors do: EIO.
 //!
 //! Files are opened with direct I/O and attributes are never cached, so
 //! the kernel holds no copy of unsynced data that would outlive a cut.
@@ -81,6 +82,9 @@ struct State {
     lying: bool,
     /// How many of the next fsyncs fail (EIO), losing what they covered.
     failing: u32,
+    /// Reads of files whose name ends so fail (EIO), as a disk's bad
+    /// sectors do.
+    failing_reads: Option<String>,
 }
 
 /// What the filesystem has seen.
@@ -88,6 +92,7 @@ struct State {
 pub struct Stats {
     pub syncs: u64,
     pub failed_syncs: u64,
+    pub failed_reads: u64,
     pub pages_lost: u64,
     pub pages_kept: u64,
     pub pages_torn: u64,
@@ -341,6 +346,12 @@ impl LazyFs {
     /// data of the file it was asked for (Linux's write-back error).
     pub fn fail_fsyncs(&self, n: u32) {
         self.state.lock().expect("lazyfs state").failing = n;
+    }
+
+    /// Makes every read of a file whose name ends with `suffix` fail with
+    /// EIO (`None`: reads succeed again).
+    pub fn fail_reads(&self, suffix: Option<&str>) {
+        self.state.lock().expect("lazyfs state").failing_reads = suffix.map(str::to_string);
     }
 
     /// What the filesystem has seen so far.

@@ -246,6 +246,15 @@ impl Filesystem for Fs {
         reply: ReplyData,
     ) {
         let mut st = self.state();
+        if let Some(suffix) = &st.failing_reads
+            && st
+                .paths
+                .get(&ino.0)
+                .is_some_and(|p| p.to_string_lossy().ends_with(suffix.as_str()))
+        {
+            st.stats.failed_reads += 1;
+            return reply.error(Errno::EIO);
+        }
         let file = st.handles.get(&fh.0).map(|(_, f)| f.clone());
         let r = match st.dirty.get_mut(&ino.0) {
             Some(d) => d.read(offset, size as usize).map_err(errno),

@@ -4,6 +4,7 @@
 //! one module per fault family; run one with a name filter, e.g.
 //! `cargo test --release --workspace --test faults -- partitions::`.
 
+mod corruption;
 mod disk_full;
 mod divergence;
 mod durability;
