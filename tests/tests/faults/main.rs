@@ -12,6 +12,7 @@ mod fault_schedules;
 mod linearizable;
 mod partitions;
 mod power_cut;
+mod power_cut_aimed;
 mod rejoin;
 mod stale_read;
 mod storage_errors;

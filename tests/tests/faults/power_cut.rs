@@ -109,6 +109,14 @@ async fn a_disk_that_lies_about_fsync_loses_acknowledged_writes() {
 /// A cluster of one member on each of `fs`: its data directories, its
 /// processes and their gRPC addresses, by id - 1.
 pub(crate) fn members_on(fs: &[LazyFs]) -> (Vec<PathBuf>, Vec<OmProcess>, Vec<String>) {
+    members_with(fs, &[])
+}
+
+/// `members_on` with more flags for every member.
+pub(crate) fn members_with(
+    fs: &[LazyFs],
+    flags: &[&str],
+) -> (Vec<PathBuf>, Vec<OmProcess>, Vec<String>) {
     let dirs: Vec<PathBuf> = fs.iter().map(|f| f.path().join("om")).collect();
     for d in &dirs {
         std::fs::create_dir(d).unwrap();
@@ -117,7 +125,7 @@ pub(crate) fn members_on(fs: &[LazyFs]) -> (Vec<PathBuf>, Vec<OmProcess>, Vec<St
     let procs = addrs
         .iter()
         .zip(&dirs)
-        .map(|(a, d)| OmProcess::spawn_member(d, a, &addrs))
+        .map(|(a, d)| OmProcess::spawn_member_args(d, a, &addrs, flags))
         .collect();
     let eps = addrs.iter().map(|a| a.grpc.clone()).collect();
     (dirs, procs, eps)
