@@ -186,7 +186,7 @@ impl OmError {
 impl From<rocksdb::Error> for OmError {
     fn from(e: rocksdb::Error) -> Self {
         // A checksum mismatch or a failed read stops the member.
-        crate::store::fault::check(&e);
+        crate::fault::check(&e);
         OmError::Internal(format!("storage: {e}"))
     }
 }

@@ -15,6 +15,7 @@ pub mod config;
 pub mod descriptors;
 pub mod divergence;
 pub mod error;
+pub mod fault;
 pub mod fs;
 pub mod grpc;
 pub mod http;

@@ -136,11 +136,6 @@ pub fn leadership_handed_over(reason: &'static str) {
     metrics::counter!("om_leadership_handovers_total", "reason" => reason).increment(1);
 }
 
-/// The store was found untrusted (`store::fault`): the member stops.
-pub fn store_untrusted() {
-    metrics::counter!("om_store_untrusted_total").increment(1);
-}
-
 /// A scrub pass (`tasks::scrub`) read `records` records and `bytes` bytes
 /// of every column family, each block's checksum verified.
 pub fn scrubbed(records: u64, bytes: u64, seconds: f64) {

@@ -306,7 +306,7 @@ impl Node {
                      cannot trust; started again, it recovers from what the disk holds"
                 ))
             }
-            why = crate::store::fault::wait() => {
+            why = crate::fault::wait() => {
                 self.shutdown().await;
                 Err(format!(
                     "the store cannot be trusted ({why}): rebuild this member from a peer \

@@ -123,7 +123,7 @@ impl DiskSpace {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         let old = peers.insert(peer, (space, Instant::now()));
         if old.map(|o| o.0) != Some(space) {
-            crate::metrics::peer_space(peer, space);
+            crate::metrics::peer_space(peer, space.code());
             if space != Space::Ok {
                 tracing::warn!(
                     peer,

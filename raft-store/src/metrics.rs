@@ -100,8 +100,8 @@ pub fn applied_run(entries: usize) {
 
 /// What `peer` last said of its data volume (`om_raft_peer_disk_space`:
 /// 0 ok, 1 low, 2 full), as a leader heard it.
-pub fn peer_space(peer: u64, space: crate::disk::Space) {
-    metrics::gauge!("om_raft_peer_disk_space", "peer" => peer.to_string()).set(space as u8 as f64);
+pub fn peer_space(peer: u64, code: u32) {
+    metrics::gauge!("om_raft_peer_disk_space", "peer" => peer.to_string()).set(code as f64);
 }
 
 /// An append carrying entries was refused because this member's data

@@ -183,6 +183,22 @@ impl OmProcess {
         self.child.is_some()
     }
 
+    /// Waits (up to 30 s) until the process exits by itself; its status.
+    /// Panics, naming `what`, if it runs on.
+    pub async fn exits(&mut self, what: &str) -> std::process::ExitStatus {
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.exited() {
+                return s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{what}: went on running"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// How the process ended, if it exited by itself (it is then no longer
     /// running, and `restart` starts it again).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {

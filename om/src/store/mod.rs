@@ -1,7 +1,6 @@
 //! om's storage layer: key layouts, typed tables and the deferred-seek iterator.
 //! With `om-raft-store`, the only code that touches RocksDB.
 
-pub mod fault;
 pub mod iter;
 pub mod keys;
 pub mod records;

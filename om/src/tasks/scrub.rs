@@ -2,7 +2,7 @@
 //! start) read every record of every column family from disk, bypassing
 //! the block cache, so RocksDB verifies each block's checksum. A block that
 //! rotted on disk, or a read the disk fails, is found even if no client
-//! reads it; the member then stops (`store::fault`) and is rebuilt from a
+//! reads it; the member then stops (`fault`) and is rebuilt from a
 //! peer, instead of serving it or sending it in a snapshot. Reads are paced
 //! (`SCRUB_BYTES_PER_SEC`) to leave the disk to serving.
 
@@ -80,7 +80,7 @@ pub async fn run(db: Arc<DB>, every: Duration, mut stop: watch::Receiver<bool>) 
                 tracing::info!(records = s.records, bytes = s.bytes, took = ?t.elapsed(), "scrub pass done");
             }
             Ok(Err(e)) => {
-                if !crate::store::fault::check(&e) {
+                if !crate::fault::check(&e) {
                     tracing::warn!(error = %e, "scrub pass failed");
                 }
             }

@@ -7,7 +7,7 @@
 //! directory: nothing acknowledged is lost and the replicas end identical.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use om_tests::lazyfs::mounts;
 use om_tests::replicas::{assert_identical, register_bucket, wait_settled};
@@ -30,21 +30,6 @@ fn flush(grpc: &str, data_dir: &Path) -> Vec<(u64, PathBuf)> {
     let ssts = ssts(data_dir);
     assert!(!ssts.is_empty(), "no SST after a backup");
     ssts
-}
-
-/// Waits (up to 30 s) until `p` exits by itself; its status.
-async fn exits(p: &mut OmProcess, what: &str) -> std::process::ExitStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(s) = p.exited() {
-            return s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{what}: went on running"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Runs `p` from now on with its stderr appended to `file`.
@@ -123,7 +108,7 @@ async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it()
     let log = tmp[fi].path().join("stderr");
     capture_stderr(&mut procs[fi], &log);
     procs[fi].restart();
-    let status = exits(&mut procs[fi], "a member with a rotted block").await;
+    let status = procs[fi].exits("a member with a rotted block").await;
     assert!(!status.success(), "{status}");
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("Corruption"), "{said}");
@@ -176,7 +161,7 @@ async fn reads_the_disk_fails_stop_the_node_and_lose_nothing() {
     om.restart();
     om.wait_ready(Duration::from_secs(60)).await;
     fs[0].fail_reads(Some(".sst"));
-    let status = exits(&mut om, "a node whose disk fails reads").await;
+    let status = om.exits("a node whose disk fails reads").await;
     assert!(!status.success(), "{status}");
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("Input/output error"), "{said}");

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use om_client::{ClientError, OmClient};
 use om_tests::replicas::{assert_identical, register_bucket, wait_settled};
 use om_tests::tmpfs::Tmpfs;
-use om_tests::writes::Acked;
+use om_tests::writes::{Acked, check_acked};
 use om_tests::{OmProcess, claimed_leader, cluster_addrs, wait_for};
 
 const MIN_FREE: u64 = 64 << 20;
@@ -193,13 +193,6 @@ async fn full_volumes_refuse_writes_in_time_move_leadership_and_lose_nothing() {
     .await;
 
     wait_settled(&c, &procs).await;
-    let acked = acked.lock().unwrap().clone();
-    for (key, update_id) in &acked {
-        let k = c
-            .lookup_key("vol1", "bkt1", key)
-            .await
-            .unwrap_or_else(|e| panic!("acknowledged key {key} lost: {e}"));
-        assert!(k.update_id >= *update_id, "{key} went back in time");
-    }
+    check_acked(&c, &acked, "full volumes").await;
     assert_identical(&c, &mut procs, &dirs, "full volumes").await;
 }

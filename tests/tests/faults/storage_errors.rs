@@ -13,29 +13,14 @@
 //! Mounting needs `/dev/fuse` and root; without them each test says
 //! "skipped" and why.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use om_tests::history::{Recorder, check_linearizable};
 use om_tests::lazyfs::{Cut, mounts};
 use om_tests::writes::{Acked, WriteStream, check_acked, single_node};
-use om_tests::{OmProcess, claimed_leader, wait_for};
+use om_tests::{claimed_leader, wait_for};
 
 const READY: Duration = Duration::from_secs(60);
-
-/// Waits (up to 30 s) until `p` exits by itself; its status.
-async fn exits(p: &mut OmProcess) -> std::process::ExitStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(s) = p.exited() {
-            return s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "a member whose fsync failed went on running"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_stops_the_node_and_loses_nothing_it_acknowledged() {
@@ -47,7 +32,7 @@ async fn a_failed_fsync_stops_the_node_and_loses_nothing_it_acknowledged() {
     let stream = WriteStream::start(&om.grpc, "", 4, &acked);
     stream.wait_acked(200).await;
     fs[0].fail_fsyncs(1);
-    let status = exits(&mut om).await;
+    let status = om.exits("a node whose fsync failed").await;
     assert!(!status.success(), "{status}");
     stream.join().await;
     let stats = fs[0].cut(Cut::Lose);
@@ -71,7 +56,7 @@ async fn a_leader_whose_fsync_fails_stops_and_the_others_go_on() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let leader = (claimed_leader(&eps).await.expect("a leader") - 1) as usize;
     fs[leader].fail_fsyncs(1);
-    let status = exits(&mut procs[leader]).await;
+    let status = procs[leader].exits("a leader whose fsync failed").await;
     assert!(!status.success(), "{status}");
     eprintln!("member {} exited {status} after a failed fsync", leader + 1);
     // The others elect a leader and go on taking writes.

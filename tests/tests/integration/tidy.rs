@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "om",
         &[
+            &["fault"],
             &["error", "rules", "limits"],
             &["validate"],
             &["store"],
@@ -46,7 +47,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         "raft-store",
         &[
             &["keys", "codec", "metrics", "memory", "command", "hot"],
-            &["overlay", "pins"],
+            &["overlay", "pins", "disk"],
             &["applied", "transient", "archive"],
             &["digest", "snapshot", "log_store"],
             &["snapshot_store"],

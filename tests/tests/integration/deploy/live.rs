@@ -192,7 +192,9 @@ async fn alerts_and_dashboard_evaluate_on_live_series() {
         .map(|a| {
             let d = dir.path().join(format!("m{}", a.id));
             std::fs::create_dir_all(&d).unwrap();
-            OmProcess::spawn_member(&d, a, &addrs)
+            // Replica comparisons (whose metrics two alerts read) every
+            // second, not every 10 s, so they are exported by the check.
+            OmProcess::spawn_member_args(&d, a, &addrs, &["--divergence-check-interval-ms", "1000"])
         })
         .collect();
     let prom_addr = format!("127.0.0.1:{}", free_port());

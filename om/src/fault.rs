@@ -41,7 +41,7 @@ pub fn report(why: String) {
             return false;
         }
         tracing::error!(%why, "the store cannot be trusted: stopping this member");
-        crate::metrics::store_untrusted();
+        metrics::counter!("om_store_untrusted_total").increment(1);
         *v = Some(why);
         true
     });
