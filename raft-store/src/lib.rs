@@ -32,6 +32,7 @@ pub mod snapshot;
 pub mod snapshot_store;
 pub mod state_machine;
 pub mod transient;
+pub mod wal;
 
 use std::fmt;
 use std::path::Path;
@@ -302,6 +303,9 @@ pub fn open_with(
         m.apply_to_db(&mut opts);
     }
     cfs.extend(tables);
+    // RocksDB's point-in-time recovery would open a WAL with rotted bytes
+    // and drop what follows them: refuse it instead (`wal`).
+    wal::check_dir(&dir.join("db"))?;
     let db = DB::open_cf_descriptors(&opts, dir.join("db"), cfs).map_err(std::io::Error::other)?;
     let db = Arc::new(db);
     let log_store = LogStore::new(db.clone(), store.hold_wal_flush_while.clone())?;

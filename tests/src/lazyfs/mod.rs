@@ -13,6 +13,9 @@
 //! and in any order, so each unsynced page is then kept, lost, or torn (a
 //! prefix of it written), chosen by a seed.
 //!
+//! A cut can be aimed (`LazyFs::freeze_when`): from the write a trigger
+//! picks on, nothing more reaches the disk, until the cut.
+//!
 //! An fsync can also be made to fail (`LazyFs::fail_fsyncs`), as a disk's
 //! write-back error reaches it: EIO, and the data it covered is lost; and
 //! reads of some files (`LazyFs::fail_reads`), as bad sectors do: EIO.
@@ -85,7 +88,16 @@ struct State {
     /// Reads of files whose name ends so fail (EIO), as a disk's bad
     /// sectors do.
     failing_reads: Option<String>,
+    /// Shown each data write (`LazyFs::freeze_when`); the first it accepts
+    /// freezes the filesystem.
+    trigger: Option<Trigger>,
+    /// The moment of a power cut came: the write that froze it and every
+    /// change since fail (EIO) and reach nothing, until the cut.
+    frozen: bool,
 }
+
+/// Decides, from a write's file name and data, whether the power goes now.
+pub type Trigger = Box<dyn FnMut(&str, &[u8]) -> bool + Send>;
 
 /// What the filesystem has seen.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,6 +134,12 @@ fn time(s: i64, ns: i64) -> SystemTime {
 impl Fs {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().expect("lazyfs state")
+    }
+
+    /// Whether the filesystem froze (`LazyFs::freeze_when`): a change now
+    /// fails.
+    fn frozen(&self) -> bool {
+        self.state().frozen
     }
 
     fn path(&self, st: &State, ino: INodeNo) -> Result<PathBuf, Errno> {
@@ -299,6 +317,8 @@ impl LazyFs {
     /// filesystem first (kill -9): the cut is the moment they died.
     pub fn cut(&self, how: Cut) -> Stats {
         let mut st = self.state.lock().expect("lazyfs state");
+        st.frozen = false;
+        st.trigger = None;
         let dirty = std::mem::take(&mut st.dirty);
         let mut stats = st.stats;
         for (_, d) in dirty {
@@ -352,6 +372,21 @@ impl LazyFs {
     /// EIO (`None`: reads succeed again).
     pub fn fail_reads(&self, suffix: Option<&str>) {
         self.state.lock().expect("lazyfs state").failing_reads = suffix.map(str::to_string);
+    }
+
+    /// Aims the next power cut: `trigger` sees each data write (the file's
+    /// name and the data) until it says yes; that write and every change
+    /// after it then fail with EIO and reach nothing, as if the power went
+    /// just before it. Kill the processes, then `cut`, which thaws it.
+    pub fn freeze_when(&self, trigger: impl FnMut(&str, &[u8]) -> bool + Send + 'static) {
+        let mut st = self.state.lock().expect("lazyfs state");
+        st.trigger = Some(Box::new(trigger));
+        st.frozen = false;
+    }
+
+    /// Whether a `freeze_when` trigger fired.
+    pub fn frozen(&self) -> bool {
+        self.state.lock().expect("lazyfs state").frozen
     }
 
     /// What the filesystem has seen so far.

@@ -41,6 +41,10 @@ impl Filesystem for Fs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = (|| {
             let path = self.path(&st, ino)?;
@@ -69,6 +73,10 @@ impl Filesystem for Fs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = self.child(&st, parent, name).and_then(|p| {
             std::fs::create_dir(&p).map_err(errno)?;
@@ -83,6 +91,10 @@ impl Filesystem for Fs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = self.child(&st, parent, name).and_then(|p| {
             let ino = Fs::known(&st, &p);
@@ -99,6 +111,10 @@ impl Filesystem for Fs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let st = self.state();
         match self
             .child(&st, parent, name)
@@ -119,6 +135,10 @@ impl Filesystem for Fs {
         _flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = (|| {
             let from = self.child(&st, parent, name)?;
@@ -154,6 +174,10 @@ impl Filesystem for Fs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = (|| {
             let from = self.path(&st, ino)?;
@@ -212,6 +236,10 @@ impl Filesystem for Fs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = (|| {
             let p = self.child(&st, parent, name)?;
@@ -291,6 +319,21 @@ impl Filesystem for Fs {
         reply: ReplyWrite,
     ) {
         let mut st = self.state();
+        let state = &mut *st;
+        if !state.frozen
+            && let Some(t) = state.trigger.as_mut()
+        {
+            let path = state.paths.get(&ino.0);
+            let name = path.and_then(|p| p.file_name()).unwrap_or_default();
+            if t(&name.to_string_lossy(), data) {
+                state.frozen = true;
+                state.trigger = None;
+            }
+        }
+        if st.frozen {
+            reply.error(Errno::EIO);
+            return;
+        }
         match self
             .dirty(&mut st, ino, Some(fh))
             .and_then(|d| d.write(offset, data).map_err(errno))
@@ -320,6 +363,10 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         st.stats.syncs += 1;
         if st.lying {
@@ -394,6 +441,10 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         // Names reach the underlying directory at once.
         reply.ok();
     }
@@ -432,6 +483,10 @@ impl Filesystem for Fs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            reply.error(Errno::EIO);
+            return;
+        }
         let mut st = self.state();
         let r = self.dirty(&mut st, ino, Some(fh)).and_then(|d| {
             use std::os::fd::AsRawFd;

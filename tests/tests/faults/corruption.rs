@@ -1,5 +1,7 @@
 //! A store that rotted or cannot be read: a block of an SST whose bytes
-//! changed on disk (found by its checksum), and reads the disk fails
+//! changed on disk (found by its checksum), a record of the write-ahead
+//! log whose bytes changed (found by the WAL check at open), and reads the
+//! disk fails
 //! (EIO, on `lazyfs`). The member must not serve or replicate it: it exits
 //! by itself with a clear message (the scrub, `--scrub-interval-s`, reads
 //! every block even if no client does). The runbook (docs/operations.md,
@@ -9,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use om_client::OmClient;
+use om_raft_store::wal;
 use om_tests::lazyfs::mounts;
 use om_tests::replicas::{assert_identical, register_bucket, wait_settled};
 use om_tests::writes::{Acked, WriteStream, check_acked};
@@ -118,8 +122,21 @@ async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it()
         said.lines().last().unwrap_or_default()
     );
 
-    // Writes went on meanwhile; the runbook: the store aside, an empty
-    // directory, the same flags.
+    rebuild(fi, &tmp, &dirs, &mut procs, stream, &acked, &c).await;
+}
+
+/// The runbook for a corrupt member `fi` while writes go on: its store
+/// aside, an empty directory, the same flags. It catches up from a peer;
+/// nothing acknowledged is lost and the replicas end identical.
+async fn rebuild(
+    fi: usize,
+    tmp: &[tempfile::TempDir],
+    dirs: &[PathBuf],
+    procs: &mut [OmProcess],
+    stream: WriteStream,
+    acked: &Acked,
+    c: &OmClient,
+) {
     let n = acked.lock().unwrap().len();
     stream.wait_acked(n + 200).await;
     std::fs::rename(&dirs[fi], tmp[fi].path().join("om.corrupt")).unwrap();
@@ -129,10 +146,72 @@ async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it()
     let n = acked.lock().unwrap().len();
     stream.wait_acked(n + 200).await;
     stream.stop().await;
-    wait_settled(&c, &procs).await;
+    wait_settled(c, procs).await;
     scrubbed(&procs[fi].http).await;
-    check_acked(&c, &acked, "a rebuild").await;
-    assert_identical(&c, &mut procs, &dirs, "a rebuilt member").await;
+    check_acked(c, acked, "a rebuild").await;
+    assert_identical(c, procs, dirs, "a rebuilt member").await;
+}
+
+/// A byte of a follower's write-ahead log rots while it is down, amid
+/// records it had synced and acknowledged. RocksDB alone would open the
+/// store and drop every record after it; the member refuses to start
+/// instead, naming the file and the offset, and is rebuilt from a peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows() {
+    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().join("om")).collect();
+    let addrs = cluster_addrs(3);
+    let mut procs: Vec<OmProcess> = addrs
+        .iter()
+        .zip(&dirs)
+        .map(|(a, d)| OmProcess::spawn_member_args(d, a, &addrs, FLAGS))
+        .collect();
+    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+    let c = register_bucket(&eps).await;
+    let leader = claimed_leader(&eps).await.unwrap();
+    let fi = (1..=3).find(|i| *i != leader).unwrap() as usize - 1;
+    let acked = Acked::default();
+    let stream = WriteStream::start(&eps[leader as usize - 1], "a/", 4, &acked);
+    stream.wait_acked(1500).await;
+
+    // Down hard (the WAL is not flushed into SSTs), then the WAL with the
+    // most records rots in the payload of its middle record.
+    procs[fi].kill9();
+    let (log, records) = wal::wal_files(&dirs[fi].join("db"))
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let s = wal::scan(&p).unwrap();
+            (p, s.records)
+        })
+        .max_by_key(|(_, r)| r.len())
+        .expect("a WAL file");
+    assert!(records.len() > 100, "{} records in {}", records.len(), log.display());
+    let (offset, len) = records[records.len() / 2];
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes[offset as usize + 7 + len / 2] ^= 0x5a;
+    std::fs::write(&log, bytes).unwrap();
+    assert!(matches!(
+        wal::scan(&log).unwrap().ending,
+        wal::Ending::Rotted { .. }
+    ));
+
+    let said_file = tmp[fi].path().join("stderr");
+    capture_stderr(&mut procs[fi], &said_file);
+    procs[fi].restart();
+    let status = procs[fi].exits("a member with a rotted WAL record").await;
+    assert!(!status.success(), "{status}");
+    let said = std::fs::read_to_string(&said_file).unwrap();
+    assert!(
+        said.contains(&format!("is corrupt at byte {offset}")) && said.contains("write-ahead log"),
+        "{said}"
+    );
+    eprintln!(
+        "the member whose WAL rotted at byte {offset} of {} ({} records) exited {status}",
+        log.display(),
+        records.len()
+    );
+    rebuild(fi, &tmp, &dirs, &mut procs, stream, &acked, &c).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

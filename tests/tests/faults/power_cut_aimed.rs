@@ -7,9 +7,12 @@
 //!   catches up;
 //! - a backup: the leader's power is cut while `omctl backup create`
 //!   copies from it; the cut-short backup is never listed as complete, the
-//!   next one is, and verifies.
+//!   next one is, and verifies;
+//! - a compaction: a follower's power is cut at a write of the
+//!   compaction's output SSTs, or at the MANIFEST write that would install
+//!   them (`LazyFs::freeze_when` stops the disk at that very write).
 //!
-//! After both, every acknowledged write is there and the replicas are
+//! After each, every acknowledged write is there and the replicas are
 //! identical, record by record. Needs `/dev/fuse` and root, else
 //! "skipped".
 
@@ -139,4 +142,95 @@ async fn power_cuts_during_a_snapshot_install_or_a_backup_lose_nothing() {
 
     check_acked(&c, &acked, "cuts during installs and a backup").await;
     assert_identical(&c, &mut procs, &dirs, "aimed power cuts").await;
+}
+
+/// Where in a compaction a cut lands (`compaction_trigger`).
+#[derive(Clone, Copy, Debug)]
+enum InCompaction {
+    /// At the n-th write of its output SSTs: they are cut short.
+    Output(u32),
+    /// At its first MANIFEST write: the output is complete and synced, the
+    /// edit that swaps it in for the inputs is not written.
+    Install,
+}
+
+/// A `freeze_when` trigger for `at`. RocksDB writes "compaction_started"
+/// to its LOG, and flushes the LOG once it has opened the first output
+/// file, before any write of it.
+fn compaction_trigger(at: InCompaction) -> impl FnMut(&str, &[u8]) -> bool + Send + 'static {
+    let mut started = false;
+    let mut writes = 0;
+    move |name, data| {
+        if name == "LOG" {
+            started |= data
+                .windows(b"compaction_started".len())
+                .any(|w| w == b"compaction_started");
+            return false;
+        }
+        if !started {
+            return false;
+        }
+        match at {
+            InCompaction::Output(n) if name.ends_with(".sst") => {
+                writes += 1;
+                writes >= n
+            }
+            InCompaction::Install => name.starts_with("MANIFEST-"),
+            _ => false,
+        }
+    }
+}
+
+/// Power cuts aimed inside compactions on a follower: while its output is
+/// written, and just before the edit that installs it. Backups flush the
+/// memtables into L0 files until four of them start a compaction.
+/// Started again, the follower opens (the cut-short output is an orphan,
+/// the inputs are still live), catches up, and holds what the others do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cuts_during_compactions_lose_nothing() {
+    let Some(fs) = mounts(3) else { return };
+    let (dirs, mut procs, eps) = super::power_cut::members_with(&fs, &[]);
+    let c = register_bucket(&eps).await;
+    let leader = claimed_leader(&eps).await.unwrap() as usize - 1;
+    let acked = Acked::default();
+    let stream = WriteStream::start(&eps[leader], "a/", 4, &acked);
+    more_acked(&stream, &acked, 500).await;
+
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let aims = [
+        InCompaction::Output(1),
+        InCompaction::Install,
+        InCompaction::Output(3),
+        InCompaction::Install,
+    ];
+    let mut landed = 0;
+    for (round, at) in aims.into_iter().enumerate() {
+        let f = followers[round % 2];
+        fs[f].freeze_when(compaction_trigger(at));
+        let t = Instant::now();
+        let mut flushes = 0;
+        while !fs[f].frozen() && t.elapsed() < Duration::from_secs(90) {
+            more_acked(&stream, &acked, 100).await;
+            let ep = procs[f].grpc.clone();
+            // Fails once the member froze.
+            let _ = tokio::task::spawn_blocking(move || {
+                let dest = tempfile::tempdir().unwrap();
+                omctl(&ep, 30, &["backup", "create", "--quiet", dest.path().to_str().unwrap()])
+            })
+            .await;
+            flushes += 1;
+        }
+        procs[f].kill9();
+        let hit = fs[f].frozen();
+        let stats = fs[f].cut(Cut::Scramble(round as u64));
+        eprintln!("round {round}: cut at {at:?} after {flushes} flushes: {hit}; {stats:?}");
+        landed += u32::from(hit);
+        procs[f].restart();
+        more_acked(&stream, &acked, 300).await;
+    }
+    assert!(landed >= 3, "only {landed} of 4 cuts landed in a compaction");
+    stream.stop().await;
+    wait_settled(&c, &procs).await;
+    check_acked(&c, &acked, "cuts during compactions").await;
+    assert_identical(&c, &mut procs, &dirs, "power cuts during compactions").await;
 }

@@ -46,7 +46,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "raft-store",
         &[
-            &["keys", "codec", "metrics", "memory", "command", "hot"],
+            &["keys", "codec", "metrics", "memory", "command", "hot", "wal"],
             &["overlay", "pins", "disk"],
             &["applied", "transient", "archive"],
             &["digest", "snapshot", "log_store"],
