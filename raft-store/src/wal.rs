@@ -62,7 +62,15 @@ pub fn check_dir(db_dir: &Path) -> io::Result<()> {
         match scan(&path)?.ending {
             Ending::Clean => {}
             // Everything after a tear is unsynced; RocksDB stops there.
-            Ending::Torn { .. } => return Ok(()),
+            Ending::Torn { offset } => {
+                tracing::info!(
+                    wal = %path.display(),
+                    offset,
+                    "the write-ahead log ends in a write cut short (a crash or power cut); \
+                     what precedes it is replayed"
+                );
+                return Ok(());
+            }
             Ending::Rotted { offset, why } => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -148,8 +156,7 @@ pub fn scan(path: &Path) -> io::Result<Scan> {
             }
             let expected = unmask(u32::from_le_bytes([h[0], h[1], h[2], h[3]]));
             if crc32c(&block[pos + 6..end]) != expected {
-                let ending =
-                    classify(offset, &block[pos..end], &block[end..], "checksum mismatch");
+                let ending = classify(offset, &block[pos..end], &block[end..], "checksum mismatch");
                 return Ok(Scan { records, ending });
             }
             records.push((offset, len));
@@ -179,8 +186,7 @@ fn classify(offset: u64, bytes: &[u8], after: &[u8], why: &'static str) -> Endin
     // one): a write that stopped there.
     let end = offset as usize + bytes.len();
     let to_boundary = end.next_multiple_of(SECTOR) - end;
-    let zero_tail =
-        bytes.last() == Some(&0) && after.iter().take(to_boundary).all(|b| *b == 0);
+    let zero_tail = bytes.last() == Some(&0) && after.iter().take(to_boundary).all(|b| *b == 0);
     if zero_sector || zero_tail {
         Ending::Torn { offset }
     } else {
@@ -321,7 +327,10 @@ mod tests {
         ));
         let e = check_dir(tmp.path()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
-        assert!(e.to_string().contains(&format!("corrupt at byte {offset}")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("corrupt at byte {offset}")),
+            "{e}"
+        );
         // Without the check, RocksDB opens it and drops every later write.
         assert!(reopened_keys(tmp.path()) < 400);
     }
@@ -335,10 +344,7 @@ mod tests {
         let mut bytes = std::fs::read(&log).unwrap();
         bytes[offset as usize + 4] ^= 0x01;
         std::fs::write(&log, &bytes).unwrap();
-        assert!(matches!(
-            scan(&log).unwrap().ending,
-            Ending::Rotted { .. }
-        ));
+        assert!(matches!(scan(&log).unwrap().ending, Ending::Rotted { .. }));
     }
 
     #[test]

@@ -186,7 +186,12 @@ async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows()
         })
         .max_by_key(|(_, r)| r.len())
         .expect("a WAL file");
-    assert!(records.len() > 100, "{} records in {}", records.len(), log.display());
+    assert!(
+        records.len() > 100,
+        "{} records in {}",
+        records.len(),
+        log.display()
+    );
     let (offset, len) = records[records.len() / 2];
     let mut bytes = std::fs::read(&log).unwrap();
     bytes[offset as usize + 7 + len / 2] ^= 0x5a;

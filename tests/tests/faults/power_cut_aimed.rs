@@ -215,7 +215,11 @@ async fn power_cuts_during_compactions_lose_nothing() {
             // Fails once the member froze.
             let _ = tokio::task::spawn_blocking(move || {
                 let dest = tempfile::tempdir().unwrap();
-                omctl(&ep, 30, &["backup", "create", "--quiet", dest.path().to_str().unwrap()])
+                omctl(
+                    &ep,
+                    30,
+                    &["backup", "create", "--quiet", dest.path().to_str().unwrap()],
+                )
             })
             .await;
             flushes += 1;
@@ -228,7 +232,10 @@ async fn power_cuts_during_compactions_lose_nothing() {
         procs[f].restart();
         more_acked(&stream, &acked, 300).await;
     }
-    assert!(landed >= 3, "only {landed} of 4 cuts landed in a compaction");
+    assert!(
+        landed >= 3,
+        "only {landed} of 4 cuts landed in a compaction"
+    );
     stream.stop().await;
     wait_settled(&c, &procs).await;
     check_acked(&c, &acked, "cuts during compactions").await;

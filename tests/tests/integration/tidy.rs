@@ -46,7 +46,9 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "raft-store",
         &[
-            &["keys", "codec", "metrics", "memory", "command", "hot", "wal"],
+            &[
+                "keys", "codec", "metrics", "memory", "command", "hot", "wal",
+            ],
             &["overlay", "pins", "disk"],
             &["applied", "transient", "archive"],
             &["digest", "snapshot", "log_store"],
