@@ -71,6 +71,7 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
     ));
     tasks.spawn(crate::tasks::scrub::run(
         i.storage.db.clone(),
+        i.cfg.data_dir.clone(),
         i.cfg.scrub_interval,
         stop.clone(),
     ));

@@ -248,11 +248,24 @@ impl OmService {
             .transfer_leader(to)
             .await
             .map_err(|e| OmError::Unavailable(format!("raft stopped: {e}")))?;
+        let deadline = tokio::time::Instant::now() + timeout;
         self.raft
             .wait(Some(timeout))
             .metrics(|m| m.current_leader == Some(to), "leadership transfer")
             .await
             .map_err(|e| OmError::Unavailable(format!("leadership did not move to {to}: {e}")))?;
+        // The vote that names `to` arrives with its first append, a moment
+        // before this node counts it as contact from a leader: until then
+        // its status would say it knows no leader. Wait for that too (a
+        // heartbeat at most), so the answer names the leader it reached.
+        while self.heard_leader(&self.raft.metrics().borrow_watched().clone()) != Some(to) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(OmError::Unavailable(format!(
+                    "leadership moved to {to}, and no append from it arrived since"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         Ok(())
     }
 

@@ -81,21 +81,15 @@ fn ssts(dir: &Path) -> Vec<(u64, PathBuf)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it() {
-    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().join("om")).collect();
-    let addrs = cluster_addrs(3);
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .map(|(a, d)| OmProcess::spawn_member_args(d, a, &addrs, FLAGS))
-        .collect();
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = register_bucket(&eps).await;
-    let leader = claimed_leader(&eps).await.unwrap();
-    let fi = (1..=3).find(|i| *i != leader).unwrap() as usize - 1;
-    let acked = Acked::default();
-    let stream = WriteStream::start(&eps[leader as usize - 1], "a/", 4, &acked);
-    stream.wait_acked(1500).await;
+    let Three {
+        tmp,
+        dirs,
+        mut procs,
+        c,
+        fi,
+        acked,
+        stream,
+    } = Three::start().await;
     flush(&procs[fi].grpc, &dirs[fi]);
     scrubbed(&procs[fi].http).await;
 
@@ -123,6 +117,47 @@ async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it()
     );
 
     rebuild(fi, &tmp, &dirs, &mut procs, stream, &acked, &c).await;
+}
+
+/// Three members, a write stream through the leader (1,500 writes in),
+/// and the follower `fi` a test damages.
+struct Three {
+    tmp: Vec<tempfile::TempDir>,
+    dirs: Vec<PathBuf>,
+    procs: Vec<OmProcess>,
+    c: OmClient,
+    fi: usize,
+    acked: Acked,
+    stream: WriteStream,
+}
+
+impl Three {
+    async fn start() -> Three {
+        let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().join("om")).collect();
+        let addrs = cluster_addrs(3);
+        let procs: Vec<OmProcess> = addrs
+            .iter()
+            .zip(&dirs)
+            .map(|(a, d)| OmProcess::spawn_member_args(d, a, &addrs, FLAGS))
+            .collect();
+        let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
+        let c = register_bucket(&eps).await;
+        let leader = claimed_leader(&eps).await.unwrap();
+        let fi = (1..=3).find(|i| *i != leader).unwrap() as usize - 1;
+        let acked = Acked::default();
+        let stream = WriteStream::start(&eps[leader as usize - 1], "a/", 4, &acked);
+        stream.wait_acked(1500).await;
+        Three {
+            tmp,
+            dirs,
+            procs,
+            c,
+            fi,
+            acked,
+            stream,
+        }
+    }
 }
 
 /// The runbook for a corrupt member `fi` while writes go on: its store
@@ -158,21 +193,15 @@ async fn rebuild(
 /// instead, naming the file and the offset, and is rebuilt from a peer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows() {
-    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().join("om")).collect();
-    let addrs = cluster_addrs(3);
-    let mut procs: Vec<OmProcess> = addrs
-        .iter()
-        .zip(&dirs)
-        .map(|(a, d)| OmProcess::spawn_member_args(d, a, &addrs, FLAGS))
-        .collect();
-    let eps: Vec<String> = addrs.iter().map(|a| a.grpc.clone()).collect();
-    let c = register_bucket(&eps).await;
-    let leader = claimed_leader(&eps).await.unwrap();
-    let fi = (1..=3).find(|i| *i != leader).unwrap() as usize - 1;
-    let acked = Acked::default();
-    let stream = WriteStream::start(&eps[leader as usize - 1], "a/", 4, &acked);
-    stream.wait_acked(1500).await;
+    let Three {
+        tmp,
+        dirs,
+        mut procs,
+        c,
+        fi,
+        acked,
+        stream,
+    } = Three::start().await;
 
     // Down hard (the WAL is not flushed into SSTs), then the WAL with the
     // most records rots in the payload of its middle record.
