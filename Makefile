@@ -95,7 +95,9 @@ bench-backup: build
 	bash scripts/bench-backup.sh $(KEYS)
 
 # Retry-cache expiry under a 10-minute write load at 256 clients (see BENCHMARKS.md).
-# The S3 gateway: PUT/GET throughput and latency, om's cost per S3 operation.
+# The S3 gateway: PUT/GET throughput and latency, om's cost per S3 operation,
+# each beside its physical limit. GATEWAY_CPUS=1 caps the gateway at one core
+# (as root): make bench-s3 GATEWAY_CPUS=1
 bench-s3: build
 	bash scripts/bench-s3.sh
 

@@ -6,18 +6,24 @@
 # (omctl bench) at each client count; then s3_bench (aws-sdk-s3): PUT and
 # GET of 4 KiB, 1 MiB and 64 MiB objects at 1, 16 and 64 clients, each
 # beside its limit (large objects the disk's rate, 4 KiB ones om's rate),
-# with om's gRPC requests and Raft entries per S3 operation. Prints
+# with om's gRPC requests and Raft entries per S3 operation. Large PUTs are
+# also set beside the gateway's hashing limit (MD5 and SHA-256 of every
+# byte, measured by s3_bench first) on the cores it may use. Prints
 # Markdown tables (BENCHMARKS.md).
 #   scripts/bench-s3.sh [s3_bench flags, e.g. --seconds 10 --clients 1,16]
+# GATEWAY_CPUS=C caps the gateway at C cores (a cgroup, as root), a
+# gateway on a machine of its own beside the clients and members.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
 . "$(dirname "$0")/lib/cluster.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/cpuquota.sh
+. "$(dirname "$0")/lib/cpuquota.sh"
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 make -s build >/dev/null
 
 work="$(mktemp -d)"
-trap 'kill "${gw_pid:-}" 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
+trap 'kill "${gw_pid:-}" 2>/dev/null || true; cluster_stop; quota_cleanup; rm -rf "$work"' EXIT
 base=${BENCH_PORT_BASE:-24000}
 cluster_start om "$base" --secrets-key-file "$(bash scripts/dev-secrets-key.sh "$work")"
 cluster_wait_ready "$base"
@@ -26,6 +32,13 @@ listen="127.0.0.1:$((base + 30))"
 OM_LOG=warn "$target/release/om-s3" --endpoint "$eps" --listen "$listen" \
   --blocks "$work/blocks" >>"$work/om-s3.log" 2>&1 &
 gw_pid=$!
+gw_cores=$(nproc)
+if [ -n "${GATEWAY_CPUS:-}" ] && quota_init "$GATEWAY_CPUS"; then
+  quota_group gateway
+  quota_add gateway "$gw_pid"
+  gw_cores=$GATEWAY_CPUS
+  echo "the gateway is capped at $GATEWAY_CPUS cores (a cgroup)"
+fi
 for _ in $(seq 1 100); do
   (exec 3<>"/dev/tcp/${listen%:*}/${listen#*:}") 2>/dev/null && break
   sleep 0.2
@@ -68,4 +81,8 @@ key=$(sed -n 's/.*"access_key":"\([^"]*\)".*/\1/p' <<<"$cred")
 secret=$(sed -n 's/.*"secret_key":"\([^"]*\)".*/\1/p' <<<"$cred")
 "$target/release/s3_bench" --url "http://$listen" --access-key "$key" --secret-key "$secret" \
   --om-metrics "$(cluster_http "$base")" --disk-mibs "$disk_write,$disk_read" \
-  --om-ops "$om_ops" --gateway-pid "$gw_pid" "${cold[@]}" "$@"
+  --om-ops "$om_ops" --gateway-pid "$gw_pid" --gateway-cores "$gw_cores" "${cold[@]}" "$@"
+if [ -n "$quota_root" ]; then
+  echo
+  echo "periods (100 ms) the gateway spent at its quota: $(quota_throttled gateway)"
+fi

@@ -9,12 +9,19 @@
 //!     --om-metrics 127.0.0.1:23021,127.0.0.1:23022,127.0.0.1:23023 \
 //!     [--seconds 5] [--sizes 4096,1048576,67108864] [--clients 1,16,64] \
 //!     [--disk-mibs WRITE,READ] [--om-ops commit:1=N,lookup:1=M,...] [--drop-caches] [--gateway-pid PID]
+//!     [--gateway-cores N]
 //!
 //! With `--disk-mibs` (the disk's own sequential rates, measured beside
 //! it), PUT and GET of 1 MiB and larger objects say what share of the
 //! disk's write and read rate they reach; with `--om-ops` (om's own
 //! CommitKey and LookupKey rates per client count), 4 KiB PUTs and GETs
-//! say what share of om's rate they reach.
+//! say what share of om's rate they reach. Large PUTs also say what share
+//! of the gateway's hashing limit they reach: S3 makes the gateway hash
+//! every byte it stores twice, MD5 for the ETag and SHA-256 for a signed
+//! payload, one object's bytes on one core. Both are measured first, in
+//! this process, with the crates om-s3 links (`md-5`, `sha2`), and the
+//! limit is that rate times `--gateway-cores` (the cores the gateway may
+//! use; all of this machine's by default).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +48,35 @@ struct Args {
     drop_caches: bool,
     /// The gateway's process, whose CPU time each phase reports per MiB.
     gateway_pid: Option<u32>,
+    /// The cores the gateway may use.
+    gateway_cores: f64,
+    /// One core's rate, MiB/s, of MD5 and SHA-256 over the same bytes.
+    hashing: f64,
+}
+
+/// One core's rate of `hash` over 64 MiB, MiB/s: the best of three.
+fn hash_rate(mut hash: impl FnMut(&[u8])) -> f64 {
+    let data = vec![0x5au8; 64 << 20];
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            hash(&data);
+            64.0 / t.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// One core's MD5 and SHA-256 rates, MiB/s, and both over the same bytes.
+fn hashing_rates() -> (f64, f64, f64) {
+    use md5::Digest as _;
+    use sha2::Digest as _;
+    let md5 = hash_rate(|d| {
+        std::hint::black_box(md5::Md5::digest(d));
+    });
+    let sha = hash_rate(|d| {
+        std::hint::black_box(sha2::Sha256::digest(d));
+    });
+    (md5, sha, 1.0 / (1.0 / md5 + 1.0 / sha))
 }
 
 /// A process's CPU time (user and system), from /proc.
@@ -71,6 +107,8 @@ fn args() -> Args {
         om_ops: Vec::new(),
         drop_caches: false,
         gateway_pid: None,
+        gateway_cores: std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        hashing: 0.0,
     };
     let list =
         |v: &str| -> Vec<usize> { v.split(',').map(|x| x.parse().expect("a number")).collect() };
@@ -90,6 +128,7 @@ fn args() -> Args {
             "--sizes" => a.sizes = list(&v),
             "--clients" => a.clients = list(&v),
             "--gateway-pid" => a.gateway_pid = Some(v.parse().expect("a pid")),
+            "--gateway-cores" => a.gateway_cores = v.parse().expect("cores"),
             "--disk-mibs" => {
                 let r: Vec<f64> = v.split(',').map(|x| x.parse().expect("MiB/s")).collect();
                 a.disk = Some((r[0], r[1]));
@@ -257,7 +296,16 @@ fn share(a: &Args, op: &str, size: usize, clients: usize, ops_s: f64, mib_s: f64
                 } else {
                     (r, "read")
                 };
-                format!("{:.0}% of disk {name} ({of:.0} MiB/s)", 100.0 * mib_s / of)
+                let disk = format!("{:.0}% of disk {name} ({of:.0} MiB/s)", 100.0 * mib_s / of);
+                if op == "PUT" && a.hashing > 0.0 {
+                    let limit = a.hashing * a.gateway_cores;
+                    format!(
+                        "{disk}; {:.0}% of hashing ({limit:.0} MiB/s)",
+                        100.0 * mib_s / limit
+                    )
+                } else {
+                    disk
+                }
             }
             None => "-".into(),
         };
@@ -295,7 +343,18 @@ fn row(a: &Args, op: &str, size: usize, clients: usize, p: &Phase) {
 
 #[tokio::main]
 async fn main() {
-    let a = Arc::new(args());
+    let mut a = args();
+    let (md5, sha, both) = hashing_rates();
+    a.hashing = both;
+    println!(
+        "hashing on one core (md-5, sha2, as om-s3 links them): MD5 {md5:.0} MiB/s, \
+         SHA-256 {sha:.0} MiB/s, both over the same bytes {both:.0} MiB/s; the gateway may use \
+         {} cores: a hashing limit of {:.0} MiB/s for PUTs",
+        a.gateway_cores,
+        both * a.gateway_cores
+    );
+    println!();
+    let a = Arc::new(a);
     let c = client(&a);
     let bucket = format!("bench-{:08x}", rand::random::<u32>());
     c.create_bucket()
