@@ -64,7 +64,8 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     /// Accept requests signed with AWS signature version 2 (off: refused
     /// with 403). SigV2 requests are then date-checked (15 minutes of skew)
-    /// and their presigned URLs bounded to 7 days, as SigV4's.
+    /// and their presigned URLs bounded to 7 days, as SigV4's; SigV2 POST
+    /// forms are checked and streamed as SigV4 ones are.
     #[arg(long, env = "OM_S3_ALLOW_SIGV2", default_value_t = false)]
     pub allow_sigv2: bool,
     /// Most concurrent S3 connections; one past it is reset at once. One
@@ -72,9 +73,9 @@ pub struct Config {
     /// have sent nothing yet at most a quarter (the oldest closed first).
     #[arg(long, env = "OM_S3_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
-    /// Bytes of SigV2 POST form uploads (`--allow-sigv2`) and of PUTs
-    /// without a Content-Length held in memory at once; also the largest
-    /// one. SigV4 forms, PUTs with a length and multipart uploads stream.
+    /// Bytes of PUTs without a Content-Length held in memory at once; also
+    /// the largest one. POST forms, PUTs with a length and multipart
+    /// uploads stream.
     /// [default: 256 MiB]
     #[arg(long, env = "OM_S3_POST_MEMORY_BYTES", default_value_t = 256 << 20)]
     pub post_memory_bytes: u64,

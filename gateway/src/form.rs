@@ -1,14 +1,19 @@
-//! POST form uploads signed with SigV4, streamed as PUTs are.
+//! POST form uploads, signed with SigV4 (or SigV2, with `--allow-sigv2`),
+//! streamed as PUTs are.
 //!
 //! s3s reads a form's file whole into memory before the operation runs. So
-//! for a form signed with SigV4 the front end does what s3s would before
-//! the file, itself, on the fields read by `post` (at most 64 KiB):
+//! the front end does what s3s would before the file, itself, on the fields
+//! read by `post` (at most 64 KiB):
 //! - checks the policy's signature with the access key's secret
-//!   (SignatureDoesNotMatch), its expiry (AccessDenied), each condition
-//!   (InvalidPolicyDocument), that every field is named by a condition
-//!   (AccessDenied), and the file's length against `content-length-range`
-//!   (EntityTooLarge, EntityTooSmall), the length being the form's less
-//!   what comes before the file and the closing `\r\n--BOUNDARY--\r\n`;
+//!   (SignatureDoesNotMatch): SigV4's `x-amz-signature` with the signing key
+//!   of `x-amz-credential`, or SigV2's `signature`, an HMAC-SHA1 of the
+//!   policy, for `AWSAccessKeyId`; then its expiry (AccessDenied), each
+//!   condition and the bucket (AccessDenied, "Policy Condition failed", as
+//!   S3 answers), that every field is named by a condition (AccessDenied),
+//!   and the file's length against `content-length-range` (EntityTooLarge,
+//!   EntityTooSmall), the length being the form's less what comes before
+//!   the file and the closing `\r\n--BOUNDARY--\r\n`; a policy that cannot
+//!   be read is InvalidPolicyDocument;
 //! - then hands s3s a PUT of the file to the form's key (`${filename}`
 //!   replaced by the file's name), its fields as the PUT's headers
 //!   (Content-Type, metadata and the rest), signed anew for the form's
@@ -21,8 +26,7 @@
 //! The file must be the form's last part, closed as browsers and SDKs
 //! close it: the bytes after it are checked before its last bytes are
 //! handed on, so a form that ends otherwise stores nothing
-//! (MalformedPOSTRequest). SigV2 forms (`--allow-sigv2`) are still read
-//! into the POST memory budget.
+//! (MalformedPOSTRequest).
 
 use std::sync::{Arc, Mutex};
 
@@ -35,7 +39,7 @@ use s3s::post_policy::{PostPolicy, PostPolicyCondition};
 use s3s::{HttpResponse, S3Error, S3ErrorCode};
 
 use crate::auth::Auth;
-use crate::post::{Admitted, Form, SigV4Form};
+use crate::post::{Admitted, Form, SignedForm};
 
 /// What may follow the file part: its closing delimiter, and a little
 /// more a client may add after it (an epilogue is not expected).
@@ -109,8 +113,11 @@ fn check_conditions(
         && b != bucket
     {
         return Err(error(
-            S3ErrorCode::InvalidPolicyDocument,
-            format!("the form's bucket field {b:?} is not the bucket it was sent to, {bucket:?}"),
+            S3ErrorCode::AccessDenied,
+            format!(
+                "Invalid according to Policy: the form's bucket field {b:?} is not the bucket \
+                 it was sent to, {bucket:?}"
+            ),
         ));
     }
     let value = |field: &str| {
@@ -125,7 +132,7 @@ fn check_conditions(
             PostPolicyCondition::Eq { field, value: want } => {
                 if value(field) != Some(want.as_str()) {
                     return Err(error(
-                        S3ErrorCode::InvalidPolicyDocument,
+                        S3ErrorCode::AccessDenied,
                         format!(
                             "Invalid according to Policy: Policy Condition failed: \
                              [\"eq\", \"${field}\", {want:?}]"
@@ -136,7 +143,7 @@ fn check_conditions(
             PostPolicyCondition::StartsWith { field, prefix } => {
                 if !value(field).unwrap_or("").starts_with(prefix.as_str()) {
                     return Err(error(
-                        S3ErrorCode::InvalidPolicyDocument,
+                        S3ErrorCode::AccessDenied,
                         format!(
                             "Invalid according to Policy: Policy Condition failed: \
                              [\"starts-with\", \"${field}\", {prefix:?}]"
@@ -320,12 +327,12 @@ fn bucket_of(
 /// a streamed PUT of its file, and how to answer it; refuses it before
 /// reading any more of it when its policy does not allow it.
 pub async fn stream(
-    signed: SigV4Form,
+    signed: SignedForm,
     boundary: &str,
     auth: &Auth,
     domains: Option<&crate::host::Domains>,
 ) -> Result<(Admitted, Reply), S3Error> {
-    let SigV4Form {
+    let SignedForm {
         mut parts,
         mut read,
         body,
@@ -337,25 +344,34 @@ pub async fn stream(
         form.get(name).ok_or_else(|| {
             error(
                 S3ErrorCode::InvalidArgument,
-                format!("a SigV4 form needs the field {name}"),
+                format!("a signed form needs the field {name}"),
             )
         })
     };
-    let algorithm = field("x-amz-algorithm")?;
-    if algorithm != "AWS4-HMAC-SHA256" {
-        return Err(error(
-            S3ErrorCode::InvalidArgument,
-            format!("x-amz-algorithm {algorithm:?} is not AWS4-HMAC-SHA256"),
-        ));
-    }
     let policy_b64 = field("policy")?;
-    let signer = crate::scope::verify_form(
-        field("x-amz-credential")?,
-        policy_b64,
-        field("x-amz-signature")?,
-        auth,
-    )
-    .await?;
+    let signer = match form.get("x-amz-signature") {
+        Some(signature) => {
+            let algorithm = field("x-amz-algorithm")?;
+            if algorithm != "AWS4-HMAC-SHA256" {
+                return Err(error(
+                    S3ErrorCode::InvalidArgument,
+                    format!("x-amz-algorithm {algorithm:?} is not AWS4-HMAC-SHA256"),
+                ));
+            }
+            crate::scope::verify_form(field("x-amz-credential")?, policy_b64, signature, auth)
+                .await?
+        }
+        // SigV2 (`post::admit` let it through only with --allow-sigv2).
+        None => {
+            crate::scope::verify_form_v2(
+                field("awsaccesskeyid")?,
+                policy_b64,
+                field("signature")?,
+                auth,
+            )
+            .await?
+        }
+    };
     let policy = PostPolicy::from_base64(policy_b64).map_err(|e| {
         error(
             S3ErrorCode::InvalidPolicyDocument,
@@ -590,13 +606,13 @@ mod tests {
         assert!(check_conditions(&p, &form(&base), "b", 10).is_ok());
         assert_eq!(
             code(check_conditions(&p, &form(&base), "other", 10)),
-            S3ErrorCode::InvalidPolicyDocument
+            S3ErrorCode::AccessDenied
         );
         let mut wrong_key = base;
         wrong_key[0] = ("key", "admin/a");
         assert_eq!(
             code(check_conditions(&p, &form(&wrong_key), "b", 10)),
-            S3ErrorCode::InvalidPolicyDocument
+            S3ErrorCode::AccessDenied
         );
         assert_eq!(
             code(check_conditions(&p, &form(&base), "b", 101)),
@@ -620,7 +636,7 @@ mod tests {
         bucket.push(("bucket", "c"));
         assert_eq!(
             code(check_conditions(&p, &form(&bucket), "b", 10)),
-            S3ErrorCode::InvalidPolicyDocument
+            S3ErrorCode::AccessDenied
         );
     }
 

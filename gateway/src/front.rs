@@ -90,21 +90,11 @@ impl Front {
             S3Error::new(S3ErrorCode::InternalError)
         };
         if let Some(boundary) = post::form_boundary(&req) {
-            let (admitted, reply) =
-                match post::admit(req, &boundary, self.allow_sigv2, &self.post_budget).await? {
-                    post::Admission::SigV4(signed) => {
-                        let d = self.domains.as_deref();
-                        let (a, r) = crate::form::stream(signed, &boundary, &self.auth, d).await?;
-                        (a, Some(r))
-                    }
-                    post::Admission::Ready(a) => (a, None),
-                };
+            let signed = post::admit(req, &boundary, self.allow_sigv2).await?;
+            let d = self.domains.as_deref();
+            let (admitted, reply) = crate::form::stream(signed, &boundary, &self.auth, d).await?;
             let resp = self.service.call(admitted.req).await.map_err(unanswered);
-            drop(admitted.permit);
-            return match reply {
-                Some(reply) => reply.answer(resp?),
-                None => resp,
-            };
+            return reply.answer(resp?);
         }
         crate::scope::resign(&mut req, &self.auth).await?;
         if crate::length::unsized_upload(&req) {

@@ -6,7 +6,7 @@
 //! The front end checks the request's SigV4 signature first
 //! (`scope::verify`), so nothing of an unauthenticated body is read, then
 //! reads the body into memory, taking its bytes from the upload memory
-//! budget as they arrive (`--post-memory-bytes`, shared with POST forms:
+//! budget as they arrive (`--post-memory-bytes`:
 //! 503 SlowDown when it is taken, 400 EntityTooLarge past it: a larger
 //! object needs a Content-Length or a multipart upload), and hands s3s the
 //! request with its Content-Length. s3s then checks the signature again and

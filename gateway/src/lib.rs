@@ -193,9 +193,10 @@ pub async fn start_with(cfg: Config, om: Arc<OmClient>) -> Result<Running> {
         cfg.volume.clone(),
     ));
     builder.set_auth(auth::SecretLookup(auth.clone()));
-    // POST forms: s3s reads a signed form's file into memory; the front
-    // end streams SigV4 ones itself and holds SigV2 ones to
-    // `--post-memory-bytes` (see `post`).
+    // POST forms: s3s would read a signed form's file into memory; the
+    // front end checks and streams them itself (see `post` and `form`), so
+    // s3s never parses one. Uploads without a length are held to
+    // `--post-memory-bytes` (`length`).
     let post_budget = post::Budget::new(cfg.post_memory_bytes);
     let mut limits = s3s::config::S3Config::default();
     limits.post_object_max_file_size = post_budget.bytes();

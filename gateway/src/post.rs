@@ -1,6 +1,6 @@
 //! POST form uploads (`PostObject`, a browser's upload) read nothing of
-//! the file before the form is known to be signed, and hold a bounded
-//! amount of memory.
+//! the file before the form is known to be signed, and cost no more
+//! memory than a PUT.
 //!
 //! s3s parses the form, verifies its policy signature before it reads the
 //! file, but then reads the whole file into memory (up to its
@@ -10,26 +10,21 @@
 //! the file part, and
 //! - refuses a form that carries no signature (`x-amz-signature`, or
 //!   `signature` of SigV2 when `--allow-sigv2`): om has no anonymous user,
-//!   so it could only be refused after the upload;
+//!   so it could only be refused after the upload; one with a policy but
+//!   no signature is malformed (400 InvalidArgument);
 //! - refuses a form without Content-Length (411);
-//! - streams a SigV4 form's file as a PUT once its policy allows it
-//!   (`form`): it costs no more memory than a PUT;
-//! - reads a SigV2 form whole, as s3s does: it reserves the form's length
-//!   from the POST memory budget (`--post-memory-bytes`: 400
-//!   EntityTooLarge past it) for as long as the request runs, or answers
-//!   503 SlowDown when the budget is taken. The fields read are handed on
-//!   to s3s in front of the rest of the body.
+//! - hands a signed form to `form`, which checks its policy and streams
+//!   its file as a PUT.
 //!
-//! So unsigned forms cost at most the fields' bytes, SigV4 ones what a PUT
-//! costs, and SigV2 ones at most the budget in all.
+//! So unsigned forms cost at most the fields' bytes, signed ones what a
+//! PUT costs. The budget here (`--post-memory-bytes`) bounds the uploads
+//! without a length (`length`), which are held whole.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use s3s::{S3Error, S3ErrorCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -61,11 +56,6 @@ impl Budget {
     /// The most one form may be (and all of them together).
     pub fn bytes(&self) -> u64 {
         self.bytes
-    }
-
-    fn take(&self, len: u64) -> Option<OwnedSemaphorePermit> {
-        let n = u32::try_from(len.div_ceil(UNIT).max(1)).ok()?;
-        self.units.clone().try_acquire_many_owned(n).ok()
     }
 
     /// Makes `held` hold `total` bytes, taking what more that needs (a body
@@ -212,17 +202,16 @@ fn error(code: S3ErrorCode, why: &'static str) -> S3Error {
     S3Error::with_message(code, why)
 }
 
-/// A request checked and ready for s3s: its body (a SigV4 form's file as a
-/// PUT's, streamed; a SigV2 form's fields read, then the rest; or an
-/// unsized upload's whole body), and its share of the budget, held until
-/// the request ends.
+/// A request checked and ready for s3s: its body (a form's file as a PUT's,
+/// streamed; or an unsized upload's whole body), and its share of the
+/// budget, held until the request ends.
 pub struct Admitted {
     pub req: Request<s3s::Body>,
     pub permit: Option<OwnedSemaphorePermit>,
 }
 
-/// A form signed with SigV4 whose fields were read (`form` checks it).
-pub struct SigV4Form {
+/// A signed form whose fields were read (`form` checks it).
+pub struct SignedForm {
     pub parts: http::request::Parts,
     /// The bytes read: the fields, the file part's headers, perhaps some
     /// of the file.
@@ -236,22 +225,13 @@ pub struct SigV4Form {
     pub form: Form,
 }
 
-/// What the fields of a form say to do with it.
-pub enum Admission {
-    /// Signed with SigV4: for `form` to check and stream.
-    SigV4(SigV4Form),
-    /// Signed with SigV2 and allowed: read whole, within the budget.
-    Ready(Admitted),
-}
-
 /// Reads the fields of the form POST `req` (boundary `boundary`) and
-/// admits it, or refuses it before reading its file.
+/// admits it for `form` to check, or refuses it before reading its file.
 pub async fn admit(
     req: Request<Incoming>,
     boundary: &str,
     allow_sigv2: bool,
-    budget: &Budget,
-) -> Result<Admission, S3Error> {
+) -> Result<SignedForm, S3Error> {
     let len = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -303,54 +283,41 @@ pub async fn admit(
             "the form's fields before its file exceed 64 KiB",
         ));
     }
-    if form.get("x-amz-signature").is_some() {
-        return Ok(Admission::SigV4(SigV4Form {
-            parts,
-            read: buf,
-            body,
-            len,
-            file_at,
-            form,
-        }));
-    }
-    if form.get("signature").is_none() {
+    let signed = if form.get("x-amz-signature").is_some() {
+        true
+    } else if form.get("signature").is_some() {
+        if !allow_sigv2 {
+            return Err(error(
+                S3ErrorCode::AccessDenied,
+                "signature version 2 is turned off on this gateway: sign requests with SigV4",
+            ));
+        }
+        true
+    } else {
+        false
+    };
+    if !signed {
+        // A policy without its signature is a malformed form (S3: 400);
+        // a form with neither is anonymous.
+        if form.get("policy").is_some() {
+            return Err(error(
+                S3ErrorCode::InvalidArgument,
+                "the form has a policy but no signature (x-amz-signature, or SigV2's signature)",
+            ));
+        }
         return Err(error(
             S3ErrorCode::AccessDenied,
             "anonymous requests are not accepted: sign the form's policy",
         ));
     }
-    if !allow_sigv2 {
-        return Err(error(
-            S3ErrorCode::AccessDenied,
-            "signature version 2 is turned off on this gateway: sign requests with SigV4",
-        ));
-    }
-    if len > budget.bytes() {
-        return Err(error(
-            S3ErrorCode::EntityTooLarge,
-            "a SigV2 POST form upload may be at most --post-memory-bytes: use SigV4, PUT or a \
-             multipart upload",
-        ));
-    }
-    let permit = budget.take(len).ok_or_else(|| {
-        error(
-            S3ErrorCode::SlowDown,
-            "too many POST form uploads at once: retry",
-        )
-    })?;
-    // The fields and the file part's headers as one piece (what s3s parses
-    // them from), then what was read of the file, then the rest.
-    let rest = buf.split_off(file_at);
-    let head = futures::stream::iter([Bytes::from(buf), Bytes::from(rest)])
-        .filter(|b| std::future::ready(!b.is_empty()))
-        .map(|b| Ok::<_, hyper::Error>(Frame::data(b)));
-    let tail = body.into_data_stream().map(|r| r.map(Frame::data));
-    let stream = http_body_util::StreamBody::new(head.chain(tail));
-    let req = Request::from_parts(parts, s3s::Body::http_body_unsync(stream));
-    Ok(Admission::Ready(Admitted {
-        req,
-        permit: Some(permit),
-    }))
+    Ok(SignedForm {
+        parts,
+        read: buf,
+        body,
+        len,
+        file_at,
+        form,
+    })
 }
 
 #[cfg(test)]
@@ -427,15 +394,15 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_bounds_forms_in_all() {
+    fn the_budget_bounds_uploads_in_all() {
         let b = Budget::new(10 * 1024);
         assert_eq!(b.bytes(), 10 * 1024);
-        let one = b.take(6 * 1024).unwrap();
-        assert!(b.take(6 * 1024).is_none());
-        let two = b.take(4 * 1024).unwrap();
+        let (mut one, mut two, mut three) = (None, None, None);
+        assert!(b.hold(&mut one, 6 * 1024));
+        assert!(!b.hold(&mut two, 6 * 1024));
+        assert!(b.hold(&mut two, 4 * 1024));
         drop(one);
-        assert!(b.take(6 * 1024).is_some());
-        drop(two);
+        assert!(b.hold(&mut three, 6 * 1024));
     }
 
     #[test]
@@ -445,11 +412,13 @@ mod tests {
         assert!(b.hold(&mut held, 100));
         assert!(b.hold(&mut held, 5 * 1024));
         assert_eq!(held.as_ref().unwrap().num_permits(), 5);
-        let other = b.take(4 * 1024).unwrap();
+        let mut other = None;
+        assert!(b.hold(&mut other, 4 * 1024));
         assert!(!b.hold(&mut held, 7 * 1024), "past what is free");
         drop(other);
         assert!(b.hold(&mut held, 10 * 1024));
         drop(held);
-        assert!(b.take(10 * 1024).is_some(), "all of it given back");
+        let mut all = None;
+        assert!(b.hold(&mut all, 10 * 1024), "all of it given back");
     }
 }

@@ -374,6 +374,39 @@ pub async fn verify_form(
     Ok(FormSigner { scope, secret })
 }
 
+/// Checks a SigV2 POST form's signature (`--allow-sigv2`): the policy,
+/// base64 as sent, signed with HMAC-SHA1 under the access key's secret,
+/// base64. The PUT it becomes is signed with SigV4 for that key, in
+/// `SIGV2_FORM_REGION` (SigV2 names none).
+pub async fn verify_form_v2(
+    access_key: &str,
+    policy: &str,
+    signature: &str,
+    auth: &Auth,
+) -> Result<FormSigner, S3Error> {
+    use base64::Engine as _;
+    let secret = auth.secret(access_key).await?;
+    let mut m = <Hmac<sha1::Sha1>>::new_from_slice(secret.expose().as_bytes())
+        .expect("HMAC takes any key length");
+    m.update(policy.as_bytes());
+    let right = base64::engine::general_purpose::STANDARD.encode(m.finalize().into_bytes());
+    if right != signature {
+        return Err(mismatch());
+    }
+    Ok(FormSigner {
+        scope: Scope {
+            key: access_key.to_string(),
+            date: String::new(),
+            region: SIGV2_FORM_REGION.to_string(),
+            service: "s3".to_string(),
+        },
+        secret,
+    })
+}
+
+/// The region a SigV2 form's PUT is signed in.
+const SIGV2_FORM_REGION: &str = "us-east-1";
+
 impl FormSigner {
     /// Signs `req` (a PUT whose body the gateway streams, so
     /// `UNSIGNED-PAYLOAD`) as the form's credential at `now`: sets
