@@ -101,11 +101,13 @@ fn header_of(name: &str) -> Option<HeaderName> {
     HeaderName::from_bytes(h.as_bytes()).ok()
 }
 
-/// Checks `policy`'s conditions against the form's fields, the bucket
-/// the form was sent to and its file's length.
+/// Checks `policy`'s conditions against the form's fields (its key as
+/// stored, `${filename}` replaced, as S3 checks it), the bucket the form
+/// was sent to and its file's length.
 fn check_conditions(
     policy: &PostPolicy,
     form: &Form,
+    key: &str,
     bucket: &str,
     file_len: u64,
 ) -> Result<(), S3Error> {
@@ -120,12 +122,10 @@ fn check_conditions(
             ),
         ));
     }
-    let value = |field: &str| {
-        if field == "bucket" {
-            Some(bucket)
-        } else {
-            form.get(field)
-        }
+    let value = |field: &str| match field {
+        "bucket" => Some(bucket),
+        "key" => Some(key),
+        _ => form.get(field),
     };
     for c in &policy.conditions {
         match c {
@@ -184,6 +184,49 @@ fn check_conditions(
         }
     }
     Ok(())
+}
+
+/// Whether the policy (base64, as sent) gives its expiration as S3 wants
+/// it, `YYYY-MM-DDThh:mm:ss[.fff]Z`; s3s also takes other forms (a space
+/// for the `T`, an offset), which S3 refuses.
+fn expiration_is_iso8601(policy_b64: &str) -> Result<(), String> {
+    use base64::Engine as _;
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(policy_b64.trim())
+        .map_err(|e| e.to_string())?;
+    let doc: serde_json::Value = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+    let exp = doc
+        .get("expiration")
+        .and_then(|e| e.as_str())
+        .ok_or("no expiration")?;
+    let b = exp.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let fixed = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    let rest = &b[b.len().min(19)..];
+    let tail = match rest {
+        [b'Z'] => true,
+        [b'.', frac @ .., b'Z'] => !frac.is_empty() && frac.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if fixed && tail {
+        Ok(())
+    } else {
+        Err(format!(
+            "its expiration {exp:?} is not YYYY-MM-DDThh:mm:ss[.fff]Z"
+        ))
+    }
 }
 
 /// `\r\n--BOUNDARY`, which no bytes of a file part may hold (it would end
@@ -372,12 +415,15 @@ pub async fn stream(
             .await?
         }
     };
-    let policy = PostPolicy::from_base64(policy_b64).map_err(|e| {
-        error(
-            S3ErrorCode::InvalidPolicyDocument,
-            format!("the form's policy cannot be read: {e}"),
-        )
-    })?;
+    let policy = PostPolicy::from_base64(policy_b64)
+        .map_err(|e| e.to_string())
+        .and_then(|p| expiration_is_iso8601(policy_b64).map(|()| p))
+        .map_err(|e| {
+            error(
+                S3ErrorCode::InvalidPolicyDocument,
+                format!("the form's policy cannot be read: {e}"),
+            )
+        })?;
     let now = chrono::Utc::now();
     let expires: time::OffsetDateTime = policy.expiration.clone().into();
     if now.timestamp() >= expires.unix_timestamp() {
@@ -407,8 +453,8 @@ pub async fn stream(
             "a form is sent to a bucket: POST /BUCKET or to BUCKET.DOMAIN",
         )
     })?;
-    check_conditions(&policy, &form, &bucket, file_len)?;
     let key = field("key")?.replace("${filename}", form.filename.as_deref().unwrap_or(""));
+    check_conditions(&policy, &form, &key, &bucket, file_len)?;
     if key.is_empty() {
         return Err(error(
             S3ErrorCode::InvalidArgument,
@@ -580,6 +626,45 @@ mod tests {
         }
     }
 
+    fn key_of(f: &Form) -> &str {
+        f.get("key").unwrap_or("")
+    }
+
+    #[test]
+    fn the_key_is_checked_with_the_file_name_in_it() {
+        let p = policy(r#"[["starts-with","$key","foo"]]"#);
+        let f = form(&[("key", "${filename}")]);
+        assert!(check_conditions(&p, &f, "foo.txt", "b", 1).is_ok());
+        assert_eq!(
+            check_conditions(&p, &f, "bar.txt", "b", 1)
+                .unwrap_err()
+                .code()
+                .clone(),
+            S3ErrorCode::AccessDenied
+        );
+    }
+
+    #[test]
+    fn the_expiration_is_iso_8601_as_s3_wants_it() {
+        use base64::Engine as _;
+        let b64 = |exp: &str| {
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{{\"expiration\":\"{exp}\",\"conditions\":[]}}"))
+        };
+        for ok in ["2099-01-01T00:00:00Z", "2099-01-01T00:00:00.000Z"] {
+            assert!(expiration_is_iso8601(&b64(ok)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "2099-01-01 00:00:00.123456+00:00",
+            "2099-01-01T00:00:00+00:00",
+            "2099-01-01T00:00:00",
+            "2099-01-01T00:00:00.Z",
+            "20990101T000000Z",
+        ] {
+            assert!(expiration_is_iso8601(&b64(bad)).is_err(), "{bad}");
+        }
+    }
+
     fn policy(conditions: &str) -> PostPolicy {
         PostPolicy::from_json(&format!(
             "{{\"expiration\":\"2099-01-01T00:00:00Z\",\"conditions\":{conditions}}}"
@@ -603,39 +688,75 @@ mod tests {
             ("x-amz-signature", "ab"),
         ];
         let code = |r: Result<(), S3Error>| r.unwrap_err().code().clone();
-        assert!(check_conditions(&p, &form(&base), "b", 10).is_ok());
+        assert!(check_conditions(&p, &form(&base), key_of(&form(&base)), "b", 10).is_ok());
         assert_eq!(
-            code(check_conditions(&p, &form(&base), "other", 10)),
+            code(check_conditions(
+                &p,
+                &form(&base),
+                key_of(&form(&base)),
+                "other",
+                10
+            )),
             S3ErrorCode::AccessDenied
         );
         let mut wrong_key = base;
         wrong_key[0] = ("key", "admin/a");
         assert_eq!(
-            code(check_conditions(&p, &form(&wrong_key), "b", 10)),
+            code(check_conditions(
+                &p,
+                &form(&wrong_key),
+                key_of(&form(&wrong_key)),
+                "b",
+                10
+            )),
             S3ErrorCode::AccessDenied
         );
         assert_eq!(
-            code(check_conditions(&p, &form(&base), "b", 101)),
+            code(check_conditions(
+                &p,
+                &form(&base),
+                key_of(&form(&base)),
+                "b",
+                101
+            )),
             S3ErrorCode::EntityTooLarge
         );
         assert_eq!(
-            code(check_conditions(&p, &form(&base), "b", 0)),
+            code(check_conditions(
+                &p,
+                &form(&base),
+                key_of(&form(&base)),
+                "b",
+                0
+            )),
             S3ErrorCode::EntityTooSmall
         );
         // A field no condition names, and a bucket field that disagrees.
         let mut extra = base.to_vec();
         extra.push(("x-amz-meta-color", "red"));
         assert_eq!(
-            code(check_conditions(&p, &form(&extra), "b", 10)),
+            code(check_conditions(
+                &p,
+                &form(&extra),
+                key_of(&form(&extra)),
+                "b",
+                10
+            )),
             S3ErrorCode::AccessDenied
         );
         let mut ignored = base.to_vec();
         ignored.push(("x-ignore-me", "1"));
-        assert!(check_conditions(&p, &form(&ignored), "b", 10).is_ok());
+        assert!(check_conditions(&p, &form(&ignored), key_of(&form(&ignored)), "b", 10).is_ok());
         let mut bucket = base.to_vec();
         bucket.push(("bucket", "c"));
         assert_eq!(
-            code(check_conditions(&p, &form(&bucket), "b", 10)),
+            code(check_conditions(
+                &p,
+                &form(&bucket),
+                key_of(&form(&bucket)),
+                "b",
+                10
+            )),
             S3ErrorCode::AccessDenied
         );
     }
