@@ -81,32 +81,25 @@ fn ssts(dir: &Path) -> Vec<(u64, PathBuf)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it() {
-    let Three {
-        tmp,
-        dirs,
-        mut procs,
-        c,
-        fi,
-        acked,
-        stream,
-    } = Three::start().await;
-    flush(&procs[fi].grpc, &dirs[fi]);
-    scrubbed(&procs[fi].http).await;
+    let mut t = Three::start().await;
+    let fi = t.fi;
+    flush(&t.procs[fi].grpc, &t.dirs[fi]);
+    scrubbed(&t.procs[fi].http).await;
 
     // A follower's largest SST rots while it is down: a third of the way in
     // (a data block), 64 bytes flip.
-    assert!(procs[fi].terminate(Duration::from_secs(30)));
-    let (len, sst) = ssts(&dirs[fi]).into_iter().next().expect("an SST");
+    assert!(t.procs[fi].terminate(Duration::from_secs(30)));
+    let (len, sst) = ssts(&t.dirs[fi]).into_iter().next().expect("an SST");
     let mut bytes = std::fs::read(&sst).unwrap();
     let at = (len / 3) as usize;
     for b in &mut bytes[at..at + 64] {
         *b ^= 0x5a;
     }
     std::fs::write(&sst, bytes).unwrap();
-    let log = tmp[fi].path().join("stderr");
-    capture_stderr(&mut procs[fi], &log);
-    procs[fi].restart();
-    let status = procs[fi].exits("a member with a rotted block").await;
+    let log = t.tmp[fi].path().join("stderr");
+    capture_stderr(&mut t.procs[fi], &log);
+    t.procs[fi].restart();
+    let status = t.procs[fi].exits("a member with a rotted block").await;
     assert!(!status.success(), "{status}");
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("Corruption"), "{said}");
@@ -116,7 +109,7 @@ async fn a_rotted_block_stops_the_member_and_a_rebuild_from_a_peer_restores_it()
         said.lines().last().unwrap_or_default()
     );
 
-    rebuild(fi, &tmp, &dirs, &mut procs, stream, &acked, &c).await;
+    t.rebuild().await;
 }
 
 /// Three members, a write stream through the leader (1,500 writes in),
@@ -158,33 +151,26 @@ impl Three {
             stream,
         }
     }
-}
 
-/// The runbook for a corrupt member `fi` while writes go on: its store
-/// aside, an empty directory, the same flags. It catches up from a peer;
-/// nothing acknowledged is lost and the replicas end identical.
-async fn rebuild(
-    fi: usize,
-    tmp: &[tempfile::TempDir],
-    dirs: &[PathBuf],
-    procs: &mut [OmProcess],
-    stream: WriteStream,
-    acked: &Acked,
-    c: &OmClient,
-) {
-    let n = acked.lock().unwrap().len();
-    stream.wait_acked(n + 200).await;
-    std::fs::rename(&dirs[fi], tmp[fi].path().join("om.corrupt")).unwrap();
-    std::fs::create_dir(&dirs[fi]).unwrap();
-    procs[fi].wrapper.clear();
-    procs[fi].restart();
-    let n = acked.lock().unwrap().len();
-    stream.wait_acked(n + 200).await;
-    stream.stop().await;
-    wait_settled(c, procs).await;
-    scrubbed(&procs[fi].http).await;
-    check_acked(c, acked, "a rebuild").await;
-    assert_identical(c, procs, dirs, "a rebuilt member").await;
+    /// The runbook for the corrupt member `fi` while writes go on: its
+    /// store aside, an empty directory, the same flags. It catches up from
+    /// a peer; nothing acknowledged is lost and the replicas end identical.
+    async fn rebuild(mut self) {
+        let fi = self.fi;
+        let n = self.acked.lock().unwrap().len();
+        self.stream.wait_acked(n + 200).await;
+        std::fs::rename(&self.dirs[fi], self.tmp[fi].path().join("om.corrupt")).unwrap();
+        std::fs::create_dir(&self.dirs[fi]).unwrap();
+        self.procs[fi].wrapper.clear();
+        self.procs[fi].restart();
+        let n = self.acked.lock().unwrap().len();
+        self.stream.wait_acked(n + 200).await;
+        self.stream.stop().await;
+        wait_settled(&self.c, &self.procs).await;
+        scrubbed(&self.procs[fi].http).await;
+        check_acked(&self.c, &self.acked, "a rebuild").await;
+        assert_identical(&self.c, &mut self.procs, &self.dirs, "a rebuilt member").await;
+    }
 }
 
 /// A byte of a follower's write-ahead log rots while it is down, amid
@@ -193,20 +179,13 @@ async fn rebuild(
 /// instead, naming the file and the offset, and is rebuilt from a peer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows() {
-    let Three {
-        tmp,
-        dirs,
-        mut procs,
-        c,
-        fi,
-        acked,
-        stream,
-    } = Three::start().await;
+    let mut t = Three::start().await;
+    let fi = t.fi;
 
     // Down hard (the WAL is not flushed into SSTs), then the WAL with the
     // most records rots in the payload of its middle record.
-    procs[fi].kill9();
-    let (log, records) = wal::wal_files(&dirs[fi].join("db"))
+    t.procs[fi].kill9();
+    let (log, records) = wal::wal_files(&t.dirs[fi].join("db"))
         .unwrap()
         .into_iter()
         .map(|p| {
@@ -230,10 +209,10 @@ async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows()
         wal::Ending::Rotted { .. }
     ));
 
-    let said_file = tmp[fi].path().join("stderr");
-    capture_stderr(&mut procs[fi], &said_file);
-    procs[fi].restart();
-    let status = procs[fi].exits("a member with a rotted WAL record").await;
+    let said_file = t.tmp[fi].path().join("stderr");
+    capture_stderr(&mut t.procs[fi], &said_file);
+    t.procs[fi].restart();
+    let status = t.procs[fi].exits("a member with a rotted WAL record").await;
     assert!(!status.success(), "{status}");
     let said = std::fs::read_to_string(&said_file).unwrap();
     assert!(
@@ -245,7 +224,7 @@ async fn a_rotted_wal_record_stops_the_member_instead_of_dropping_what_follows()
         log.display(),
         records.len()
     );
-    rebuild(fi, &tmp, &dirs, &mut procs, stream, &acked, &c).await;
+    t.rebuild().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

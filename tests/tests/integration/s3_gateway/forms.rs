@@ -88,6 +88,29 @@ fn signed_form_v2(
     ]
 }
 
+/// Each form (what it is, its fields, the status and S3 code it gets) is
+/// refused as said before the 64 MiB file sent with it is read.
+async fn assert_refused(url: &str, refused: impl IntoIterator<Item = Refusal>) {
+    for (what, form, status, code) in refused {
+        let (written, answer) = post(url, &form, 64 << 20, FORM_END).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code),
+            "{what}: {answer}"
+        );
+        assert!(
+            written < 64 << 20,
+            "{what}: the file was read before the refusal"
+        );
+    }
+}
+
+type Refusal = (
+    &'static str,
+    Vec<(String, String)>,
+    &'static str,
+    &'static str,
+);
+
 async fn post(url: &str, fields: &[(String, String)], file: usize, tail: &str) -> (usize, String) {
     let f: Vec<(&str, &str)> = fields
         .iter()
@@ -212,17 +235,7 @@ async fn signed_forms_stream_and_keep_to_their_policy() {
             "SignatureDoesNotMatch",
         ),
     ];
-    for (what, form, status, code) in refused {
-        let (written, answer) = post(&env.url, &form, 64 << 20, FORM_END).await;
-        assert!(
-            answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code),
-            "{what}: {answer}"
-        );
-        assert!(
-            written < 64 << 20,
-            "{what}: the file was read before the refusal"
-        );
-    }
+    assert_refused(&env.url, refused).await;
     // A part after the file: found as the file streams, and nothing stored.
     let form = signed_form(&ak, &sk, "up/after", conditions(1 << 30), &extra, hour);
     let tail = "\r\n--B0und\r\nContent-Disposition: form-data; name=\"x-ignore-later\"\r\n\r\nv\
@@ -331,17 +344,7 @@ async fn sigv2_forms_are_checked_and_streamed_too() {
             "InvalidArgument",
         ),
     ];
-    for (what, form, status, code) in refused {
-        let (written, answer) = post(&env.url, &form, 64 << 20, FORM_END).await;
-        assert!(
-            answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code),
-            "{what}: {answer}"
-        );
-        assert!(
-            written < 64 << 20,
-            "{what}: the file was read before the refusal"
-        );
-    }
+    assert_refused(&env.url, refused).await;
     let listed = c.list_objects_v2().bucket("forms").send().await.unwrap();
     let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
     assert_eq!(keys, ["v2/f"]);
