@@ -186,19 +186,30 @@ fn check_conditions(
     Ok(())
 }
 
-/// Whether the policy (base64, as sent) gives its expiration as S3 wants
-/// it, `YYYY-MM-DDThh:mm:ss[.fff]Z`; s3s also takes other forms (a space
-/// for the `T`, an offset), which S3 refuses.
-fn expiration_is_iso8601(policy_b64: &str) -> Result<(), String> {
+/// The policy (base64, as sent), decoded once: its expiration must be as
+/// S3 wants it, `YYYY-MM-DDThh:mm:ss[.fff]Z` (s3s also takes other forms,
+/// a space for the `T` or an offset, which S3 refuses).
+fn read_policy(policy_b64: &str) -> Result<PostPolicy, String> {
     use base64::Engine as _;
     let json = base64::engine::general_purpose::STANDARD
         .decode(policy_b64.trim())
         .map_err(|e| e.to_string())?;
-    let doc: serde_json::Value = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+    let json = String::from_utf8(json).map_err(|e| e.to_string())?;
+    let doc: serde_json::Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
     let exp = doc
         .get("expiration")
         .and_then(|e| e.as_str())
         .ok_or("no expiration")?;
+    if !is_iso8601_utc(exp) {
+        return Err(format!(
+            "its expiration {exp:?} is not YYYY-MM-DDThh:mm:ss[.fff]Z"
+        ));
+    }
+    PostPolicy::from_json(&json).map_err(|e| e.to_string())
+}
+
+/// `YYYY-MM-DDThh:mm:ss[.fff]Z`.
+fn is_iso8601_utc(exp: &str) -> bool {
     let b = exp.as_bytes();
     let digits =
         |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
@@ -214,19 +225,12 @@ fn expiration_is_iso8601(policy_b64: &str) -> Result<(), String> {
         && digits(14..16)
         && b[16] == b':'
         && digits(17..19);
-    let rest = &b[b.len().min(19)..];
-    let tail = match rest {
-        [b'Z'] => true,
-        [b'.', frac @ .., b'Z'] => !frac.is_empty() && frac.iter().all(u8::is_ascii_digit),
-        _ => false,
-    };
-    if fixed && tail {
-        Ok(())
-    } else {
-        Err(format!(
-            "its expiration {exp:?} is not YYYY-MM-DDThh:mm:ss[.fff]Z"
-        ))
-    }
+    fixed
+        && match &b[19..] {
+            [b'Z'] => true,
+            [b'.', frac @ .., b'Z'] => !frac.is_empty() && frac.iter().all(u8::is_ascii_digit),
+            _ => false,
+        }
 }
 
 /// `\r\n--BOUNDARY`, which no bytes of a file part may hold (it would end
@@ -415,15 +419,12 @@ pub async fn stream(
             .await?
         }
     };
-    let policy = PostPolicy::from_base64(policy_b64)
-        .map_err(|e| e.to_string())
-        .and_then(|p| expiration_is_iso8601(policy_b64).map(|()| p))
-        .map_err(|e| {
-            error(
-                S3ErrorCode::InvalidPolicyDocument,
-                format!("the form's policy cannot be read: {e}"),
-            )
-        })?;
+    let policy = read_policy(policy_b64).map_err(|e| {
+        error(
+            S3ErrorCode::InvalidPolicyDocument,
+            format!("the form's policy cannot be read: {e}"),
+        )
+    })?;
     let now = chrono::Utc::now();
     let expires: time::OffsetDateTime = policy.expiration.clone().into();
     if now.timestamp() >= expires.unix_timestamp() {
@@ -652,7 +653,7 @@ mod tests {
                 .encode(format!("{{\"expiration\":\"{exp}\",\"conditions\":[]}}"))
         };
         for ok in ["2099-01-01T00:00:00Z", "2099-01-01T00:00:00.000Z"] {
-            assert!(expiration_is_iso8601(&b64(ok)).is_ok(), "{ok}");
+            assert!(read_policy(&b64(ok)).is_ok(), "{ok}");
         }
         for bad in [
             "2099-01-01 00:00:00.123456+00:00",
@@ -661,7 +662,7 @@ mod tests {
             "2099-01-01T00:00:00.Z",
             "20990101T000000Z",
         ] {
-            assert!(expiration_is_iso8601(&b64(bad)).is_err(), "{bad}");
+            assert!(read_policy(&b64(bad)).is_err(), "{bad}");
         }
     }
 

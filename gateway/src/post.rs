@@ -283,32 +283,32 @@ pub async fn admit(
             "the form's fields before its file exceed 64 KiB",
         ));
     }
-    let signed = if form.get("x-amz-signature").is_some() {
-        true
-    } else if form.get("signature").is_some() {
-        if !allow_sigv2 {
+    match (
+        form.get("x-amz-signature"),
+        form.get("signature"),
+        form.get("policy"),
+    ) {
+        (Some(_), _, _) => {}
+        (None, Some(_), _) if !allow_sigv2 => {
             return Err(error(
                 S3ErrorCode::AccessDenied,
                 "signature version 2 is turned off on this gateway: sign requests with SigV4",
             ));
         }
-        true
-    } else {
-        false
-    };
-    if !signed {
-        // A policy without its signature is a malformed form (S3: 400);
-        // a form with neither is anonymous.
-        if form.get("policy").is_some() {
+        (None, Some(_), _) => {}
+        // A policy without its signature is a malformed form (S3: 400).
+        (None, None, Some(_)) => {
             return Err(error(
                 S3ErrorCode::InvalidArgument,
                 "the form has a policy but no signature (x-amz-signature, or SigV2's signature)",
             ));
         }
-        return Err(error(
-            S3ErrorCode::AccessDenied,
-            "anonymous requests are not accepted: sign the form's policy",
-        ));
+        (None, None, None) => {
+            return Err(error(
+                S3ErrorCode::AccessDenied,
+                "anonymous requests are not accepted: sign the form's policy",
+            ));
+        }
     }
     Ok(SignedForm {
         parts,
