@@ -35,6 +35,9 @@ pub enum KeyCmd {
         /// This version (or delete marker) instead of the current one.
         #[arg(long, default_value = "")]
         version: String,
+        /// The key as this snapshot of the bucket shows it.
+        #[arg(long, default_value = "", conflicts_with = "version")]
+        snapshot: String,
     },
     /// Every version and delete marker of VOLUME/BUCKET's keys, newest first per key.
     Versions(versions::ListArgs),
@@ -100,6 +103,9 @@ pub enum KeyCmd {
         /// Leave block lists out (smaller pages, more keys per page).
         #[arg(long)]
         no_blocks: bool,
+        /// List this snapshot of the bucket instead of the live bucket.
+        #[arg(long, default_value = "")]
+        snapshot: String,
     },
     /// Delete VOLUME/BUCKET/KEY (in a versioned bucket: add a delete marker).
     Delete {
@@ -181,12 +187,18 @@ pub async fn run(c: &OmClient, out: Output, k: KeyCmd) -> Result<()> {
             token,
             all,
         } => objects::list_open(c, out, &path, prefix, max, token, all).await?,
-        KeyCmd::Info { path, version } => {
+        KeyCmd::Info {
+            path,
+            version,
+            snapshot,
+        } => {
             let (v, b, key) = split3(&path)?;
-            print_kv(
-                out,
-                key_json(&c.lookup_key_version(v, b, key, &version).await?),
-            );
+            let k = if snapshot.is_empty() {
+                c.lookup_key_version(v, b, key, &version).await?
+            } else {
+                c.lookup_key_in(v, b, key, &snapshot).await?
+            };
+            print_kv(out, key_json(&k));
         }
         KeyCmd::Versions(a) => versions::list(c, out, a).await?,
         KeyCmd::Tag(a) => tagging::run(c, out, a).await?,
@@ -196,6 +208,7 @@ pub async fn run(c: &OmClient, out: Output, k: KeyCmd) -> Result<()> {
             delimiter,
             token,
             no_blocks,
+            snapshot,
         } => {
             let (v, b) = split2(&path)?;
             let mut items = Vec::new();
@@ -212,6 +225,7 @@ pub async fn run(c: &OmClient, out: Output, k: KeyCmd) -> Result<()> {
                         delimiter: delimiter.clone(),
                         continuation_token: token.clone(),
                         omit_blocks: no_blocks,
+                        snapshot: snapshot.clone(),
                         ..Default::default()
                     })
                     .await?;

@@ -25,6 +25,7 @@ mod objects;
 mod output;
 mod quota;
 mod s3;
+mod snapshots;
 mod tagging;
 mod token;
 mod versions;
@@ -161,6 +162,9 @@ enum Cmd {
     /// with `om restore`.
     #[command(subcommand)]
     Backup(backup_cmd::BackupCmd),
+    /// Snapshots of a bucket: frozen images of its keys.
+    #[command(subcommand)]
+    Snapshot(snapshots::SnapshotCmd),
 }
 
 #[derive(clap::Args)]
@@ -273,6 +277,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::S3(s) => s3::run(&c, out, s).await?,
         Cmd::Token(t) => token::run(t, out)?,
         Cmd::Backup(b) => backup_cmd::run(&c, out, b).await?,
+        Cmd::Snapshot(s) => snapshots::run(&c, out, s).await?,
         Cmd::Bench(BenchCmd {
             mode: Some(mode), ..
         }) => {

@@ -40,12 +40,25 @@ impl OmClient {
         bucket: &str,
         key: &str,
     ) -> Result<KeyInfo, ClientError> {
+        self.lookup_key_in(volume, bucket, key, "").await
+    }
+
+    /// Looks a key up as snapshot `snapshot` of the bucket shows it (empty:
+    /// the live bucket).
+    pub async fn lookup_key_in(
+        &self,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        snapshot: &str,
+    ) -> Result<KeyInfo, ClientError> {
         let req = LookupKeyRequest {
             read: self.read_options(),
             volume: volume.to_string(),
             bucket: bucket.to_string(),
             key: key.to_string(),
             version_id: String::new(),
+            snapshot: snapshot.to_string(),
         };
         let r = self
             .call(|ch| {

@@ -24,6 +24,7 @@ pub mod backup;
 mod cluster;
 mod keys;
 mod namespace;
+mod snapshots;
 mod versioning;
 
 /// An error as the client sees it.

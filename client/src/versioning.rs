@@ -43,6 +43,7 @@ impl OmClient {
             bucket: bucket.to_string(),
             key: key.to_string(),
             version_id: version_id.to_string(),
+            ..Default::default()
         };
         let r = self
             .call(|ch| {

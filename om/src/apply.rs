@@ -32,6 +32,7 @@ pub mod ops;
 mod quota;
 mod retry;
 pub mod s3;
+mod snapshots;
 mod standalone;
 pub mod tagging;
 pub mod versions;
@@ -191,6 +192,7 @@ pub fn apply_command(
         caller: cmd.caller.as_ref(),
         holders: RefCell::new(HashMap::new()),
         staged_keys: RefCell::default(),
+        retired: RefCell::default(),
         versions_made: std::cell::Cell::new(0),
     };
     // Handlers check everything before they stage their first write, so a
@@ -336,6 +338,9 @@ struct Ctx<'a> {
     /// `keys` entries this command staged (None: deleted), for the same
     /// reason: one command may touch several versions of one key.
     staged_keys: RefCell<std::collections::BTreeMap<Vec<u8>, Option<KeyRecord>>>,
+    /// `keys` entries this command retained for a snapshot
+    /// (`snapshots::retire`), so a second leave of one entry keeps one copy.
+    retired: RefCell<std::collections::BTreeSet<Vec<u8>>>,
     /// Versions this command created so far (`versions::version_stamp`).
     versions_made: std::cell::Cell<u16>,
 }
@@ -528,5 +533,7 @@ mod limits_tests;
 mod part_sizes_tests;
 #[cfg(test)]
 mod retry_tests;
+#[cfg(test)]
+mod snapshots_tests;
 #[cfg(test)]
 mod tests;

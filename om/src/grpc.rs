@@ -29,6 +29,7 @@ mod namespace;
 mod objects;
 mod quota;
 mod s3;
+mod snapshots;
 mod tagging;
 mod versions;
 
@@ -453,6 +454,16 @@ rpcs! {
             = "SetBucketVersioning" versions::set_bucket_versioning;
         rpc set_bucket_tags(SetBucketTagsRequest) -> SetBucketTagsResponse
             = "SetBucketTags" namespace::set_bucket_tags;
+        rpc create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse
+            = "CreateSnapshot" snapshots::create;
+        rpc get_snapshot(GetSnapshotRequest) -> GetSnapshotResponse
+            = "GetSnapshot" snapshots::get;
+        rpc list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse
+            = "ListSnapshots" snapshots::list;
+        rpc delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse
+            = "DeleteSnapshot" snapshots::delete;
+        rpc rename_snapshot(RenameSnapshotRequest) -> RenameSnapshotResponse
+            = "RenameSnapshot" snapshots::rename;
         rpc put_bucket_lifecycle(PutBucketLifecycleRequest) -> PutBucketLifecycleResponse
             = "PutBucketLifecycle" lifecycle::put;
         rpc get_bucket_lifecycle(GetBucketLifecycleRequest) -> GetBucketLifecycleResponse

@@ -32,6 +32,12 @@ pub const MAX_CONDITION_ETAG_BYTES: usize = 1024;
 pub const MAX_OBJECT_TAGS: usize = 10;
 /// Most tags a bucket has (S3's limit).
 pub const MAX_BUCKET_TAGS: usize = 50;
+/// A snapshot's name: bytes (`validate::snapshot_name`).
+pub const MAX_SNAPSHOT_NAME_BYTES: usize = 63;
+/// Snapshots one bucket holds, live or deleted and still being reclaimed.
+pub const MAX_BUCKET_SNAPSHOTS: u64 = 1000;
+/// Retained versions one ReclaimSnapshot page examines.
+pub const MAX_RECLAIM_PAGE: u32 = 10_000;
 /// Deepest path a FILE_SYSTEM_OPTIMIZED bucket accepts (directories created by
 /// one command get per-entry object ids, of which there are 255).
 pub const MAX_PATH_DEPTH: usize = 200;

@@ -155,6 +155,53 @@ pub struct ScanSpec<'a> {
     /// a versioned bucket), whose names carry `\0` and a version after a
     /// key's name for its noncurrent versions.
     pub current_only: Option<CurrentOnly>,
+    /// Reads `keys` as the snapshot at this index shows it
+    /// (`store::snapshot::SnapshotIter`); `None` reads `table` as it is.
+    pub at: Option<u64>,
+}
+
+/// What a page iterates: a table, or `keys` as a snapshot shows it. Both
+/// position with one seek (the snapshot's, one in each of its tables).
+enum ScanIter<'a> {
+    Table(DeferredSeekIter<'a>),
+    Snapshot(crate::store::snapshot::SnapshotIter<'a>),
+}
+
+impl ScanIter<'_> {
+    fn seek(&mut self, key: &[u8]) {
+        match self {
+            ScanIter::Table(it) => it.seek(key),
+            ScanIter::Snapshot(it) => it.seek(key),
+        }
+    }
+
+    fn current(&mut self) -> Option<(&[u8], &[u8])> {
+        match self {
+            ScanIter::Table(it) => it.current(),
+            ScanIter::Snapshot(it) => it.current(),
+        }
+    }
+
+    fn advance(&mut self) {
+        match self {
+            ScanIter::Table(it) => it.advance(),
+            ScanIter::Snapshot(it) => it.advance(),
+        }
+    }
+
+    fn status(&self) -> Result<(), OmError> {
+        match self {
+            ScanIter::Table(it) => it.status(),
+            ScanIter::Snapshot(it) => it.status(),
+        }
+    }
+
+    fn stats(&self) -> IterStats {
+        match self {
+            ScanIter::Table(it) => it.stats(),
+            ScanIter::Snapshot(it) => it.stats(),
+        }
+    }
 }
 
 /// How a listing of current versions treats a key's history: noncurrent
@@ -207,6 +254,7 @@ pub fn scan_page_within<T>(
         seek_after,
         terminator,
         current_only,
+        at,
     } = *spec;
     // A versioned table's names end at the NUL before a version.
     let terminator = if current_only.is_some() {
@@ -217,8 +265,13 @@ pub fn scan_page_within<T>(
     let mut lower = parent.to_vec();
     lower.extend_from_slice(prefix);
     let upper = keys::prefix_end(&lower);
-    let mut it =
-        DeferredSeekIter::new(db, table, (!lower.is_empty()).then(|| lower.clone()), upper)?;
+    let bound = (!lower.is_empty()).then(|| lower.clone());
+    let mut it = match at {
+        None => ScanIter::Table(DeferredSeekIter::new(db, table, bound, upper)?),
+        Some(at) => ScanIter::Snapshot(crate::store::snapshot::SnapshotIter::new(
+            db, bound, upper, at,
+        )?),
+    };
     let abs = |rel: &[u8]| {
         let mut k = parent.to_vec();
         k.extend_from_slice(rel);

@@ -22,7 +22,7 @@ impl Rule {
 /// The version of apply's rules this binary proposes and the newest it
 /// applies (see ARCHITECTURE.md, "What apply may read"). An entry of a
 /// newer version stops the state machine rather than diverge.
-pub const CURRENT: u32 = 15;
+pub const CURRENT: u32 = 16;
 
 /// Usage counters (a volume's used bytes, a bucket's key and directory
 /// counts) and the quotas enforced on them.
@@ -88,6 +88,11 @@ pub const PART_SIZES: Rule = Rule { since: 15 };
 /// of older rules keep the message they were answered with, which quoted
 /// names twice (`"\"alice\""`).
 pub const QUOTE_ONCE: Rule = Rule { since: 15 };
+/// Bucket snapshots: CreateSnapshot, DeleteSnapshot, RenameSnapshot and
+/// ReclaimSnapshot; every write of a `keys` entry records its index
+/// (`KeyRecord.written_index`), and an entry a snapshot shows is retained
+/// when it leaves the table.
+pub const BUCKET_SNAPSHOTS: Rule = Rule { since: 16 };
 
 /// Every rule, by name: the history of apply's behaviour changes (rules 3,
 /// versioned buckets, changed no existing command: a bucket is versioned
@@ -119,6 +124,7 @@ pub const HISTORY: &[(&str, Rule)] = &[
     ("BUCKET_TAGS", BUCKET_TAGS),
     ("PART_SIZES", PART_SIZES),
     ("QUOTE_ONCE", QUOTE_ONCE),
+    ("BUCKET_SNAPSHOTS", BUCKET_SNAPSHOTS),
 ];
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod namespace;
 mod objects;
 mod pages;
 pub mod s3;
+mod snapshots;
 mod space;
 mod tagging;
 pub mod versions;

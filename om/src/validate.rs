@@ -38,6 +38,29 @@ pub fn quote_prefix(value: &str) -> String {
     format!("{:?}…({} bytes)", &value[..end], value.len())
 }
 
+/// A snapshot's name: 1 to 63 of `[A-Za-z0-9._-]`, not `.` or `..` (it
+/// names a directory of `.snapshot/` through a gateway).
+pub fn snapshot_name(field: &'static str, name: &str) -> Result<(), OmError> {
+    let ok = (1..=crate::limits::MAX_SNAPSHOT_NAME_BYTES).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    if ok {
+        return Ok(());
+    }
+    Err(OmError::invalid(
+        "INVALID_SNAPSHOT_NAME",
+        field,
+        format!(
+            "invalid {field} {}: 1 to {} of A-Z, a-z, 0-9, '.', '_' and '-', not '.' or '..'",
+            quote_prefix(name),
+            crate::limits::MAX_SNAPSHOT_NAME_BYTES
+        ),
+    ))
+}
+
 /// Checks a volume or bucket name against S3 bucket-naming rules: 3–63 characters
 /// of lowercase letters, digits, `-` and `.`; starts and ends with a letter or
 /// digit; no `..`, `.-` or `-.`; not shaped like an IPv4 address; none of the

@@ -90,6 +90,7 @@ async fn gather(
                 delimiter: delimiter.to_string(),
                 continuation_token: std::mem::take(&mut token),
                 omit_blocks: true,
+                snapshot: String::new(),
             })
             .await
             .map_err(from_om)?;

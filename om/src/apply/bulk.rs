@@ -98,6 +98,7 @@ impl Ctx<'_> {
                 modification_time_ms: self.now,
                 object_id: self.object_id(i as u8),
                 update_id: self.index,
+                written_index: self.written_index(),
                 ..Default::default()
             };
             let name = keys::object_key(&c.volume, &c.bucket, &k.key);

@@ -269,6 +269,8 @@ impl Ctx<'_> {
             owner: self.caller.map(|c| c.user.clone()).unwrap_or_default(),
             versioning: versions::UNVERSIONED,
             tags: Default::default(),
+            latest_snapshot: 0,
+            snapshot_count: 0,
         };
         vol.bucket_count = self.grow(vol.bucket_count, 1, "name", "the volume's bucket count")?;
         vol.update_id = self.index;
@@ -283,6 +285,18 @@ impl Ctx<'_> {
         c: &om_proto::store::DeleteBucket,
     ) -> Result<CommandResult, OmError> {
         let bucket = self.bucket(&c.volume, &c.name)?;
+        // Snapshots hold retained versions (and their blocks) under the
+        // bucket's name: the bucket goes once none is left.
+        if bucket.snapshot_count > 0 {
+            return Err(OmError::precondition(
+                "BUCKET_HAS_SNAPSHOTS",
+                "name",
+                format!(
+                    "bucket {}/{} holds {} snapshots (deleted ones count until reclaimed)",
+                    c.volume, c.name, bucket.snapshot_count
+                ),
+            ));
+        }
         let mut it = self
             .db
             .iter_prefix(keys::KEYS_CF, &keys::object_prefix(&c.volume, &c.name))?;

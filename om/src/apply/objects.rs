@@ -222,7 +222,11 @@ impl Ctx<'_> {
         rec.modification_time_ms = self.now;
         rec.object_id = self.object_id(0);
         rec.update_id = self.index;
+        rec.written_index = self.written_index();
         if let Some(o) = old {
+            if T::CF == keys::KEYS_CF {
+                self.retire(b, bucket, key, &o)?;
+            }
             let origin = format!("overwrite {}/{}/{name}", bucket.volume, bucket.name);
             self.release_blocks(b, 0, o.blocks, origin)?;
         }
@@ -255,6 +259,7 @@ impl Ctx<'_> {
             return Ok(false);
         };
         freed.free(Usage::removal(old.size));
+        self.retire(b, bucket, &key, &old)?;
         let origin = format!("delete {}/{}/{name}", bucket.volume, bucket.name);
         self.release_blocks(b, seq, old.blocks, origin)?;
         table::delete::<KeyTable>(self.db, b, &key)?;
@@ -481,8 +486,10 @@ impl Ctx<'_> {
                 format!("key {}/{}/{} already exists", c.volume, c.bucket, c.to),
             ));
         }
+        self.retire(b, &bucket, &from, &rec)?;
         rec.modification_time_ms = self.now;
         rec.update_id = self.index;
+        rec.written_index = self.written_index();
         bucket.update_id = self.index;
         table::delete::<KeyTable>(self.db, b, &from)?;
         table::put::<KeyTable>(self.db, b, &to, &mut rec)?;

@@ -120,6 +120,11 @@ ops! {
     SetBucketVersioning,
     SetBucketTags,
     SetAcl,
+    // Snapshots (`snapshots.rs`).
+    CreateSnapshot,
+    DeleteSnapshot,
+    RenameSnapshot,
+    ReclaimSnapshot,
     // Keys (`objects.rs`, `bulk.rs`, `tagging.rs`).
     PutKey,
     PutKeys,
@@ -189,6 +194,10 @@ pub fn batchable(op: &Op) -> bool {
         | Op::SetBucketVersioning(_)
         | Op::SetBucketTags(_)
         | Op::SetAcl(_)
+        | Op::CreateSnapshot(_)
+        | Op::DeleteSnapshot(_)
+        | Op::RenameSnapshot(_)
+        | Op::ReclaimSnapshot(_)
         | Op::PutKeys(_)
         | Op::DeleteKeys(_)
         | Op::RenameKey(_)
@@ -223,6 +232,8 @@ pub fn adds_data(op: &Op) -> bool {
         | Op::SetBucketVersioning(_)
         | Op::SetBucketTags(_)
         | Op::SetAcl(_)
+        | Op::CreateSnapshot(_)
+        | Op::RenameSnapshot(_)
         | Op::PutKey(_)
         | Op::PutKeys(_)
         | Op::PutKeyTagging(_)
@@ -239,6 +250,8 @@ pub fn adds_data(op: &Op) -> bool {
         | Op::CreateS3Secret(_) => true,
         Op::DeleteVolume(_)
         | Op::DeleteBucket(_)
+        | Op::DeleteSnapshot(_)
+        | Op::ReclaimSnapshot(_)
         | Op::DeleteKey(_)
         | Op::DeleteKeys(_)
         | Op::RenameKey(_)

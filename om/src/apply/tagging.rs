@@ -139,7 +139,7 @@ impl Ctx<'_> {
             let mut rec = rec;
             rec.tags = c.tags.clone();
             rec.update_id = self.index;
-            self.key_put(b, &at, rec)?
+            self.key_put(b, &bucket, &at, rec)?
         };
         // Blocks are not part of a tagging answer.
         rec.blocks = Vec::new();

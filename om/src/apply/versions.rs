@@ -225,12 +225,19 @@ impl Ctx<'_> {
         table::get::<KeyTable>(self.db, k)
     }
 
+    /// Stages `rec` at `keys` entry `k` of `bucket`; an entry it replaces
+    /// is retired first (`snapshots::retire`).
     pub(super) fn key_put(
         &self,
         b: &mut EntryWrites<'_>,
+        bucket: &BucketRecord,
         k: &[u8],
         mut rec: KeyRecord,
     ) -> Result<KeyRecord, OmError> {
+        if let Some(old) = self.key_get(k)? {
+            self.retire(b, bucket, k, &old)?;
+        }
+        rec.written_index = self.written_index();
         table::put::<KeyTable>(self.db, b, k, &mut rec)?;
         self.staged_keys
             .borrow_mut()
@@ -238,7 +245,17 @@ impl Ctx<'_> {
         Ok(rec)
     }
 
-    pub(super) fn key_del(&self, b: &mut EntryWrites<'_>, k: &[u8]) -> Result<(), OmError> {
+    /// Stages the deletion of `keys` entry `k` of `bucket`, retiring it
+    /// first (`snapshots::retire`).
+    pub(super) fn key_del(
+        &self,
+        b: &mut EntryWrites<'_>,
+        bucket: &BucketRecord,
+        k: &[u8],
+    ) -> Result<(), OmError> {
+        if let Some(old) = self.key_get(k)? {
+            self.retire(b, bucket, k, &old)?;
+        }
         table::delete::<KeyTable>(self.db, b, k)?;
         self.staged_keys.borrow_mut().insert(k.to_vec(), None);
         Ok(())
@@ -335,11 +352,13 @@ impl Ctx<'_> {
             match r {
                 Located::Current(old) => {
                     removed_current = true;
+                    self.retire(b, bucket, &key, &old)?;
                     self.release_blocks(b, seq, old.blocks, origin)?;
                 }
                 Located::Noncurrent(hk, old) => {
+                    self.retire(b, bucket, &hk, &old)?;
                     self.release_blocks(b, seq, old.blocks, origin)?;
-                    self.key_del(b, &hk)?;
+                    self.key_del(b, bucket, &hk)?;
                 }
             }
         }
@@ -355,7 +374,7 @@ impl Ctx<'_> {
             let hk = keys::version_key(&bucket.volume, &bucket.name, name, old.version);
             old.noncurrent_since_ms = self.now;
             old.null_history = None;
-            self.key_put(b, &hk, old)?;
+            self.key_put(b, bucket, &hk, old)?;
         }
         rec.creation_time_ms = self.now;
         rec.modification_time_ms = self.now;
@@ -364,7 +383,7 @@ impl Ctx<'_> {
         rec.version = self.next_version();
         rec.versioned = enabled;
         rec.noncurrent_since_ms = 0;
-        self.key_put(b, &key, rec)
+        self.key_put(b, bucket, &key, rec)
     }
 
     /// Deletes `name` without a version id in a versioned bucket: a delete
@@ -413,31 +432,33 @@ impl Ctx<'_> {
                 freed.free(removal(&old));
                 let run = keys::key_run_prefix(volume, bname, name);
                 let next = self.newest_noncurrent(&run)?;
+                self.retire(b, bucket, &key, &old)?;
                 self.release_blocks(b, seq, old.blocks.clone(), origin)?;
                 match next {
                     Some((hk, mut promoted)) => {
-                        self.key_del(b, &hk)?;
+                        self.key_del(b, bucket, &hk)?;
                         promoted.null_history = if promoted.versioned {
                             old.null_history
                         } else {
                             None
                         };
                         promoted.noncurrent_since_ms = 0;
-                        self.key_put(b, &key, promoted)?;
+                        self.key_put(b, bucket, &key, promoted)?;
                     }
-                    None => self.key_del(b, &key)?,
+                    None => self.key_del(b, bucket, &key)?,
                 }
                 Ok(old)
             }
             Located::Noncurrent(hk, old) => {
                 freed.free(removal(&old));
+                self.retire(b, bucket, &hk, &old)?;
                 self.release_blocks(b, seq, old.blocks.clone(), origin)?;
-                self.key_del(b, &hk)?;
+                self.key_del(b, bucket, &hk)?;
                 if !old.versioned
                     && let Some(mut cur) = current
                 {
                     cur.null_history = None;
-                    self.key_put(b, &key, cur)?;
+                    self.key_put(b, bucket, &key, cur)?;
                 }
                 Ok(old)
             }

@@ -196,6 +196,7 @@ pub async fn list_keys(svc: &OmService, r: ListKeysRequest) -> Result<ListKeysRe
                 start_after: r.start_after,
                 continuation_token: r.continuation_token,
                 max_keys: r.max_keys,
+                snapshot: r.snapshot,
             },
             |name, mut k| {
                 if omit_blocks {
@@ -224,9 +225,26 @@ pub async fn lookup_key(
     validate::resource_name("bucket", &r.bucket)?;
     validate::key_name("key", &r.key)?;
     versions::optional_version_id("version_id", &r.version_id)?;
+    if !r.snapshot.is_empty() {
+        validate::snapshot_name("snapshot", &r.snapshot)?;
+        if !r.version_id.is_empty() {
+            return Err(OmError::invalid(
+                "INVALID_ARGUMENT",
+                "version_id",
+                "a read of a snapshot takes no version id: it reads the version the snapshot shows",
+            )
+            .into());
+        }
+    }
     let (k, latest) = if r.version_id.is_empty() {
         let k = svc
-            .lookup_key(consistency(&r.read), &r.volume, &r.bucket, &r.key)
+            .lookup_key_in(
+                consistency(&r.read),
+                &r.volume,
+                &r.bucket,
+                &r.key,
+                &r.snapshot,
+            )
             .await?;
         if k.delete_marker {
             let e = OmError::not_found(
@@ -253,7 +271,7 @@ pub async fn lookup_key(
         )
         .await?
     };
-    let expiration = if latest {
+    let expiration = if latest && r.snapshot.is_empty() {
         svc.expiration_of(&r.volume, &r.bucket, &r.key, &k)?
     } else {
         None

@@ -40,6 +40,7 @@ fn pages_stop_by_bytes_and_resume_at_the_first_item_left_out() {
             seek_after: usize::MAX,
             terminator: None,
             current_only: None,
+            at: None,
         };
         let page = scan_page_within(&db, &spec, budget, |item| match item {
             Item::Entry { value, .. } => Ok((value.len(), value.len())),
@@ -154,6 +155,7 @@ fn list_current(
                 seek_after: 3,
                 terminator: None,
                 current_only: Some(CurrentOnly { hidden }),
+                at: None,
             },
         )
         .unwrap();

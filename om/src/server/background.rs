@@ -97,6 +97,10 @@ pub(super) fn spawn(tasks: &mut Tasks, i: Inputs<'_>) {
         svc.clone(),
         stop.clone(),
     ));
+    tasks.spawn(crate::tasks::expiry::reclaim_snapshots(
+        svc.clone(),
+        stop.clone(),
+    ));
     tasks.spawn(crate::tasks::expiry::expire_open_keys(
         svc.clone(),
         i.cfg.open_key_ttl,

@@ -92,6 +92,7 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {
@@ -169,6 +170,7 @@ impl OmService {
                 seek_after: self.seek_after,
                 terminator: Some(0),
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {

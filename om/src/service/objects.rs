@@ -20,6 +20,8 @@ pub struct KeyListing {
     pub start_after: String,
     pub continuation_token: String,
     pub max_keys: u32,
+    /// Lists this snapshot of the bucket; empty: the live bucket.
+    pub snapshot: String,
 }
 
 /// One page of ListKeys: keys as the caller converted them.
@@ -65,6 +67,19 @@ impl OmService {
         bucket: &str,
         key: &str,
     ) -> Result<KeyRecord, OmError> {
+        self.lookup_key_in(c, volume, bucket, key, "").await
+    }
+
+    /// The current version of a key, as snapshot `snapshot` of the bucket
+    /// shows it (empty: the live bucket).
+    pub async fn lookup_key_in(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        key: &str,
+        snapshot: &str,
+    ) -> Result<KeyRecord, OmError> {
         self.read_as(
             c,
             crate::authz::Resource::Bucket(volume, bucket),
@@ -72,6 +87,23 @@ impl OmService {
         )
         .await?;
         let b = self.bucket_now(volume, bucket)?;
+        if !snapshot.is_empty() {
+            let at = self
+                .snapshot_now(volume, bucket, snapshot, "snapshot")?
+                .index;
+            return crate::store::snapshot::key_at(
+                &self.db,
+                &keys::object_key(volume, bucket, key),
+                at,
+            )?
+            .ok_or_else(|| {
+                OmError::not_found(
+                    "KEY_NOT_FOUND",
+                    "key",
+                    format!("snapshot {snapshot:?} of {volume}/{bucket} has no key {key}"),
+                )
+            });
+        }
         if b.layout == crate::apply::LAYOUT_FSO {
             // A key of an FSO bucket is a file path.
             let path = crate::validate::fs_path_not_root("key", key)?;
@@ -109,8 +141,22 @@ impl OmService {
         )
         .await?;
         let bucket = self.object_store_bucket_now(&q.volume, &q.bucket)?;
+        let at = if q.snapshot.is_empty() {
+            None
+        } else {
+            Some(
+                self.snapshot_now(&q.volume, &q.bucket, &q.snapshot, "snapshot")?
+                    .index,
+            )
+        };
+        // A token resumes only the listing it came from: the live bucket,
+        // or one snapshot (by index, which a rename keeps).
+        let listing = match at {
+            None => "keys".to_string(),
+            Some(at) => format!("keys@{at}"),
+        };
         let expect = ContinuationToken::expected(
-            "keys",
+            &listing,
             &bucket,
             q.prefix.as_bytes(),
             q.delimiter.as_bytes(),
@@ -139,6 +185,7 @@ impl OmService {
                         hidden: versions::is_delete_marker,
                     },
                 ),
+                at,
             },
             self.item_budget(),
             |item| {
@@ -218,6 +265,7 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {
@@ -293,6 +341,7 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {
@@ -347,6 +396,7 @@ impl OmService {
                 seek_after: usize::MAX,
                 terminator: None,
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {

@@ -126,6 +126,7 @@ pub fn list_page<S: TableSchema, T>(
             seek_after: usize::MAX,
             terminator: None,
             current_only: None,
+            at: None,
         },
         max_bytes,
         |item| {

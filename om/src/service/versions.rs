@@ -280,6 +280,7 @@ impl OmService {
                 seek_after: self.seek_after,
                 terminator: Some(0),
                 current_only: None,
+                at: None,
             },
             self.item_budget(),
             |item| {

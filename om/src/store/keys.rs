@@ -29,6 +29,10 @@
 //! | `settings`       | `cluster_acl`                                     | `ClusterAclRecord`    |
 //! | `lifecycle`      | `volume` `/` `bucket`                            | `LifecycleRecord`     |
 //! | `lifecycle_scan` | `volume` `/` `bucket`                            | `LifecycleScanRecord` |
+//! | `snapshots`      | `volume` `/` `bucket` `\0` name                  | `SnapshotRecord` (live) |
+//! |                  | `volume` `/` `bucket` `\x01` u64 BE index         | name (live, by index) |
+//! |                  | `\xff` u64 BE index `volume` `/` `bucket`         | `SnapshotRecord` (deleted, being reclaimed) |
+//! | `snapshot_keys`  | a `keys` key, then u64 BE retiring index          | `KeyRecord` (retained) |
 //!
 //! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
 //! parent directory's object id (the bucket's object id at the root) and its
@@ -78,6 +82,8 @@ pub const TABLE_CFS: &[&str] = &[
     LIFECYCLE_CF,
     LIFECYCLE_SCAN_CF,
     S3_SECRETS_CF,
+    SNAPSHOTS_CF,
+    SNAPSHOT_KEYS_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -93,6 +99,7 @@ pub const DELETION_HEAVY_CFS: &[&str] = &[
     FILES_CF,
     OPEN_FILES_CF,
     DELETED_DIRS_CF,
+    SNAPSHOT_KEYS_CF,
 ];
 
 /// Tables where writes look up keys that mostly do not exist (a new key's
@@ -118,6 +125,66 @@ pub const SETTINGS_CF: &str = "settings";
 pub const LIFECYCLE_CF: &str = "lifecycle";
 pub const LIFECYCLE_SCAN_CF: &str = "lifecycle_scan";
 pub const S3_SECRETS_CF: &str = "s3_secrets";
+pub const SNAPSHOTS_CF: &str = "snapshots";
+pub const SNAPSHOT_KEYS_CF: &str = "snapshot_keys";
+
+/// `volume/bucket \0`: a bucket's live snapshots by name. A bucket's name
+/// never holds NUL, so no other bucket's entries share it.
+pub fn snapshot_name_prefix(volume: &str, bucket: &str) -> Vec<u8> {
+    let mut k = bucket_key(volume, bucket);
+    k.push(0);
+    k
+}
+
+pub fn snapshot_key(volume: &str, bucket: &str, name: &str) -> Vec<u8> {
+    let mut k = snapshot_name_prefix(volume, bucket);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// `volume/bucket \x01`: a bucket's live snapshots by index.
+pub fn snapshot_index_prefix(volume: &str, bucket: &str) -> Vec<u8> {
+    let mut k = bucket_key(volume, bucket);
+    k.push(1);
+    k
+}
+
+pub fn snapshot_index_key(volume: &str, bucket: &str, index: u64) -> Vec<u8> {
+    let mut k = snapshot_index_prefix(volume, bucket);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// Deleted snapshots awaiting reclaim, of every bucket, oldest first. No
+/// volume name starts with `\xff`.
+pub const DELETED_SNAPSHOT_PREFIX: &[u8] = &[0xff];
+
+pub fn deleted_snapshot_key(index: u64, volume: &str, bucket: &str) -> Vec<u8> {
+    let mut k = DELETED_SNAPSHOT_PREFIX.to_vec();
+    k.extend_from_slice(&index.to_be_bytes());
+    k.extend_from_slice(&bucket_key(volume, bucket));
+    k
+}
+
+/// A retained version in `snapshot_keys`: the `keys` key it left, then the
+/// index of the entry that retired it. A key name holds no NUL and indexes
+/// stay below 2^48, so the suffix (`\0\0...`) sorts a key's retained
+/// versions right after the key and before anything longer (a longer name,
+/// or a noncurrent version's `\0\xff...`): retained entries sort as the
+/// `keys` entries they were, then by retiring index.
+pub fn retained_key(table_key: &[u8], retired: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(table_key.len() + 8);
+    k.extend_from_slice(table_key);
+    k.extend_from_slice(&retired.to_be_bytes());
+    k
+}
+
+/// Splits a `snapshot_keys` key into the `keys` key and the retiring index.
+pub fn split_retained(k: &[u8]) -> Option<(&[u8], u64)> {
+    let cut = k.len().checked_sub(8)?;
+    let (key, ix) = k.split_at(cut);
+    Some((key, u64::from_be_bytes(ix.try_into().ok()?)))
+}
 
 /// An S3 credential in `s3_secrets`: its access key (`[A-Z0-9]`, so it sorts
 /// before the user index).

@@ -4,6 +4,7 @@
 pub mod iter;
 pub mod keys;
 pub mod records;
+pub mod snapshot;
 pub mod table;
 pub mod view;
 

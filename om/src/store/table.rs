@@ -13,7 +13,7 @@ use crate::error::OmError;
 use om_proto::store::{
     BucketRecord, ClusterAclRecord, ClusterIdRecord, DeletedBlocksRecord, DeletedDirRecord,
     DirectoryRecord, KeyRecord, LifecycleRecord, LifecycleScanRecord, OpenKeyRecord, PartRecord,
-    RetryCacheRecord, S3SecretRecord, UploadRecord, VolumeRecord,
+    RetryCacheRecord, S3SecretRecord, SnapshotRecord, UploadRecord, VolumeRecord,
 };
 
 /// A stored record with a format version, bumped when its meaning changes.
@@ -45,7 +45,8 @@ record!(
     ClusterIdRecord,
     LifecycleRecord,
     LifecycleScanRecord,
-    S3SecretRecord
+    S3SecretRecord,
+    SnapshotRecord
 );
 
 /// One metadata table: a column family and the record stored in it.
@@ -174,6 +175,19 @@ table!(
     keys::S3_SECRETS_CF,
     S3SecretRecord,
     "S3 credentials by access key, and an index by user (`keys::s3_user_prefix`)."
+);
+
+table!(
+    SnapshotTable,
+    keys::SNAPSHOTS_CF,
+    SnapshotRecord,
+    "Buckets' snapshots by name (live) and by index (deleted, being reclaimed)."
+);
+table!(
+    RetainedKeyTable,
+    keys::SNAPSHOT_KEYS_CF,
+    KeyRecord,
+    "`keys` entries that left the table while a snapshot showed them."
 );
 
 pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, OmError> {

@@ -261,6 +261,55 @@ pub async fn purge_deleted_dirs(svc: Arc<OmService>, mut stop: watch::Receiver<b
     }
 }
 
+/// Retained versions one `ReclaimSnapshot` page examines.
+pub const RECLAIM_PAGE: u32 = 1024;
+
+/// The oldest deleted snapshot still being reclaimed (one seek).
+pub fn deleted_snapshot_pending(svc: &OmService) -> Option<om_proto::store::SnapshotRecord> {
+    let upper = keys::prefix_end(keys::DELETED_SNAPSHOT_PREFIX);
+    let mut it = crate::store::iter::DeferredSeekIter::new(
+        svc.db(),
+        keys::SNAPSHOTS_CF,
+        Some(keys::DELETED_SNAPSHOT_PREFIX.to_vec()),
+        upper,
+    )
+    .ok()?;
+    it.seek(keys::DELETED_SNAPSHOT_PREFIX);
+    let (_, v) = it.current()?;
+    crate::store::table::decode::<crate::store::table::SnapshotTable>(v).ok()
+}
+
+/// On the leader, reclaims deleted snapshots page by page through Raft:
+/// each page drops the retained versions no live snapshot shows any more
+/// and releases their blocks. The cursor is replicated state, so a new
+/// leader continues where the last page stopped.
+pub async fn reclaim_snapshots(svc: Arc<OmService>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        while svc.raft().is_leader() {
+            let Some(s) = deleted_snapshot_pending(&svc) else {
+                break;
+            };
+            let op = Op::ReclaimSnapshot(om_proto::store::ReclaimSnapshot {
+                volume: s.volume,
+                bucket: s.bucket,
+                index: s.index,
+                max: RECLAIM_PAGE,
+            });
+            if let Err(e) = svc.propose_here(WriteId::default(), op).await {
+                tracing::debug!(error = %e, "snapshot reclaim not proposed");
+                break;
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

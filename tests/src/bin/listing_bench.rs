@@ -216,6 +216,7 @@ fn list_all_prefixes(db: &DB, seek_after: usize, page: usize) -> (usize, u64, u6
                 seek_after,
                 terminator: None,
                 current_only: None,
+                at: None,
             },
         )
         .unwrap();
@@ -542,6 +543,7 @@ fn list_current(
                 current_only: versioned.then_some(CurrentOnly {
                     hidden: om::service::versions::is_delete_marker,
                 }),
+                at: None,
             },
         )
         .unwrap();
@@ -698,6 +700,7 @@ fn versioning_arms(quick: bool) {
                 seek_after: 3,
                 terminator: Some(0),
                 current_only: None,
+                at: None,
             },
         )
         .unwrap()
