@@ -48,7 +48,7 @@ fn snapshot_target(volume: &str, bucket: &str, name: &str) -> String {
     format!("{}/.snapshot/{name}", Resource::Bucket(volume, bucket))
 }
 
-impl Operation for st::CreateSnapshot {
+impl Operation for om_proto::store::CreateSnapshot {
     fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
         vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
     }
@@ -70,7 +70,7 @@ impl Operation for st::CreateSnapshot {
 
 /// Deleting a snapshot releases what only it held: whoever may delete
 /// the bucket's keys may delete it.
-impl Operation for st::DeleteSnapshot {
+impl Operation for om_proto::store::DeleteSnapshot {
     fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
         vec![(
             Resource::Bucket(&self.volume, &self.bucket),
@@ -93,7 +93,7 @@ impl Operation for st::DeleteSnapshot {
     }
 }
 
-impl Operation for st::RenameSnapshot {
+impl Operation for om_proto::store::RenameSnapshot {
     fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
         vec![(Resource::Bucket(&self.volume, &self.bucket), authz::WRITE)]
     }
@@ -115,7 +115,7 @@ impl Operation for st::RenameSnapshot {
 }
 
 /// The leader's reclaimer only.
-impl Operation for st::ReclaimSnapshot {
+impl Operation for om_proto::store::ReclaimSnapshot {
     fn rights(&self, _rules: u32) -> Vec<(Resource<'_>, u32)> {
         vec![(Resource::Cluster, authz::ALL)]
     }

@@ -263,7 +263,8 @@ mod tests {
     }
 
     /// A tag change keeps the version, ETag, size, blocks and modification
-    /// time and moves the update id; apply checks the tags again on its own.
+    /// time and moves the update id (and the written index, which snapshots
+    /// read); apply checks the tags again on its own.
     #[test]
     fn tagging_replaces_the_set_and_keeps_the_version() {
         let mut sm = Sm::new();
@@ -277,9 +278,11 @@ mod tests {
         assert_eq!(after.tags, tags(&[("new", "2")]));
         assert_eq!(k.key.unwrap().tags, after.tags);
         assert!(after.update_id > before.update_id);
+        assert!(after.written_index > before.written_index);
         let same = st::KeyRecord {
             tags: before.tags.clone(),
             update_id: before.update_id,
+            written_index: before.written_index,
             ..after.clone()
         };
         assert_eq!(same, before);

@@ -36,6 +36,7 @@ mod raft_hardening;
 mod retry_cache;
 mod s3_gateway;
 mod setup;
+mod snapshots;
 mod tagging;
 mod tidy;
 mod tls;

@@ -58,7 +58,14 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "client",
-        &[&["backup", "cluster", "keys", "namespace", "versioning"]],
+        &[&[
+            "backup",
+            "cluster",
+            "keys",
+            "namespace",
+            "snapshots",
+            "versioning",
+        ]],
     ),
     (
         "gateway",
@@ -93,6 +100,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "cluster",
                 "keys",
                 "namespace",
+                "snapshots",
                 "token",
             ],
             &["s3"],

@@ -82,6 +82,11 @@ fn apply_refuses_random_commands_without_staging() {
             ..Default::default()
         }));
     }
+    sm.ok(Op::CreateSnapshot(st::CreateSnapshot {
+        volume: "vol1".into(),
+        bucket: "bkt1".into(),
+        name: "s0".into(),
+    }));
     let st::command_result::Result::OpenKey(session) = sm.ok(Op::OpenKey(st::OpenKey {
         volume: "vol1".into(),
         bucket: "bkt1".into(),
@@ -270,6 +275,31 @@ fn apply_refuses_random_commands_without_staging() {
                 key: "a".into(),
                 version_id: String::new(),
                 tags: meta(),
+            }
+        ),
+        op!(
+            CreateSnapshot,
+            st::CreateSnapshot {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                name: "s1".into()
+            }
+        ),
+        op!(
+            RenameSnapshot,
+            st::RenameSnapshot {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                name: "s0".into(),
+                new_name: "s9".into()
+            }
+        ),
+        op!(
+            DeleteSnapshot,
+            st::DeleteSnapshot {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                name: "s0".into()
             }
         ),
         op!(

@@ -95,6 +95,9 @@ async fn build_state(c: &OmClient) -> Fixture {
     for k in ["a", "a/b", "a/c", "b", "c-1", "d/e/f"] {
         c.put_key("vol1", "bkt1", k, 10).await.unwrap();
     }
+    // A snapshot, then a change it does not show.
+    c.create_snapshot("vol1", "bkt1", "snap1").await.unwrap();
+    c.put_key("vol1", "bkt1", "b", 20).await.unwrap();
     let up = c
         .initiate_multipart_upload(InitiateMultipartUploadRequest {
             volume: "vol1".into(),
