@@ -4,10 +4,10 @@
 use anyhow::Result;
 use clap::Subcommand;
 use om_client::OmClient;
-use om_client::v1::SnapshotInfo;
+use om_client::v1::{SnapshotDiffEntry, SnapshotDiffKind, SnapshotDiffRequest, SnapshotInfo};
 use serde_json::{Value, json};
 
-use crate::{Output, collect_pages, print_kv, print_list, split2};
+use crate::{Output, collect_pages, print_kv, print_list, split2, table};
 
 #[derive(Subcommand)]
 pub enum SnapshotCmd {
@@ -28,6 +28,22 @@ pub enum SnapshotCmd {
     /// Delete snapshot NAME of VOLUME/BUCKET: what only it held is
     /// reclaimed in the background.
     Delete { path: String, name: String },
+    /// The keys that differ between snapshots FROM and TO of VOLUME/BUCKET
+    /// (no TO: the live bucket). `--output json` prints one JSON object per
+    /// key as pages arrive.
+    Diff {
+        path: String,
+        from: String,
+        to: Option<String>,
+        #[arg(long = "max", default_value_t = 0)]
+        max: u32,
+        /// Continue from a previous page's token.
+        #[arg(long, default_value = "")]
+        token: String,
+        /// Every page, not only the first.
+        #[arg(long)]
+        all: bool,
+    },
     /// Rename snapshot NAME of VOLUME/BUCKET to NEW_NAME.
     Rename {
         path: String,
@@ -44,8 +60,85 @@ fn snapshot_json(s: &SnapshotInfo) -> Value {
     })
 }
 
+fn kind_name(k: i32) -> &'static str {
+    match SnapshotDiffKind::try_from(k) {
+        Ok(SnapshotDiffKind::Created) => "created",
+        Ok(SnapshotDiffKind::Deleted) => "deleted",
+        Ok(SnapshotDiffKind::Modified) => "modified",
+        _ => "unknown",
+    }
+}
+
+fn diff_json(e: &SnapshotDiffEntry) -> Value {
+    let side = |k: &Option<om_client::v1::KeyInfo>| {
+        k.as_ref().map(|k| {
+            json!({"size": k.size, "etag": k.etag, "modified_ms": k.modification_time_ms,
+                "version_id": k.version_id})
+        })
+    };
+    json!({"key": e.key, "kind": kind_name(e.kind), "before": side(&e.before),
+        "after": side(&e.after)})
+}
+
+async fn diff(c: &OmClient, out: Output, mut req: SnapshotDiffRequest, all: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    loop {
+        let r = c.snapshot_diff(req.clone()).await?;
+        for e in &r.entries {
+            if out == Output::Json {
+                println!("{}", serde_json::to_string(&diff_json(e))?);
+            } else {
+                let size = |k: &Option<om_client::v1::KeyInfo>| {
+                    k.as_ref().map_or("-".to_string(), |k| k.size.to_string())
+                };
+                rows.push(vec![
+                    kind_name(e.kind).to_string(),
+                    e.key.clone(),
+                    size(&e.before),
+                    size(&e.after),
+                ]);
+            }
+        }
+        if !(all && r.truncated) {
+            if r.truncated {
+                if out == Output::Json {
+                    println!("{}", json!({"next_token": r.next_continuation_token}));
+                } else {
+                    eprintln!("more: --token {}", r.next_continuation_token);
+                }
+            }
+            break;
+        }
+        req.continuation_token = r.next_continuation_token;
+    }
+    if out != Output::Json {
+        table(&["KIND", "KEY", "SIZE_BEFORE", "SIZE_AFTER"], rows);
+    }
+    Ok(())
+}
+
 pub async fn run(c: &OmClient, out: Output, cmd: SnapshotCmd) -> Result<()> {
     match cmd {
+        SnapshotCmd::Diff {
+            path,
+            from,
+            to,
+            max,
+            token,
+            all,
+        } => {
+            let (v, b) = split2(&path)?;
+            let req = SnapshotDiffRequest {
+                volume: v.to_string(),
+                bucket: b.to_string(),
+                from,
+                to: to.unwrap_or_default(),
+                max_results: max,
+                continuation_token: token,
+                ..Default::default()
+            };
+            diff(c, out, req, all).await?;
+        }
         SnapshotCmd::Create { path, name } => {
             let (v, b) = split2(&path)?;
             print_kv(out, snapshot_json(&c.create_snapshot(v, b, &name).await?));

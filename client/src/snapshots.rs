@@ -116,3 +116,19 @@ impl OmClient {
         info(r.snapshot)
     }
 }
+
+impl OmClient {
+    /// One page of the keys that differ between two snapshots of a bucket
+    /// (`req.to` empty: a snapshot and the live bucket).
+    pub async fn snapshot_diff(
+        &self,
+        mut req: SnapshotDiffRequest,
+    ) -> Result<SnapshotDiffResponse, ClientError> {
+        req.read = self.read_options();
+        self.call(|ch| {
+            let req = req.clone();
+            async move { Self::om(ch).snapshot_diff(req).await }
+        })
+        .await
+    }
+}

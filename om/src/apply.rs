@@ -193,6 +193,7 @@ pub fn apply_command(
         holders: RefCell::new(HashMap::new()),
         staged_keys: RefCell::default(),
         retired: RefCell::default(),
+        changed: RefCell::default(),
         versions_made: std::cell::Cell::new(0),
     };
     // Handlers check everything before they stage their first write, so a
@@ -341,6 +342,8 @@ struct Ctx<'a> {
     /// `keys` entries this command retained for a snapshot
     /// (`snapshots::retire`), so a second leave of one entry keeps one copy.
     retired: RefCell<std::collections::BTreeSet<Vec<u8>>>,
+    /// Current keys this command logged as changed (`snapshots::log_change`).
+    changed: RefCell<std::collections::BTreeSet<Vec<u8>>>,
     /// Versions this command created so far (`versions::version_stamp`).
     versions_made: std::cell::Cell<u16>,
 }

@@ -464,6 +464,8 @@ rpcs! {
             = "DeleteSnapshot" snapshots::delete;
         rpc rename_snapshot(RenameSnapshotRequest) -> RenameSnapshotResponse
             = "RenameSnapshot" snapshots::rename;
+        rpc snapshot_diff(SnapshotDiffRequest) -> SnapshotDiffResponse
+            = "SnapshotDiff" snapshots::diff;
         rpc put_bucket_lifecycle(PutBucketLifecycleRequest) -> PutBucketLifecycleResponse
             = "PutBucketLifecycle" lifecycle::put;
         rpc get_bucket_lifecycle(GetBucketLifecycleRequest) -> GetBucketLifecycleResponse

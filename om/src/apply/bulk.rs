@@ -102,6 +102,7 @@ impl Ctx<'_> {
                 ..Default::default()
             };
             let name = keys::object_key(&c.volume, &c.bucket, &k.key);
+            self.log_change(b, &bucket, &name)?;
             table::put::<KeyTable>(self.db, b, &name, &mut rec)?;
         }
         bucket.update_id = self.index;

@@ -231,6 +231,9 @@ impl Ctx<'_> {
             self.release_blocks(b, 0, o.blocks, origin)?;
         }
         bucket.update_id = self.index;
+        if T::CF == keys::KEYS_CF {
+            self.log_change(b, bucket, key)?;
+        }
         table::put::<T>(self.db, b, key, &mut rec)?;
         self.put_bucket(b, bucket)?;
         self.put_volume(b, vol)?;
@@ -262,6 +265,7 @@ impl Ctx<'_> {
         self.retire(b, bucket, &key, &old)?;
         let origin = format!("delete {}/{}/{name}", bucket.volume, bucket.name);
         self.release_blocks(b, seq, old.blocks, origin)?;
+        self.log_change(b, bucket, &key)?;
         table::delete::<KeyTable>(self.db, b, &key)?;
         Ok(true)
     }
@@ -491,6 +495,8 @@ impl Ctx<'_> {
         rec.update_id = self.index;
         rec.written_index = self.written_index();
         bucket.update_id = self.index;
+        self.log_change(b, &bucket, &from)?;
+        self.log_change(b, &bucket, &to)?;
         table::delete::<KeyTable>(self.db, b, &from)?;
         table::put::<KeyTable>(self.db, b, &to, &mut rec)?;
         self.put_bucket(b, &mut bucket)?;

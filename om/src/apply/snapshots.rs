@@ -189,6 +189,44 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Before current key `table_key` of `bucket` changes (written or
+    /// deleted): while the bucket holds a snapshot, logs the change (with
+    /// the key's previous change, so a diff reports each key once), which
+    /// a diff reads instead of walking the bucket. Once per key and command.
+    pub(super) fn log_change(
+        &self,
+        b: &mut EntryWrites<'_>,
+        bucket: &BucketRecord,
+        table_key: &[u8],
+    ) -> Result<(), OmError> {
+        if bucket.latest_snapshot == 0 {
+            return Ok(());
+        }
+        let prefix = keys::object_prefix(&bucket.volume, &bucket.name);
+        let Some(name) = table_key.strip_prefix(prefix.as_slice()) else {
+            return Err(OmError::Internal(
+                "a key logged outside its bucket".to_string(),
+            ));
+        };
+        // A noncurrent version's entry: not a change of the key.
+        if name.contains(&0) || !self.changed.borrow_mut().insert(table_key.to_vec()) {
+            return Ok(());
+        }
+        let cf = table::cf(self.db.rocks(), keys::SNAPSHOT_CHANGES_CF)?;
+        let last = keys::last_change_key(table_key);
+        let prev = match table::get_raw(self.db, keys::SNAPSHOT_CHANGES_CF, &last)? {
+            Some(v) => index_of(&v)?,
+            None => 0,
+        };
+        b.put_cf(
+            cf,
+            keys::change_key(&bucket.volume, &bucket.name, self.index, name),
+            prev.to_be_bytes(),
+        );
+        b.put_cf(cf, last, self.index.to_be_bytes());
+        Ok(())
+    }
+
     /// The index a `keys` entry written now records (0 before rules 16).
     pub(super) fn written_index(&self) -> u64 {
         if crate::rules::BUCKET_SNAPSHOTS.holds(self.rules) {
@@ -342,6 +380,39 @@ impl Ctx<'_> {
         ok(command_result::Result::Snapshot(rec))
     }
 
+    /// Drops the bucket's change log below its oldest live snapshot (a diff
+    /// starts at a live snapshot), all of it when none is left: range
+    /// deletions, whatever the log holds.
+    fn trim_changes(
+        &self,
+        b: &mut EntryWrites<'_>,
+        volume: &str,
+        bucket: &str,
+    ) -> Result<(), OmError> {
+        let prefix = keys::snapshot_index_prefix(volume, bucket);
+        let mut it = self.db.iter_prefix(keys::SNAPSHOTS_CF, &prefix)?;
+        it.seek(&prefix);
+        let oldest = match it.current() {
+            Some((k, _)) => Some(index_of(&k[prefix.len()..])?),
+            None => None,
+        };
+        it.status()?;
+        drop(it);
+        let cf = table::cf(self.db.rocks(), keys::SNAPSHOT_CHANGES_CF)?;
+        let log = keys::change_prefix(volume, bucket);
+        match oldest {
+            Some(o) => b.delete_range_cf(cf, &log, keys::change_key(volume, bucket, o, b"")),
+            None => {
+                let end = keys::prefix_end(&log).unwrap_or_default();
+                b.delete_range_cf(cf, &log, end);
+                let last = keys::last_change_prefix(volume, bucket);
+                let end = keys::prefix_end(&last).unwrap_or_default();
+                b.delete_range_cf(cf, &last, end);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a live snapshot of the bucket lies strictly between `lo` and
     /// `hi` (one seek).
     fn live_snapshot_between(
@@ -433,6 +504,7 @@ impl Ctx<'_> {
                 table::delete::<SnapshotTable>(self.db, b, &dkey)?;
                 bucket.snapshot_count = bucket.snapshot_count.saturating_sub(1);
                 self.put_bucket(b, &mut bucket)?;
+                self.trim_changes(b, &c.volume, &c.bucket)?;
             }
         }
         ok(command_result::Result::Snapshot(rec))

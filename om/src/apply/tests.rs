@@ -357,6 +357,7 @@ fn a_block_released_twice_in_one_command_is_an_error() {
         holders: RefCell::new(HashMap::new()),
         staged_keys: RefCell::default(),
         retired: RefCell::default(),
+        changed: RefCell::default(),
         versions_made: std::cell::Cell::new(0),
     };
     let mut b = EntryWrites::new(&tables);

@@ -237,6 +237,7 @@ impl Ctx<'_> {
         if let Some(old) = self.key_get(k)? {
             self.retire(b, bucket, k, &old)?;
         }
+        self.log_change(b, bucket, k)?;
         rec.written_index = self.written_index();
         table::put::<KeyTable>(self.db, b, k, &mut rec)?;
         self.staged_keys
@@ -256,6 +257,7 @@ impl Ctx<'_> {
         if let Some(old) = self.key_get(k)? {
             self.retire(b, bucket, k, &old)?;
         }
+        self.log_change(b, bucket, k)?;
         table::delete::<KeyTable>(self.db, b, k)?;
         self.staged_keys.borrow_mut().insert(k.to_vec(), None);
         Ok(())

@@ -3,7 +3,7 @@
 use om_proto::store::{self as st, command::Op, command_result};
 use om_proto::v1::*;
 
-use super::{consistency, sized, unexpected, write_id};
+use super::{consistency, key_info, scan_stats, sized, unexpected, write_id};
 use crate::error::OmError;
 use crate::service::OmService;
 use crate::validate;
@@ -122,5 +122,54 @@ pub async fn rename(
     });
     Ok(RenameSnapshotResponse {
         snapshot: Some(propose_snapshot(svc, id, op).await?),
+    })
+}
+
+pub async fn diff(
+    svc: &OmService,
+    r: SnapshotDiffRequest,
+) -> Result<SnapshotDiffResponse, OmError> {
+    check_bucket(&r.volume, &r.bucket)?;
+    validate::snapshot_name("from", &r.from)?;
+    if !r.to.is_empty() {
+        validate::snapshot_name("to", &r.to)?;
+    }
+    crate::listing::check_token_len(&r.continuation_token)?;
+    let d = svc
+        .snapshot_diff(
+            consistency(&r.read),
+            &r.volume,
+            &r.bucket,
+            &r.from,
+            &r.to,
+            r.max_results,
+            &r.continuation_token,
+        )
+        .await?;
+    let info = |name: &str, k: Option<st::KeyRecord>| {
+        k.map(|mut k| {
+            k.blocks = Vec::new();
+            k.part_sizes = Vec::new();
+            key_info(&r.volume, &r.bucket, name.to_string(), k)
+        })
+    };
+    let mut entries = Vec::with_capacity(d.page.changes.len());
+    for c in d.page.changes {
+        let key = String::from_utf8(c.name)
+            .map_err(|_| OmError::Internal("a key name is not UTF-8".to_string()))?;
+        entries.push(SnapshotDiffEntry {
+            kind: c.kind as i32,
+            before: info(&key, c.before),
+            after: info(&key, c.after),
+            key,
+        });
+    }
+    Ok(SnapshotDiffResponse {
+        entries,
+        truncated: !d.next_continuation_token.is_empty(),
+        next_continuation_token: d.next_continuation_token,
+        changes_examined: d.page.examined,
+        point_reads: d.page.point_reads,
+        scan: Some(scan_stats(d.page.stats)),
     })
 }

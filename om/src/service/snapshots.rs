@@ -74,3 +74,80 @@ impl OmService {
         )
     }
 }
+
+/// One page of a snapshot diff, and the token of the next.
+pub struct SnapshotDiff {
+    pub page: crate::store::snapshot::DiffPage,
+    pub next_continuation_token: String,
+}
+
+impl OmService {
+    /// The keys of a bucket that differ between snapshot `from` and
+    /// snapshot `to` (empty: the live bucket, as of this page), one page.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn snapshot_diff(
+        &self,
+        c: Consistency,
+        volume: &str,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        max: u32,
+        token: &str,
+    ) -> Result<SnapshotDiff, OmError> {
+        self.read_as(
+            c,
+            crate::authz::Resource::Bucket(volume, bucket),
+            crate::authz::LIST,
+        )
+        .await?;
+        let b = self.bucket_now(volume, bucket)?;
+        let from_at = self.snapshot_now(volume, bucket, from, "from")?.index;
+        let to_at = if to.is_empty() {
+            None
+        } else {
+            let t = self.snapshot_now(volume, bucket, to, "to")?.index;
+            if t <= from_at {
+                return Err(OmError::invalid(
+                    "INVALID_ARGUMENT",
+                    "to",
+                    format!("snapshot {to:?} is not newer than {from:?}"),
+                ));
+            }
+            Some(t)
+        };
+        let expect = crate::listing::ContinuationToken::expected(
+            &format!("diff@{from_at}-{}", to_at.unwrap_or(0)),
+            &b,
+            b"",
+            b"",
+        );
+        let resume = if token.is_empty() {
+            None
+        } else {
+            Some(crate::listing::ContinuationToken::decode_token(token, &expect)?.resume)
+        };
+        let page = crate::store::snapshot::diff_page(
+            &self.db,
+            volume,
+            bucket,
+            from_at,
+            to_at,
+            resume.as_deref(),
+            self.page_size(max),
+            crate::limits::MAX_PAGE_EVALUATED,
+        )?;
+        let next_continuation_token = match &page.resume {
+            Some(r) => crate::listing::ContinuationToken {
+                resume: r.clone(),
+                ..expect
+            }
+            .encode_token(),
+            None => String::new(),
+        };
+        Ok(SnapshotDiff {
+            page,
+            next_continuation_token,
+        })
+    }
+}

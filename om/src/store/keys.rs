@@ -33,6 +33,8 @@
 //! |                  | `volume` `/` `bucket` `\x01` u64 BE index         | name (live, by index) |
 //! |                  | `\xff` u64 BE index `volume` `/` `bucket`         | `SnapshotRecord` (deleted, being reclaimed) |
 //! | `snapshot_keys`  | a `keys` key, then u64 BE retiring index          | `KeyRecord` (retained) |
+//! | `snapshot_changes` | `\0` `volume` `/` `bucket` `\0` u64 BE index key | u64 BE previous change of the key |
+//! |                  | `\x01` a current key's `keys` key                 | u64 BE its last change |
 //!
 //! FILE_SYSTEM_OPTIMIZED buckets (Ozone's FSO layout) key every entry by its
 //! parent directory's object id (the bucket's object id at the root) and its
@@ -84,6 +86,7 @@ pub const TABLE_CFS: &[&str] = &[
     S3_SECRETS_CF,
     SNAPSHOTS_CF,
     SNAPSHOT_KEYS_CF,
+    SNAPSHOT_CHANGES_CF,
 ];
 
 /// Tables whose deletions come in bulk (keys deleted by clients, expired
@@ -100,6 +103,7 @@ pub const DELETION_HEAVY_CFS: &[&str] = &[
     OPEN_FILES_CF,
     DELETED_DIRS_CF,
     SNAPSHOT_KEYS_CF,
+    SNAPSHOT_CHANGES_CF,
 ];
 
 /// Tables where writes look up keys that mostly do not exist (a new key's
@@ -127,6 +131,46 @@ pub const LIFECYCLE_SCAN_CF: &str = "lifecycle_scan";
 pub const S3_SECRETS_CF: &str = "s3_secrets";
 pub const SNAPSHOTS_CF: &str = "snapshots";
 pub const SNAPSHOT_KEYS_CF: &str = "snapshot_keys";
+pub const SNAPSHOT_CHANGES_CF: &str = "snapshot_changes";
+
+/// `\0 volume/bucket \0`: a bucket's change log (current keys changed
+/// while it held a snapshot), in log order.
+pub fn change_prefix(volume: &str, bucket: &str) -> Vec<u8> {
+    let mut k = vec![0];
+    k.extend_from_slice(&bucket_key(volume, bucket));
+    k.push(0);
+    k
+}
+
+/// The change of current key `name` at `index`.
+pub fn change_key(volume: &str, bucket: &str, index: u64, name: &[u8]) -> Vec<u8> {
+    let mut k = change_prefix(volume, bucket);
+    k.extend_from_slice(&index.to_be_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+/// Splits a change-log key after its bucket's prefix into index and name.
+pub fn split_change(rel: &[u8]) -> Option<(u64, &[u8])> {
+    if rel.len() < 8 {
+        return None;
+    }
+    let (ix, name) = rel.split_at(8);
+    Some((u64::from_be_bytes(ix.try_into().ok()?), name))
+}
+
+/// `\x01 volume/bucket/`: where each current key of a bucket last changed.
+pub fn last_change_prefix(volume: &str, bucket: &str) -> Vec<u8> {
+    let mut k = vec![1];
+    k.extend_from_slice(&object_prefix(volume, bucket));
+    k
+}
+
+pub fn last_change_key(table_key: &[u8]) -> Vec<u8> {
+    let mut k = vec![1];
+    k.extend_from_slice(table_key);
+    k
+}
 
 /// `volume/bucket \0`: a bucket's live snapshots by name. A bucket's name
 /// never holds NUL, so no other bucket's entries share it.

@@ -177,3 +177,112 @@ impl<'a> SnapshotIter<'a> {
         s
     }
 }
+
+/// What a diff reports of one key.
+pub const DIFF_CREATED: u32 = 1;
+pub const DIFF_DELETED: u32 = 2;
+pub const DIFF_MODIFIED: u32 = 3;
+
+/// One key that differs between two images of a bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub name: Vec<u8>,
+    pub kind: u32,
+    pub before: Option<KeyRecord>,
+    pub after: Option<KeyRecord>,
+}
+
+/// One page of a diff, and what it read.
+#[derive(Debug, Clone, Default)]
+pub struct DiffPage {
+    pub changes: Vec<Change>,
+    /// The change-log key the next page starts at, when there is more.
+    pub resume: Option<Vec<u8>>,
+    /// Change-log entries read.
+    pub examined: u64,
+    /// Point reads of the two images.
+    pub point_reads: u64,
+    pub stats: IterStats,
+}
+
+/// A current entry as an image shows it: a delete marker is no key.
+fn present(rec: Option<KeyRecord>) -> Option<KeyRecord> {
+    rec.filter(|r| !r.delete_marker)
+}
+
+/// One page of the keys of a bucket that differ between its snapshot at
+/// `from` and its snapshot at `to` (`None`: the live bucket), read from
+/// the bucket's change log (`apply::snapshots::log_change`) rather than
+/// either image: one seek, then one entry per change in between, and for
+/// each key (at its first change, which the log links) a point read of
+/// each image. So its cost follows the changes, not the bucket. Starts at
+/// `resume` (a change-log key), stops after `max` changes or `max_examined`
+/// log entries.
+#[allow(clippy::too_many_arguments)]
+pub fn diff_page(
+    db: &DB,
+    volume: &str,
+    bucket: &str,
+    from: u64,
+    to: Option<u64>,
+    resume: Option<&[u8]>,
+    max: usize,
+    max_examined: u64,
+) -> Result<DiffPage, OmError> {
+    let prefix = keys::change_prefix(volume, bucket);
+    let lower = keys::change_key(volume, bucket, from.saturating_add(1), b"");
+    let upper = match to {
+        Some(t) => Some(keys::change_key(volume, bucket, t, b"")),
+        None => keys::prefix_end(&prefix),
+    };
+    let objects = keys::object_prefix(volume, bucket);
+    let mut it = DeferredSeekIter::new(db, keys::SNAPSHOT_CHANGES_CF, Some(lower.clone()), upper)?;
+    it.seek(resume.filter(|r| *r > lower.as_slice()).unwrap_or(&lower));
+    let mut page = DiffPage::default();
+    while let Some((k, v)) = it.current() {
+        if page.changes.len() == max || page.examined == max_examined {
+            page.resume = Some(k.to_vec());
+            break;
+        }
+        page.examined += 1;
+        let corrupt = || OmError::Internal("corrupt snapshot_changes entry".to_string());
+        let (index, name) = keys::split_change(&k[prefix.len()..]).ok_or_else(corrupt)?;
+        let prev = u64::from_be_bytes(v.try_into().map_err(|_| corrupt())?);
+        // Only a key's first change since `from` reports it.
+        if prev > from {
+            it.advance();
+            continue;
+        }
+        let mut table_key = objects.clone();
+        table_key.extend_from_slice(name);
+        // What `from` showed of the key left the table at this change, and
+        // `from` kept it there.
+        let before = present(table::get::<RetainedKeyTable>(
+            db,
+            &keys::retained_key(&table_key, index),
+        )?);
+        let after = present(match to {
+            None => table::get::<KeyTable>(db, &table_key)?,
+            Some(t) => key_at(db, &table_key, t)?,
+        });
+        page.point_reads += 2;
+        let kind = match (&before, &after) {
+            (None, None) => None,
+            (Some(_), None) => Some(DIFF_DELETED),
+            (None, Some(_)) => Some(DIFF_CREATED),
+            (Some(b), Some(a)) => (b.written_index != a.written_index).then_some(DIFF_MODIFIED),
+        };
+        if let Some(kind) = kind {
+            page.changes.push(Change {
+                name: name.to_vec(),
+                kind,
+                before,
+                after,
+            });
+        }
+        it.advance();
+    }
+    it.status()?;
+    page.stats = it.stats();
+    Ok(page)
+}

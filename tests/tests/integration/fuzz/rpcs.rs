@@ -297,6 +297,19 @@ fn targets(f: &Fixture) -> Vec<Target> {
             }
         ),
         target!(
+            "SnapshotDiff",
+            snapshot_diff,
+            SnapshotDiffRequest,
+            false,
+            SnapshotDiffRequest {
+                volume: "vol1".into(),
+                bucket: "bkt1".into(),
+                from: "snap1".into(),
+                max_results: 1,
+                ..Default::default()
+            }
+        ),
+        target!(
             "CreateSnapshot",
             create_snapshot,
             CreateSnapshotRequest,
