@@ -9,7 +9,7 @@
 DATA_DIR ?= data
 CARGO ?= cargo
 
-.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-scale bench-backup bench-s3 bench-profile soak-retry-cache soak fmt lint
+.PHONY: setup setup-test run run-s3 test build bench-cluster bench-tls bench-objects bench-listing bench-lifecycle bench-snapshots bench-scale bench-backup bench-s3 bench-profile soak-retry-cache soak fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -81,6 +81,11 @@ bench-listing: build
 # cost, listings after expiry (see BENCHMARKS.md).
 bench-lifecycle: build
 	$(CARGO) run --release --bin lifecycle_bench
+
+# Bucket snapshots: create on 1k and 1M keys, a diff against a full walk of
+# both images, PutKey p99 with 10 snapshots held (see BENCHMARKS.md).
+bench-snapshots: build
+	$(CARGO) run --release --bin snapshot_bench
 
 # 1M-key state on 3 nodes: load, latency, obrwk mix, catch-up (SST vs one-batch
 # install), restart to ready (see BENCHMARKS.md, "Scale"). For 10M:

@@ -212,8 +212,14 @@ fn block_on<T>(fut: impl Future<Output = T>) -> T {
 /// Waits until no recursively deleted directory awaits its background purge,
 /// so a before/after comparison sees only the request's own effect.
 async fn settle(node: &TestNode) {
+    // Recursive deletes purge, and deleted snapshots are reclaimed, in the
+    // background.
     om_tests::wait_for(Duration::from_secs(20), "purges to finish", || async {
-        (!node.dump().keys().any(|(t, _)| *t == "deleted_dirs")).then_some(())
+        (!node.dump().keys().any(|(t, k)| {
+            *t == "deleted_dirs"
+                || (*t == "snapshots" && k.starts_with(om::store::keys::DELETED_SNAPSHOT_PREFIX))
+        }))
+        .then_some(())
     })
     .await;
 }
