@@ -164,7 +164,7 @@ pub struct ScanSpec<'a> {
 /// position with one seek (the snapshot's, one in each of its tables).
 enum ScanIter<'a> {
     Table(DeferredSeekIter<'a>),
-    Snapshot(crate::store::snapshot::SnapshotIter<'a>),
+    Snapshot(Box<crate::store::snapshot::SnapshotIter<'a>>),
 }
 
 impl ScanIter<'_> {
@@ -268,9 +268,9 @@ pub fn scan_page_within<T>(
     let bound = (!lower.is_empty()).then(|| lower.clone());
     let mut it = match at {
         None => ScanIter::Table(DeferredSeekIter::new(db, table, bound, upper)?),
-        Some(at) => ScanIter::Snapshot(crate::store::snapshot::SnapshotIter::new(
+        Some(at) => ScanIter::Snapshot(Box::new(crate::store::snapshot::SnapshotIter::new(
             db, bound, upper, at,
-        )?),
+        )?)),
     };
     let abs = |rel: &[u8]| {
         let mut k = parent.to_vec();
