@@ -69,6 +69,7 @@ pub async fn object(
     s: &OmS3,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let i = req.input;
     if i.website_redirect_location.is_some() {

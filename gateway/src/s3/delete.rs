@@ -49,6 +49,7 @@ pub async fn one(
     s: &OmS3,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let i = &req.input;
     let cond = delete_conditions(
@@ -104,6 +105,9 @@ pub async fn many(
     let om = s.om(&req).await?;
     let i = req.input;
     let objects = i.delete.objects;
+    for o in &objects {
+        super::snapshots::writable(&o.key)?;
+    }
     if objects.is_empty() || objects.len() > MAX_DELETE_KEYS {
         return Err(s3_error!(
             MalformedXML,

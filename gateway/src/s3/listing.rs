@@ -77,6 +77,18 @@ async fn gather(
         Start::After(a) => (a, String::new()),
         Start::Token(t) => (String::new(), t),
     };
+    // Under `.snapshot/NAME/`: the snapshot's keys, named as the client
+    // asked for them.
+    let scoped = super::snapshots::scope(prefix, &after);
+    let (prefix, snapshot) = match &scoped {
+        Some(s) => {
+            after = s.start_after.clone();
+            (s.prefix.as_str(), s.snapshot.clone())
+        }
+        None => (prefix, String::new()),
+    };
+    let outer = scoped.as_ref().map(|s| s.outer.clone()).unwrap_or_default();
+    let with_outer = |name: String| format!("{outer}{name}");
     loop {
         let left = max - (g.keys.len() + g.prefixes.len()) as u32;
         let page = om
@@ -90,15 +102,19 @@ async fn gather(
                 delimiter: delimiter.to_string(),
                 continuation_token: std::mem::take(&mut token),
                 omit_blocks: true,
-                snapshot: String::new(),
+                snapshot: snapshot.clone(),
             })
             .await
             .map_err(from_om)?;
         let got = page.keys.len() + page.common_prefixes.len();
-        g.keys.extend(page.keys);
-        g.prefixes.extend(page.common_prefixes);
+        g.keys.extend(page.keys.into_iter().map(|mut k| {
+            k.name = with_outer(std::mem::take(&mut k.name));
+            k
+        }));
+        g.prefixes
+            .extend(page.common_prefixes.into_iter().map(with_outer));
         g.truncated = page.truncated;
-        g.next_marker = page.next_start_after;
+        g.next_marker = with_outer(page.next_start_after);
         g.next_token = page.next_continuation_token;
         let full = g.keys.len() + g.prefixes.len() >= max as usize;
         if !g.truncated || full || got == 0 || g.next_token.is_empty() {

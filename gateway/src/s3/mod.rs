@@ -29,6 +29,7 @@ mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
+mod snapshots;
 mod stored;
 mod tagging;
 

@@ -32,6 +32,7 @@ pub async fn create(
     s: &OmS3,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let i = req.input;
     refuse_encryption(

@@ -97,6 +97,20 @@ pub(super) async fn lookup(
     key: &str,
     version: Option<&str>,
 ) -> S3Result<KeyInfo> {
+    if let Some((snapshot, inner)) = super::snapshots::split(key) {
+        if version.is_some() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "a key under .snapshot/ is read as the snapshot shows it, without a version id"
+            ));
+        }
+        let mut k = om
+            .lookup_key_in(volume, bucket, inner, snapshot)
+            .await
+            .map_err(from_om)?;
+        k.name = key.to_string();
+        return Ok(k);
+    }
     let k = om
         .lookup_key_version(volume, bucket, key, &codec::request_version(version))
         .await
@@ -308,6 +322,7 @@ pub async fn put(
     s: &OmS3,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let input = req.input;
     refuse_encryption(

@@ -42,6 +42,7 @@ pub async fn put(
     s: &OmS3,
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let i = req.input;
     let r = om
@@ -86,6 +87,7 @@ pub async fn delete(
     s: &OmS3,
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+    super::snapshots::writable(&req.input.key)?;
     let om = s.om(&req).await?;
     let i = req.input;
     let r = om

@@ -1,7 +1,7 @@
 //! S3 behaviours beyond the basic operations, through a real S3 client:
 //! conditional deletes, delete-marker headers on a missing key, a part
 //! listed twice, bucket tagging and owners in listings, reads by part
-//! number.
+//! number, snapshots under `.snapshot/NAME/`.
 
 use aws_sdk_s3::primitives::DateTime;
 
@@ -461,4 +461,120 @@ async fn objects_are_read_by_part_number() {
         .part_number(2)
         .send();
     assert_eq!(code(two.await), ("InvalidPart".into(), 400));
+}
+
+/// A bucket's snapshot under `.snapshot/NAME/`, as Ozone serves it: GET,
+/// HEAD and listings read the bucket as the snapshot shows it while the
+/// bucket changes; writes there are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshots_are_read_only_under_the_reserved_prefix() {
+    let env = env().await;
+    let (key, secret) = env.s3_secret(ALICE, "alice").await;
+    let c = s3(&env.url, &key, &secret);
+    c.create_bucket().bucket("snapb").send().await.unwrap();
+    let put = |k: &'static str, body: &'static [u8]| {
+        c.put_object()
+            .bucket("snapb")
+            .key(k)
+            .body(ByteStream::from_static(body))
+            .send()
+    };
+    put("a", b"first").await.unwrap();
+    put("docs/x", b"x").await.unwrap();
+    env.om(ALICE)
+        .create_snapshot("s3v", "snapb", "daily")
+        .await
+        .unwrap();
+    put("a", b"second").await.unwrap();
+    put("b", b"new").await.unwrap();
+    c.delete_object()
+        .bucket("snapb")
+        .key("docs/x")
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(body(&c, "snapb", ".snapshot/daily/a").await, b"first");
+    assert_eq!(body(&c, "snapb", ".snapshot/daily/docs/x").await, b"x");
+    assert_eq!(body(&c, "snapb", "a").await, b"second");
+    let head = c
+        .head_object()
+        .bucket("snapb")
+        .key(".snapshot/daily/a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(5));
+    assert_eq!(
+        code(
+            c.get_object()
+                .bucket("snapb")
+                .key(".snapshot/daily/b")
+                .send()
+                .await
+        ),
+        ("NoSuchKey".into(), 404)
+    );
+    let names = |r: &aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output| {
+        r.contents()
+            .iter()
+            .map(|o| o.key().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let all = c
+        .list_objects_v2()
+        .bucket("snapb")
+        .prefix(".snapshot/daily/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(names(&all), [".snapshot/daily/a", ".snapshot/daily/docs/x"]);
+    let rolled = c
+        .list_objects_v2()
+        .bucket("snapb")
+        .prefix(".snapshot/daily/")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(names(&rolled), [".snapshot/daily/a"]);
+    assert_eq!(
+        rolled.common_prefixes()[0].prefix(),
+        Some(".snapshot/daily/docs/")
+    );
+    // Pages of one, continued by token.
+    let first = c
+        .list_objects_v2()
+        .bucket("snapb")
+        .prefix(".snapshot/daily/")
+        .max_keys(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(names(&first), [".snapshot/daily/a"]);
+    let next = c
+        .list_objects_v2()
+        .bucket("snapb")
+        .prefix(".snapshot/daily/")
+        .continuation_token(first.next_continuation_token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(names(&next), [".snapshot/daily/docs/x"]);
+    // Writes under the prefix are refused and change nothing.
+    assert_eq!(
+        code(put(".snapshot/daily/a", b"no").await),
+        ("AccessDenied".into(), 403)
+    );
+    assert_eq!(
+        code(
+            c.delete_object()
+                .bucket("snapb")
+                .key(".snapshot/daily/a")
+                .send()
+                .await
+        ),
+        ("AccessDenied".into(), 403)
+    );
+    assert_eq!(body(&c, "snapb", ".snapshot/daily/a").await, b"first");
 }
