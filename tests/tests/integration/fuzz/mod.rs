@@ -252,4 +252,5 @@ const ETAG: &str = "0cc175b9c0f1b6a831c399e269772661";
 
 mod apply;
 mod rpcs;
+mod snapshot_targets;
 mod tokens;
